@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/api"
+	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/mcp"
+	"github.com/patchbay-dev/patchbay/internal/store"
+)
+
+// shutdownGrace bounds how long a SIGTERM waits for requests and executions
+// in flight.
+const shutdownGrace = 30 * time.Second
+
+// run builds the parts from the environment and args and serves until ctx
+// is done. Everything it prints goes to stdout.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	configPath := fs.String("config", "", "config file (overrides PATCHBAY_CONFIG)")
+	addr := fs.String("addr", "", "listen address (overrides PATCHBAY_ADDR)")
+	healthcheck := fs.String("healthcheck", "", "GET this URL, exit 0 on 200 and 1 otherwise (for container health checks)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *healthcheck != "" {
+		return probe(ctx, *healthcheck)
+	}
+	cfg, err := config.Load(overrides(getenv, map[string]string{"PATCHBAY_CONFIG": *configPath, "PATCHBAY_ADDR": *addr}), os.ReadFile)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(cfg.LogHandler(stdout))
+
+	st, err := store.Open(ctx, cfg.RedisURL, cfg.RedisPrefix, logger)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	reg := harness.NewRegistry(logger)
+	for _, name := range sortedNames(cfg.File.Connections) {
+		spec := cfg.File.Connections[name]
+		if err := reg.Add(name, mcp.New(name, *spec.MCP, &mcp.Options{Logger: logger})); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if err := reg.Close(); err != nil {
+			logger.Error("closing connections", "err", err)
+		}
+	}()
+
+	metrics := api.NewMetrics()
+	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Retention: cfg.Retention, Logger: logger, Observer: metrics})
+	keys := apiKeys(cfg, stdout)
+	var started atomic.Bool
+	handler := api.New(api.Options{
+		Executions: execs, Registry: reg, APIKeys: keys, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
+		Ready: func(ctx context.Context) error {
+			if !started.Load() {
+				return errors.New("connections are still starting")
+			}
+			return st.Ping(ctx)
+		},
+	})
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "patchbay listening on http://%s\n", ln.Addr())
+
+	if err := reg.Start(ctx); err != nil {
+		logger.Warn("some connections did not start; they are unavailable", "err", err)
+	}
+	started.Store(true)
+
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	var workers sync.WaitGroup
+	workers.Go(func() {
+		if err := execs.Run(workCtx, cfg.Workers); err != nil {
+			logger.Error("workers stopped", "err", err)
+		}
+	})
+
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-serveErr:
+		stopWork()
+		workers.Wait()
+		return fmt.Errorf("serve: %w", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Error("http shutdown", "err", err)
+	}
+	stopWork()
+	workers.Wait()
+	return nil
+}
+
+// overrides returns getenv with non-empty values from flags taking
+// precedence.
+func overrides(getenv func(string) string, flags map[string]string) func(string) string {
+	return func(k string) string {
+		if v := flags[k]; v != "" {
+			return v
+		}
+		return getenv(k)
+	}
+}
+
+// apiKeys returns the configured key digests; with none configured it makes
+// one for this run and prints it once, so the API is never open.
+func apiKeys(cfg *config.Config, stdout io.Writer) [][32]byte {
+	keys := make([][32]byte, 0, len(cfg.APIKeys))
+	for _, k := range cfg.APIKeys {
+		keys = append(keys, k.SHA256)
+	}
+	if len(keys) == 0 {
+		key := "pb_" + rand.Text()
+		fmt.Fprintf(stdout, "No PATCHBAY_API_KEYS set; this run's API key is: %s\n", key)
+		keys = append(keys, sha256.Sum256([]byte(key)))
+	}
+	return keys
+}
+
+func sortedNames(m map[string]config.Connection) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// probe is the container health check: images without curl run the server
+// binary itself.
+func probe(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health check: %s answered %s", url, resp.Status)
+	}
+	return nil
+}

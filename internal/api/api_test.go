@@ -1,0 +1,307 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/patchbay-dev/patchbay/internal/api"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+)
+
+const testKey = "test-key"
+
+type bundle struct {
+	url    string
+	router routers.Router
+	spec   *openapi3.T
+
+	mu   sync.Mutex
+	seen map[string]bool // "METHOD /route status"
+}
+
+var (
+	specOnce sync.Once
+	spec     *openapi3.T
+	specErr  error
+)
+
+func loadSpec(t *testing.T) *openapi3.T {
+	t.Helper()
+	specOnce.Do(func() {
+		spec, specErr = openapi3.NewLoader().LoadFromFile("../../openapi.yaml")
+		if specErr == nil {
+			specErr = spec.Validate(context.Background())
+			// Match requests to any host: the test server's port is random.
+			spec.Servers = nil
+		}
+	})
+	if specErr != nil {
+		t.Fatalf("openapi.yaml: %v", specErr)
+	}
+	return spec
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	mem := harness.NewMemory(
+		harness.MemoryOp{Operation: harness.Operation{Name: "add", InputSchema: json.RawMessage(`{"type":"object"}`)},
+			Fn: func(_ context.Context, a map[string]any) (any, error) {
+				x, _ := a["a"].(float64)
+				y, _ := a["b"].(float64)
+				return map[string]any{"sum": x + y}, nil
+			}},
+		harness.MemoryOp{Operation: harness.Operation{Name: "echo"}},
+	)
+	reg := harness.NewRegistry(nil)
+	if err := reg.Add("mem", mem); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	metrics := api.NewMetrics()
+	execs := harness.NewExecutions(storetest.New(t), reg, &harness.ExecutionsOptions{Observer: metrics})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = execs.Run(ctx, 2); close(done) }()
+	srv := httptest.NewServer(api.New(api.Options{
+		Executions: execs, Registry: reg, APIKeys: [][32]byte{sha256.Sum256([]byte(testKey))},
+		MaxBodyBytes: 64 << 10, Metrics: metrics,
+	}))
+	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	s := loadSpec(t)
+	router, err := gorillamux.NewRouter(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{url: srv.URL, router: router, spec: s, seen: map[string]bool{}}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body %q: %v", r.body, err)
+	}
+	return m
+}
+
+// do sends a request with the test key and checks the response against
+// openapi.yaml.
+func (b *bundle) do(t *testing.T, method, path, contentType, body string, headers ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i+1] == "" {
+			req.Header.Del(headers[i])
+		} else {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	b.conform(t, req, resp, data)
+	return reply{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+func (b *bundle) conform(t *testing.T, req *http.Request, resp *http.Response, body []byte) {
+	t.Helper()
+	route, params, err := b.router.FindRoute(req)
+	if err != nil {
+		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed && resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%s %s is not in openapi.yaml (status %d)", req.Method, req.URL.Path, resp.StatusCode)
+		}
+		return
+	}
+	b.mu.Lock()
+	b.seen[req.Method+" "+route.Path] = true
+	b.mu.Unlock()
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{
+			Request: req, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		},
+		Status: resp.StatusCode, Header: resp.Header,
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	in.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		t.Fatalf("%s %s → %d does not match openapi.yaml: %v\nbody: %s", req.Method, req.URL.Path, resp.StatusCode, err, body)
+	}
+}
+
+const hello = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[
+	{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$input.x"},"b":2}},
+	{"kind":"call","id":"b","connection":"mem","op":"add","args":{"a":{"$expr":"$steps.a.sum"},"b":3}},
+	{"kind":"call","id":"c","connection":"mem","op":"echo","args":{"total":{"$expr":"$steps.b.sum"}}}]}}`
+
+func TestEveryRouteMatchesOpenAPI(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jsonCT = "application/json"
+
+	r := b.do(t, "POST", "/v1/executions", jsonCT, `{"workflow":`+hello+`,"input":{"x":1},"wait":"10s"}`)
+	if r.status != 200 {
+		t.Fatalf("POST wait = %d %s", r.status, r.body)
+	}
+	ex := r.json(t)
+	if ex["status"] != "succeeded" || ex["output"].(map[string]any)["total"] != 6.0 {
+		t.Fatalf("execution = %s", r.body)
+	}
+	id := ex["id"].(string)
+
+	r = b.do(t, "POST", "/v1/executions", jsonCT, `{"workflow":`+hello+`,"input":{"x":5}}`)
+	if r.status != 202 || r.header.Get("Location") == "" {
+		t.Fatalf("POST = %d %v", r.status, r.header)
+	}
+	if r = b.do(t, "GET", "/v1/executions/"+id, "", ""); r.status != 200 {
+		t.Fatalf("GET execution = %d", r.status)
+	}
+	if r = b.do(t, "GET", "/v1/executions?limit=1", "", ""); r.status != 200 || r.json(t)["next"] == nil {
+		t.Fatalf("GET list = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "GET", "/v1/executions?status=succeeded", "", ""); r.status != 200 {
+		t.Fatalf("GET list filtered = %d", r.status)
+	}
+	if r = b.do(t, "GET", "/v1/executions/ex_nope", "", ""); r.status != 404 || r.json(t)["code"] != "EXECUTION_NOT_FOUND" {
+		t.Fatalf("GET missing = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "GET", "/v1/connections", "", ""); r.status != 200 {
+		t.Fatalf("GET connections = %d", r.status)
+	}
+	if r = b.do(t, "GET", "/v1/connections/mem", "", ""); r.status != 200 || len(r.json(t)["operations"].([]any)) != 2 {
+		t.Fatalf("GET connection = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "GET", "/v1/connections/ghost", "", ""); r.status != 404 || r.json(t)["code"] != "CONNECTION_UNKNOWN" {
+		t.Fatalf("GET missing connection = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "GET", "/healthz", "", ""); r.status != 200 {
+		t.Fatalf("healthz = %d", r.status)
+	}
+	if r = b.do(t, "GET", "/readyz", "", ""); r.status != 200 {
+		t.Fatalf("readyz = %d", r.status)
+	}
+	r = b.do(t, "GET", "/metrics", "", "")
+	for _, want := range []string{"patchbay_http_requests_total", `patchbay_executions_total{state="succeeded"}`, `patchbay_connection_calls_total{connection="mem",op="add",outcome="ok"}`, "patchbay_connection_call_duration_seconds_bucket"} {
+		if !bytes.Contains(r.body, []byte(want)) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+
+	for path, item := range b.spec.Paths.Map() {
+		for method := range item.Operations() {
+			if !b.seen[method+" "+path] {
+				t.Errorf("%s %s in openapi.yaml was never exercised", method, path)
+			}
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	wf := func(doc string) string { return `{"workflow":` + doc + `}` }
+	call := func(conn, op, args string) string {
+		return wf(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"` + conn + `","op":"` + op + `","args":` + args + `}}`)
+	}
+	tests := []struct {
+		name        string
+		method      string
+		path        string
+		contentType string
+		body        string
+		headers     []string
+		status      int
+		code        string
+		field       string
+	}{
+		{"malformed json", "POST", "/v1/executions", "application/json", `{"workflow":`, nil, 400, "MALFORMED_JSON", ""},
+		{"body is an array", "POST", "/v1/executions", "application/json", `[]`, nil, 400, "MALFORMED_JSON", ""},
+		{"wrong content type", "POST", "/v1/executions", "text/plain", call("mem", "add", `{}`), nil, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"form that is not json", "POST", "/v1/executions", "application/x-www-form-urlencoded", `a=1`, nil, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"oversized body", "POST", "/v1/executions", "application/json", `{"input":"` + strings.Repeat("x", 70<<10) + `"}`, nil, 413, "BODY_TOO_LARGE", ""},
+		{"unknown envelope field", "POST", "/v1/executions", "application/json", `{"workflow":{},"bogus":1}`, nil, 422, "VALIDATION_FAILED", "/bogus"},
+		{"workflow missing", "POST", "/v1/executions", "application/json", `{"input":1}`, nil, 422, "VALIDATION_FAILED", "/workflow"},
+		{"unknown workflow field", "POST", "/v1/executions", "application/json", wf(`{"version":1,"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"connections":{"mem":{}},"extra":true}`), nil, 422, "VALIDATION_FAILED", "/workflow/extra"},
+		{"unknown step field", "POST", "/v1/executions", "application/json", wf(`{"version":1,"root":{"kind":"call","id":"a","connection":"mem","op":"add","oops":1},"connections":{"mem":{}}}`), nil, 422, "VALIDATION_FAILED", "/workflow/root/oops"},
+		{"unknown connection", "POST", "/v1/executions", "application/json", call("ghost", "add", `{}`), nil, 422, "CONNECTION_UNKNOWN", "/workflow/root/connection"},
+		{"unknown operation", "POST", "/v1/executions", "application/json", call("mem", "sub", `{}`), nil, 422, "OPERATION_UNKNOWN", "/workflow/root/op"},
+		{"expression does not compile", "POST", "/v1/executions", "application/json", call("mem", "add", `{"a":{"$expr":"1 +"}}`), nil, 422, "EXPRESSION_INVALID", "/workflow/root/args/a/$expr"},
+		{"wait too long", "POST", "/v1/executions", "application/json", `{"workflow":{},"wait":"2m"}`, nil, 422, "VALIDATION_FAILED", "/wait"},
+		{"wait not a duration", "POST", "/v1/executions", "application/json", `{"workflow":{},"wait":"soon"}`, nil, 422, "VALIDATION_FAILED", "/wait"},
+		{"no api key", "POST", "/v1/executions", "application/json", call("mem", "add", `{}`), []string{"Authorization", ""}, 401, "UNAUTHENTICATED", ""},
+		{"wrong api key", "GET", "/v1/executions", "", "", []string{"Authorization", "Bearer nope"}, 401, "UNAUTHENTICATED", ""},
+		{"basic auth", "GET", "/v1/executions", "", "", []string{"Authorization", "Basic dGVzdC1rZXk6"}, 401, "UNAUTHENTICATED", ""},
+		{"unknown v1 route", "GET", "/v1/nope", "", "", nil, 404, "NOT_FOUND", ""},
+		{"bad status filter", "GET", "/v1/executions?status=done", "", "", nil, 422, "VALIDATION_FAILED", "status"},
+		{"bad limit", "GET", "/v1/executions?limit=1000", "", "", nil, 422, "VALIDATION_FAILED", "limit"},
+		{"bad cursor", "GET", "/v1/executions?cursor=%21%21", "", "", nil, 400, "INVALID_CURSOR", ""},
+		{"wrong method", "DELETE", "/v1/executions", "", "", nil, 405, "METHOD_NOT_ALLOWED", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := b.do(t, tt.method, tt.path, tt.contentType, tt.body, tt.headers...)
+			if r.status != tt.status {
+				t.Fatalf("status = %d, want %d: %s", r.status, tt.status, r.body)
+			}
+			if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("Content-Type = %q", ct)
+			}
+			p := r.json(t)
+			if p["code"] != tt.code || p["status"] != float64(tt.status) || p["type"] == "" || p["title"] == "" {
+				t.Fatalf("problem = %s, want code %s", r.body, tt.code)
+			}
+			if tt.field == "" {
+				return
+			}
+			errs, _ := p["errors"].([]any)
+			for _, e := range errs {
+				if e.(map[string]any)["path"] == tt.field {
+					return
+				}
+			}
+			t.Fatalf("problem %s names no field %s", r.body, tt.field)
+		})
+	}
+}
+
+func TestCurlFormBodyIsAccepted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.do(t, "POST", "/v1/executions", "application/x-www-form-urlencoded", `{"workflow":`+hello+`,"input":{"x":0},"wait":10}`)
+	if r.status != 200 || r.json(t)["status"] != "succeeded" {
+		t.Fatalf("curl-style POST = %d %s", r.status, r.body)
+	}
+}

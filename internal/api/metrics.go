@@ -1,0 +1,89 @@
+package api
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+)
+
+// Metrics holds patchbay's Prometheus collectors on a registry of its own,
+// so tests and several servers in one process do not collide. It is the
+// harness's Observer.
+type Metrics struct {
+	registry   *prometheus.Registry
+	requests   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	executions *prometheus.CounterVec
+	calls      *prometheus.CounterVec
+	callTime   *prometheus.HistogramVec
+}
+
+// NewMetrics registers the collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "patchbay_http_requests_total", Help: "HTTP requests by method, route and status.",
+		}, []string{"method", "route", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "patchbay_http_request_duration_seconds", Help: "HTTP request latency by route.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"method", "route"}),
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "patchbay_executions_total", Help: "Executions entering each state.",
+		}, []string{"state"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "patchbay_connection_calls_total", Help: "Connection calls by connection, operation and outcome (ok, error, failure).",
+		}, []string{"connection", "op", "outcome"}),
+		callTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "patchbay_connection_call_duration_seconds", Help: "Connection call latency.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"connection", "outcome"}),
+	}
+	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// CallDone records one connection call.
+func (m *Metrics) CallDone(connection, op, outcome string, d time.Duration) {
+	m.calls.WithLabelValues(connection, op, outcome).Inc()
+	m.callTime.WithLabelValues(connection, outcome).Observe(d.Seconds())
+}
+
+// ExecutionEntered counts an execution entering state.
+func (m *Metrics) ExecutionEntered(state harness.ExecState) {
+	m.executions.WithLabelValues(string(state)).Inc()
+}
+
+var _ harness.Observer = (*Metrics)(nil)
+
+func (m *Metrics) handler() echo.HandlerFunc {
+	return echo.WrapHandler(promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+}
+
+// middleware counts requests by route template, not raw path, so ids do
+// not explode the label set.
+func (m *Metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		status := c.Response().Status
+		if err != nil {
+			status = toProblem(err).Status
+		}
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		m.requests.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Inc()
+		m.latency.WithLabelValues(c.Request().Method, route).Observe(time.Since(start).Seconds())
+		return err
+	}
+}

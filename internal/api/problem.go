@@ -1,0 +1,130 @@
+package api
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+)
+
+// Problem is an RFC 9457 problem document with patchbay's stable code and
+// per-field errors.
+type Problem struct {
+	Type   string               `json:"type"`
+	Title  string               `json:"title"`
+	Status int                  `json:"status"`
+	Detail string               `json:"detail,omitempty"`
+	Code   string               `json:"code"`
+	Errors []harness.FieldError `json:"errors,omitempty"`
+}
+
+func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
+
+// Codes the API adds to the harness's.
+const (
+	codeUnauthenticated    = "UNAUTHENTICATED"
+	codeMalformedJSON      = "MALFORMED_JSON"
+	codeUnsupportedMedia   = "UNSUPPORTED_MEDIA_TYPE"
+	codeBodyTooLarge       = "BODY_TOO_LARGE"
+	codeNotFound           = "NOT_FOUND"
+	codeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
+	codeNotReady           = "NOT_READY"
+	codeInternal           = "INTERNAL"
+	codeInvalidCursor      = "INVALID_CURSOR"
+	codeExecutionNotFound  = string(harness.CodeExecutionNotFound)
+	codeValidationFailed   = string(harness.CodeValidationFailed)
+	codeConnectionNotFound = string(harness.CodeConnectionUnknown)
+)
+
+func problem(status int, code, detail string, errs ...harness.FieldError) *Problem {
+	return &Problem{
+		Type:   "urn:patchbay:problem:" + strings.ToLower(strings.ReplaceAll(code, "_", "-")),
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: detail,
+		Code:   code,
+		Errors: errs,
+	}
+}
+
+// fieldProblem is a 422 naming one field.
+func fieldProblem(code harness.Code, path, message string) *Problem {
+	return problem(http.StatusUnprocessableEntity, string(code), path+": "+message,
+		harness.FieldError{Path: path, Code: code, Message: message})
+}
+
+// errorHandler maps every error a handler returns to problem+json, once, at
+// the edge. Details of 5xx errors are logged, never returned.
+func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		p := toProblem(err)
+		if p.Status >= 500 && p.Code == codeInternal {
+			logger.Error("request failed", "request_id", requestID(c), "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+		}
+		if p.Status == http.StatusUnauthorized {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="patchbay"`)
+		}
+		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+		if c.Request().Method == http.MethodHead {
+			_ = c.NoContent(p.Status)
+			return
+		}
+		_ = c.JSON(p.Status, p)
+	}
+}
+
+func toProblem(err error) *Problem {
+	var (
+		p  *Problem
+		ve *harness.ValidationError
+		he *harness.Error
+		ee *echo.HTTPError
+	)
+	switch {
+	case errors.As(err, &p):
+		return p
+	case errors.As(err, &ve):
+		return problem(http.StatusUnprocessableEntity, string(ve.Code()), ve.Error(), ve.Problems...)
+	case errors.Is(err, harness.ErrNotFound):
+		return problem(http.StatusNotFound, codeExecutionNotFound, "no execution with that id")
+	case errors.As(err, &he):
+		return problem(statusOf(he.Code), string(he.Code), he.Message)
+	case errors.As(err, &ee):
+		return echoProblem(ee)
+	}
+	return problem(http.StatusInternalServerError, codeInternal, "internal error; see the server log")
+}
+
+func statusOf(code harness.Code) int {
+	switch code {
+	case harness.CodeConnectionUnknown:
+		return http.StatusNotFound
+	case harness.CodeConnectionNameTaken:
+		return http.StatusConflict
+	}
+	return http.StatusUnprocessableEntity
+}
+
+func echoProblem(ee *echo.HTTPError) *Problem {
+	switch ee.Code {
+	case http.StatusNotFound:
+		return problem(ee.Code, codeNotFound, "no such route")
+	case http.StatusMethodNotAllowed:
+		return problem(ee.Code, codeMethodNotAllowed, "method not allowed on this route")
+	case http.StatusRequestEntityTooLarge:
+		return problem(ee.Code, codeBodyTooLarge, "request body is larger than the limit")
+	case http.StatusUnsupportedMediaType:
+		return problem(ee.Code, codeUnsupportedMedia, "request body must be application/json")
+	}
+	if ee.Code < 500 {
+		return problem(ee.Code, "BAD_REQUEST", http.StatusText(ee.Code))
+	}
+	return problem(http.StatusInternalServerError, codeInternal, "internal error; see the server log")
+}

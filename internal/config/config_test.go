@@ -1,0 +1,544 @@
+package config_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/config"
+)
+
+// env is a fake getenv.
+type env map[string]string
+
+func (e env) get(k string) string { return e[k] }
+
+// files is a fake readFile.
+type files map[string]string
+
+func (f files) read(name string) ([]byte, error) {
+	s, ok := f[name]
+	if !ok {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return []byte(s), nil
+}
+
+// want is an expected problem: the exact path and a part of the message.
+type want struct{ path, msg string }
+
+// checkProblems asserts err holds exactly the wanted problems, in order
+// (problems are sorted by path).
+func checkProblems(t *testing.T, err error, wants ...want) {
+	t.Helper()
+	if len(wants) == 0 {
+		if err != nil {
+			t.Fatalf("unexpected error:\n%v", err)
+		}
+		return
+	}
+	var ve *config.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("error = %v (%T), want *config.ValidationError", err, err)
+	}
+	if len(ve.Problems) != len(wants) {
+		t.Fatalf("got %d problems, want %d:\n%v", len(ve.Problems), len(wants), err)
+	}
+	for i, w := range wants {
+		p := ve.Problems[i]
+		if p.Path != w.path || !strings.Contains(p.Message, w.msg) {
+			t.Errorf("problem %d = %q: %q, want %q: …%q…", i, p.Path, p.Message, w.path, w.msg)
+		}
+	}
+}
+
+func load(e env, f files) (*config.Config, error) {
+	return config.Load(e.get, f.read)
+}
+
+func TestLoadEnvDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := load(env{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := config.Default()
+	if c.Addr != "127.0.0.1:8080" || c.RedisPrefix != "pb:" || c.LogLevel != "info" || c.LogFormat != "text" ||
+		c.Workers != 4 || c.Retention != 168*time.Hour || c.MaxBodyBytes != 1<<20 || c.RedisURL != "" ||
+		c.ConfigPath != "" || len(c.APIKeys) != 0 || len(c.File.Connections) != 0 {
+		t.Errorf("defaults = %+v", c)
+	}
+	if c.Addr != def.Addr || c.Workers != def.Workers {
+		t.Errorf("Default() disagrees with Load: %+v", def)
+	}
+	if err := def.Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v", err)
+	}
+}
+
+func TestLoadEnv(t *testing.T) {
+	t.Parallel()
+	plain := "k-plain-1"
+	digest := sha256.Sum256([]byte("k-hashed-2"))
+	hexDigest := hex.EncodeToString(digest[:])
+
+	tests := []struct {
+		name  string
+		env   env
+		check func(t *testing.T, c *config.Config)
+		wants []want
+	}{
+		{
+			name: "all set",
+			env: env{
+				"PATCHBAY_ADDR": ":9090", "REDIS_URL": "redis://r:6379/1", "PATCHBAY_REDIS_PREFIX": "t1:",
+				"PATCHBAY_SECRET_KEY": "s3cret", "PATCHBAY_ADMIN_TOKEN": "adm", "PATCHBAY_LOG_LEVEL": "DEBUG",
+				"PATCHBAY_LOG_FORMAT": "json", "PATCHBAY_WORKERS": "256", "PATCHBAY_RETENTION": "1m",
+				"PATCHBAY_MAX_BODY_BYTES": "1024",
+			},
+			check: func(t *testing.T, c *config.Config) {
+				if c.Addr != ":9090" || c.RedisURL != "redis://r:6379/1" || c.RedisPrefix != "t1:" || c.SecretKey != "s3cret" ||
+					c.AdminToken != "adm" || c.LogLevel != "debug" || c.LogFormat != "json" || c.Workers != 256 ||
+					c.Retention != time.Minute || c.MaxBodyBytes != 1024 {
+					t.Errorf("got %+v", c)
+				}
+				if c.SlogLevel() != slog.LevelDebug {
+					t.Errorf("SlogLevel = %v", c.SlogLevel())
+				}
+			},
+		},
+		{
+			name: "api keys plain and sha256",
+			env:  env{"PATCHBAY_API_KEYS": plain + ", sha256:" + hexDigest + ",,"},
+			check: func(t *testing.T, c *config.Config) {
+				if len(c.APIKeys) != 2 {
+					t.Fatalf("APIKeys = %d, want 2", len(c.APIKeys))
+				}
+				if c.APIKeys[0] != config.HashAPIKey(plain) || c.APIKeys[1].SHA256 != digest {
+					t.Errorf("APIKeys = %x", c.APIKeys)
+				}
+				for key, ok := range map[string]bool{plain: true, "k-hashed-2": true, "nope": false, "": false} {
+					if got := c.MatchAPIKey(key); got != ok {
+						t.Errorf("MatchAPIKey(%q) = %v, want %v", key, got, ok)
+					}
+				}
+			},
+		},
+		{
+			name:  "bad sha256 key",
+			env:   env{"PATCHBAY_API_KEYS": "ok-key,sha256:abc,sha256:" + strings.Repeat("zz", 32)},
+			wants: []want{{"PATCHBAY_API_KEYS[1]", "64 hex"}, {"PATCHBAY_API_KEYS[2]", "64 hex"}},
+		},
+		{
+			name:  "unparsable numbers",
+			env:   env{"PATCHBAY_WORKERS": "four", "PATCHBAY_RETENTION": "7d", "PATCHBAY_MAX_BODY_BYTES": "1MiB"},
+			wants: []want{{"PATCHBAY_MAX_BODY_BYTES", "whole number"}, {"PATCHBAY_RETENTION", "duration"}, {"PATCHBAY_WORKERS", "whole number"}},
+		},
+		{
+			name: "out of range, all at once",
+			env: env{
+				"PATCHBAY_ADDR": "localhost", "PATCHBAY_LOG_LEVEL": "trace", "PATCHBAY_LOG_FORMAT": "xml",
+				"PATCHBAY_WORKERS": "257", "PATCHBAY_RETENTION": "59s", "PATCHBAY_MAX_BODY_BYTES": "1023",
+				"PATCHBAY_REDIS_PREFIX": "{pb}:",
+			},
+			wants: []want{
+				{"PATCHBAY_ADDR", "host:port"},
+				{"PATCHBAY_LOG_FORMAT", "text, json"},
+				{"PATCHBAY_LOG_LEVEL", "debug, info, warn, error"},
+				{"PATCHBAY_MAX_BODY_BYTES", "between 1024"},
+				{"PATCHBAY_REDIS_PREFIX", "braces"},
+				{"PATCHBAY_RETENTION", "at least 1m0s"},
+				{"PATCHBAY_WORKERS", "between 1 and 256"},
+			},
+		},
+		{
+			name:  "workers zero and body too big",
+			env:   env{"PATCHBAY_WORKERS": "0", "PATCHBAY_MAX_BODY_BYTES": "67108865"},
+			wants: []want{{"PATCHBAY_MAX_BODY_BYTES", "64 MiB"}, {"PATCHBAY_WORKERS", "not 0"}},
+		},
+		{
+			name:  "bad port",
+			env:   env{"PATCHBAY_ADDR": "127.0.0.1:http"},
+			wants: []want{{"PATCHBAY_ADDR", "port must be a number"}},
+		},
+		{
+			name:  "missing config file",
+			env:   env{"PATCHBAY_CONFIG": "/nope.yaml"},
+			wants: []want{{"PATCHBAY_CONFIG", "cannot read"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := load(tt.env, nil)
+			checkProblems(t, err, tt.wants...)
+			if err != nil && c != nil {
+				t.Errorf("Load returned a config with an error")
+			}
+			if tt.check != nil && c != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}
+
+func TestLoadErrorHidesSecrets(t *testing.T) {
+	t.Parallel()
+	_, err := load(env{"PATCHBAY_API_KEYS": "sha256:hunter2hunter2", "PATCHBAY_WORKERS": "x"}, nil)
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	t.Parallel()
+	const mcpFields = "args, command, cwd, env, headers, name, requestTimeoutMs, timeoutMs, type, url"
+	tests := []struct {
+		name  string
+		file  string
+		env   env
+		check func(t *testing.T, f config.File)
+		wants []want
+	}{
+		{
+			name: "stdio and http",
+			file: `
+name: ops
+connections:
+  demo: { mcp: { command: ./bin/demo-mcp, args: [--x, "${env:ARG}"], env: { TOKEN: "${env:TOK}" }, cwd: /srv } }
+  remote:
+    mcp:
+      type: http
+      url: https://${env:HOST}/mcp
+      headers: { Authorization: "Bearer ${env:TOK}" }
+      timeoutMs: 1000
+      requestTimeoutMs: 0
+`,
+			env: env{"ARG": "a1", "TOK": "t0k", "HOST": "mcp.example.com"},
+			check: func(t *testing.T, f config.File) {
+				d, r := f.Connections["demo"].MCP, f.Connections["remote"].MCP
+				if f.Name != "ops" || d.Command != "./bin/demo-mcp" || d.Args[1] != "a1" || d.Env["TOKEN"] != "t0k" || d.Cwd != "/srv" {
+					t.Errorf("demo = %+v", d)
+				}
+				if r.URL != "https://mcp.example.com/mcp" || r.Headers["Authorization"] != "Bearer t0k" || r.TimeoutMs != 1000 || r.Transport() != "http" {
+					t.Errorf("remote = %+v", r)
+				}
+				if k := f.Connections["demo"].Kind(); k != "mcp" {
+					t.Errorf("Kind = %q", k)
+				}
+			},
+		},
+		{
+			name: "json",
+			file: "{\n\t\"connections\": {\n\t\t\"demo\": {\"mcp\": {\"command\": \"x\", \"args\": [\"a\"]}}\n\t}\n}\n",
+			check: func(t *testing.T, f config.File) {
+				if m := f.Connections["demo"].MCP; m == nil || m.Command != "x" || m.Args[0] != "a" {
+					t.Errorf("demo = %+v", m)
+				}
+			},
+		},
+		{
+			name:  "empty file",
+			file:  "",
+			check: func(t *testing.T, f config.File) {},
+		},
+		{
+			name:  "unknown fields",
+			file:  "nmae: x\nconnections:\n  demo:\n    mcp: { command: x, comand: y }\n    polcy: {}\n",
+			wants: []want{{"connections.demo.mcp.comand", "unknown field (line 4); expected one of: " + mcpFields}, {"connections.demo.polcy", "unknown field (line 5)"}, {"nmae", "unknown field (line 1)"}},
+		},
+		{
+			name:  "unknown field in json",
+			file:  `{"connections": {"demo": {"mcp": {"command": "x", "bogus": true}}}}`,
+			wants: []want{{"connections.demo.mcp.bogus", "unknown field"}},
+		},
+		{
+			name:  "wrong types",
+			file:  "connections:\n  demo:\n    mcp: { command: [x], args: x, timeoutMs: soon, env: [a] }\ntriggers: {}\n",
+			wants: []want{{"connections.demo.mcp.args", "must be a list, not a string"}, {"connections.demo.mcp.command", "must be a string, not a list"}, {"connections.demo.mcp.env", "must be a mapping"}, {"connections.demo.mcp.timeoutMs", "must be a whole number"}, {"triggers", "must be a list"}},
+		},
+		{
+			name:  "duplicate key",
+			file:  "connections:\n  demo: { mcp: { command: x } }\n  demo: { mcp: { command: y } }\n",
+			wants: []want{{"connections.demo", "given twice (lines 2 and 3)"}},
+		},
+		{
+			name:  "unset env",
+			file:  "connections:\n  demo: { mcp: { command: \"${env:NOPE}\", args: [\"${env:ALSO_NOPE}\", \"${env:bad-name}\"] } }\n",
+			wants: []want{{"connections.demo.mcp.args[0]", "ALSO_NOPE is not set"}, {"connections.demo.mcp.args[1]", "not a valid environment variable name"}, {"connections.demo.mcp.command", "NOPE is not set"}},
+		},
+		{
+			name:  "secret and unknown references",
+			file:  "connections:\n  r: { mcp: { url: \"https://h/${secret:K}\", headers: { X-A: \"${vault:K}\" } } }\n",
+			wants: []want{{"connections.r.mcp.headers.X-A", "unknown reference kind"}, {"connections.r.mcp.url", "secrets are not supported yet"}},
+		},
+		{
+			name: "no substitution outside mcp strings or of substituted text",
+			file: "name: \"${env:X}\"\nconnections:\n  d: { mcp: { command: \"${env:X}-${env:Y}\", cwd: \"$HOME/${X}\" } }\n",
+			env:  env{"X": "${env:Y}", "Y": "y"},
+			check: func(t *testing.T, f config.File) {
+				if f.Name != "${env:X}" || f.Connections["d"].MCP.Command != "${env:Y}-y" || f.Connections["d"].MCP.Cwd != "$HOME/${X}" {
+					t.Errorf("got %q %+v", f.Name, f.Connections["d"].MCP)
+				}
+			},
+		},
+		{
+			name:  "syntax error",
+			file:  "connections: [\n",
+			wants: []want{{"PATCHBAY_CONFIG", "cannot parse /etc/pb.yaml"}},
+		},
+		{
+			name:  "two documents",
+			file:  "name: a\n---\nname: b\n",
+			wants: []want{{"PATCHBAY_CONFIG", "exactly one YAML document"}},
+		},
+		{
+			name: "merge keys",
+			file: "connections:\n  a: &a { mcp: { command: x } }\n  b: { <<: *a }\n",
+			check: func(t *testing.T, f config.File) {
+				if f.Connections["b"].MCP == nil || f.Connections["b"].MCP.Command != "x" {
+					t.Errorf("b = %+v", f.Connections["b"])
+				}
+			},
+		},
+		{
+			name: "many problems at once",
+			file: `
+connections:
+  9lives: { mcp: { command: x } }
+  both: { mcp: { command: x, url: "https://h" } }
+  none: {}
+  deploys: { source: { events: {} }, webhooks: { secrets: [a] } }
+  two: { mcp: { command: x }, cron: { schedule: "0 8 * * *" } }
+  remote: { mcp: { type: http, url: "${env:NOPE}" }, auth: oauth, policy: { deny: ["admin.*"] }, pool: { max: 2 }, extra: 1 }
+triggers:
+  - { id: daily, connection: two, event: tick }
+`,
+			env: env{"PATCHBAY_WORKERS": "0"},
+			wants: []want{
+				{"PATCHBAY_WORKERS", "between 1 and 256"},
+				{"connections.9lives", "name must be a letter"},
+				{"connections.both.mcp", "both command (stdio) and url (http)"},
+				{"connections.deploys.source", "source is not yet supported"},
+				{"connections.deploys.webhooks", "webhooks is not yet supported"},
+				{"connections.none", "exactly one kind"},
+				{"connections.remote.auth", "auth is not yet supported"},
+				{"connections.remote.extra", "unknown field"},
+				{"connections.remote.mcp.url", "NOPE is not set"},
+				{"connections.remote.policy", "policy is not yet supported"},
+				{"connections.remote.pool", "pool is not yet supported"},
+				{"connections.two", "exactly one kind, has mcp and cron"},
+				{"connections.two.cron", "cron is not yet supported"},
+				{"triggers", "triggers are not yet supported"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := env{"PATCHBAY_CONFIG": "/etc/pb.yaml"}
+			for k, v := range tt.env {
+				e[k] = v
+			}
+			c, err := load(e, files{"/etc/pb.yaml": tt.file})
+			checkProblems(t, err, tt.wants...)
+			if err == nil && tt.check != nil {
+				tt.check(t, c.File)
+			}
+		})
+	}
+}
+
+func TestLoadProblemsDoNotQuoteValues(t *testing.T) {
+	t.Parallel()
+	file := "connections:\n  r: { mcp: { type: http, url: \"ftp://${env:TOK}@h\", headers: { A: \"${env:TOK}\", a: \"x\", \"B\": \"v\\nw\" } } }\n  s: { mcp: { command: [sekrit] } }\n"
+	_, err := load(env{"PATCHBAY_CONFIG": "f", "TOK": "sekrit"}, files{"f": file})
+	checkProblems(t, err,
+		want{"connections.r.mcp.headers.B", "line breaks"},
+		want{"connections.r.mcp.headers.a", `repeats header "A"`},
+		want{"connections.r.mcp.url", "absolute http:// or https://"},
+		want{"connections.s.mcp.command", "must be a string"},
+	)
+	if strings.Contains(err.Error(), "sekrit") {
+		t.Errorf("error quotes a value:\n%v", err)
+	}
+}
+
+func mcpConn(m config.MCP) config.Connection { return config.Connection{MCP: &m} }
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		edit  func(c *config.Config)
+		wants []want
+	}{
+		{name: "defaults", edit: func(c *config.Config) {}},
+		{name: "valid stdio", edit: func(c *config.Config) {
+			c.File.Connections = map[string]config.Connection{"demo_1-x": mcpConn(config.MCP{Name: "demo_1-x", Type: "stdio", Command: "x", Args: []string{"a"}, Env: map[string]string{"A": "b"}, Cwd: "/"})}
+		}},
+		{name: "valid http", edit: func(c *config.Config) {
+			c.File.Connections = map[string]config.Connection{"r": mcpConn(config.MCP{URL: "http://127.0.0.1:3000/mcp", Headers: map[string]string{"X-A": "1", "X-B": "2"}, TimeoutMs: 1, RequestTimeoutMs: 2})}
+		}},
+		{name: "addr with empty host", edit: func(c *config.Config) { c.Addr = ":0" }},
+		{name: "addr ipv6", edit: func(c *config.Config) { c.Addr = "[::1]:8080" }},
+		{
+			name:  "addr without port",
+			edit:  func(c *config.Config) { c.Addr = "[::1]" },
+			wants: []want{{"PATCHBAY_ADDR", "host:port"}},
+		},
+		{
+			name:  "addr port out of range",
+			edit:  func(c *config.Config) { c.Addr = "h:65536" },
+			wants: []want{{"PATCHBAY_ADDR", "0 to 65535"}},
+		},
+		{
+			name: "zero config",
+			edit: func(c *config.Config) {
+				*c = config.Config{Addr: "h:1", RedisPrefix: "p:", LogLevel: "warn", LogFormat: "json"}
+			},
+			wants: []want{{"PATCHBAY_MAX_BODY_BYTES", "between"}, {"PATCHBAY_RETENTION", "at least"}, {"PATCHBAY_WORKERS", "between"}},
+		},
+		{
+			name: "names",
+			edit: func(c *config.Config) {
+				ok := mcpConn(config.MCP{Command: "x"})
+				c.File.Connections = map[string]config.Connection{
+					"a":                     ok,
+					strings.Repeat("a", 64): ok,
+					strings.Repeat("b", 65): ok,
+					"_x":                    ok,
+					"x.y":                   ok,
+					"":                      ok,
+					"é":                     ok,
+				}
+			},
+			wants: []want{{"connections.", "name must"}, {"connections._x", "name must"}, {"connections." + strings.Repeat("b", 65), "name must"}, {"connections.x.y", "name must"}, {"connections.é", "name must"}},
+		},
+		{
+			name: "mcp type",
+			edit: func(c *config.Config) {
+				c.File.Connections = map[string]config.Connection{"a": mcpConn(config.MCP{Type: "sse", URL: "https://h"})}
+			},
+			wants: []want{{"connections.a.mcp.type", `not "sse"`}},
+		},
+		{
+			name: "stdio rules",
+			edit: func(c *config.Config) {
+				c.File.Connections = map[string]config.Connection{
+					"a": mcpConn(config.MCP{}),
+					"b": mcpConn(config.MCP{Type: "stdio", Command: " ", URL: "https://h", Headers: map[string]string{"A": "b"}, Env: map[string]string{"A=B": "c"}}),
+				}
+			},
+			wants: []want{{"connections.a.mcp.command", "required"}, {"connections.b.mcp.command", "required"}, {"connections.b.mcp.env.A=B", "not a valid environment variable name"}, {"connections.b.mcp.headers", "not allowed"}, {"connections.b.mcp.url", "not allowed"}},
+		},
+		{
+			name: "http rules",
+			edit: func(c *config.Config) {
+				c.File.Connections = map[string]config.Connection{
+					"a": mcpConn(config.MCP{Type: "http"}),
+					"b": mcpConn(config.MCP{Type: "http", URL: "/mcp", Command: "x", Args: []string{"y"}, Env: map[string]string{"A": "b"}, Cwd: "/"}),
+					"c": mcpConn(config.MCP{URL: "ws://h/mcp"}),
+					"d": mcpConn(config.MCP{URL: "https:///mcp"}),
+				}
+			},
+			wants: []want{
+				{"connections.a.mcp.url", "required"},
+				{"connections.b.mcp.args", "not allowed"}, {"connections.b.mcp.command", "not allowed"}, {"connections.b.mcp.cwd", "not allowed"}, {"connections.b.mcp.env", "not allowed"}, {"connections.b.mcp.url", "absolute"},
+				{"connections.c.mcp.url", "absolute"},
+				{"connections.d.mcp.url", "absolute"},
+			},
+		},
+		{
+			name: "mcp name and timeouts",
+			edit: func(c *config.Config) {
+				c.File.Connections = map[string]config.Connection{"a": mcpConn(config.MCP{Name: "b", Command: "x", TimeoutMs: -1, RequestTimeoutMs: -5})}
+			},
+			wants: []want{{"connections.a.mcp.name", `must equal the connection's key "a"`}, {"connections.a.mcp.requestTimeoutMs", "negative"}, {"connections.a.mcp.timeoutMs", "negative"}},
+		},
+		{
+			name: "headers",
+			edit: func(c *config.Config) {
+				c.File.Connections = map[string]config.Connection{"a": mcpConn(config.MCP{URL: "https://h", Headers: map[string]string{"X-A": "1", "x-a": "2", "X-a": "3", "Bad Name": "4", "": "5"}})}
+			},
+			wants: []want{{"connections.a.mcp.headers.", "not a valid HTTP header name"}, {"connections.a.mcp.headers.Bad Name", "not a valid HTTP header name"}, {"connections.a.mcp.headers.X-a", `repeats header "X-A"`}, {"connections.a.mcp.headers.x-a", `repeats header "X-A"`}},
+		},
+		{
+			name: "kinds",
+			edit: func(c *config.Config) {
+				c.File.Connections = map[string]config.Connection{
+					"none":  {Policy: map[string]any{}},
+					"src":   {Source: map[string]any{}},
+					"three": {MCP: &config.MCP{Command: "x"}, Source: map[string]any{}, Cron: map[string]any{}},
+					"auth":  {MCP: &config.MCP{URL: "https://h"}, Auth: "oauth"},
+				}
+			},
+			wants: []want{
+				{"connections.auth.auth", "auth is not yet supported"},
+				{"connections.none", "exactly one kind: mcp"},
+				{"connections.none.policy", "policy is not yet supported"},
+				{"connections.src.source", "source is not yet supported"},
+				{"connections.three", "has mcp and source and cron"},
+				{"connections.three.cron", "cron is not yet supported"},
+				{"connections.three.source", "source is not yet supported"},
+			},
+		},
+		{
+			name:  "triggers",
+			edit:  func(c *config.Config) { c.File.Triggers = []map[string]any{{"id": "x"}} },
+			wants: []want{{"triggers", "triggers are not yet supported"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := config.Default()
+			tt.edit(c)
+			checkProblems(t, c.Validate(), tt.wants...)
+		})
+	}
+}
+
+func TestValidName(t *testing.T) {
+	t.Parallel()
+	for name, ok := range map[string]bool{
+		"a": true, "A9_-": true, strings.Repeat("z", 64): true,
+		"": false, "9a": false, "-a": false, "a b": false, "a.b": false, strings.Repeat("z", 65): false, "a\n": false,
+	} {
+		if got := config.ValidName(name); got != ok {
+			t.Errorf("ValidName(%q) = %v, want %v", name, got, ok)
+		}
+	}
+}
+
+func TestValidationErrorText(t *testing.T) {
+	t.Parallel()
+	err := &config.ValidationError{Problems: []config.Problem{{Path: "a.b", Message: "bad"}, {Path: "C", Message: "worse"}, {Message: "whole"}}}
+	if got, want := err.Error(), "a.b: bad\nC: worse\nwhole"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}
+
+func TestLogHelpers(t *testing.T) {
+	t.Parallel()
+	for level, want := range map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError} {
+		c := config.Default()
+		c.LogLevel = level
+		if got := c.SlogLevel(); got != want {
+			t.Errorf("SlogLevel(%s) = %v", level, got)
+		}
+	}
+	var b strings.Builder
+	c := config.Default()
+	c.LogFormat = "json"
+	slog.New(c.LogHandler(&b)).Debug("hidden")
+	slog.New(c.LogHandler(&b)).Info("shown")
+	if s := b.String(); strings.Contains(s, "hidden") || !strings.HasPrefix(s, `{"time"`) {
+		t.Errorf("log = %q", s)
+	}
+}

@@ -1,0 +1,327 @@
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults of the environment settings.
+const (
+	DefaultAddr         = "127.0.0.1:8080"
+	DefaultRedisPrefix  = "pb:"
+	DefaultLogLevel     = "info"
+	DefaultLogFormat    = "text"
+	DefaultWorkers      = 4
+	DefaultRetention    = 168 * time.Hour
+	DefaultMaxBodyBytes = 1 << 20
+)
+
+// LogLevels and LogFormats are the accepted values of PATCHBAY_LOG_LEVEL and
+// PATCHBAY_LOG_FORMAT.
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"text", "json"}
+)
+
+// Default returns a Config holding every default and no connections: what
+// Load returns for an empty environment. Tests start from it.
+func Default() *Config {
+	return &Config{
+		Addr:         DefaultAddr,
+		RedisPrefix:  DefaultRedisPrefix,
+		LogLevel:     DefaultLogLevel,
+		LogFormat:    DefaultLogFormat,
+		Workers:      DefaultWorkers,
+		Retention:    DefaultRetention,
+		MaxBodyBytes: DefaultMaxBodyBytes,
+	}
+}
+
+// Load builds the Config from the environment and, when PATCHBAY_CONFIG
+// names one, the config file, then validates it. getenv and readFile are
+// os.Getenv and os.ReadFile in production and fakes in tests.
+//
+// An empty variable counts as unset (getenv cannot tell them apart), both
+// for the settings and for ${env:NAME} in the file. On failure the error is
+// a *ValidationError with every problem found: in the environment, in the
+// file's syntax and field names, in ${…} references, and from Validate.
+func Load(getenv func(string) string, readFile func(string) ([]byte, error)) (*Config, error) {
+	c := Default()
+	var ps problems
+	c.loadEnv(getenv, &ps)
+	if c.ConfigPath != "" {
+		c.loadFile(getenv, readFile, &ps)
+	}
+
+	// A field that could not be read or substituted keeps its raw value;
+	// Validate would only repeat the complaint, so keep the first one.
+	reported := map[string]bool{}
+	for _, p := range ps {
+		reported[p.Path] = true
+	}
+	var ve *ValidationError
+	if errors.As(c.Validate(), &ve) {
+		for _, p := range ve.Problems {
+			if !reported[p.Path] {
+				ps = append(ps, p)
+			}
+		}
+	}
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	str("PATCHBAY_ADDR", &c.Addr)
+	str("REDIS_URL", &c.RedisURL)
+	str("PATCHBAY_REDIS_PREFIX", &c.RedisPrefix)
+	str("PATCHBAY_CONFIG", &c.ConfigPath)
+	str("PATCHBAY_SECRET_KEY", &c.SecretKey)
+	str("PATCHBAY_ADMIN_TOKEN", &c.AdminToken)
+	if v := strings.TrimSpace(getenv("PATCHBAY_LOG_LEVEL")); v != "" {
+		c.LogLevel = strings.ToLower(v)
+	}
+	if v := strings.TrimSpace(getenv("PATCHBAY_LOG_FORMAT")); v != "" {
+		c.LogFormat = strings.ToLower(v)
+	}
+	// On a parse failure the default stays, so Validate does not add a
+	// second, confusing range problem for the same variable.
+	if v := strings.TrimSpace(getenv("PATCHBAY_WORKERS")); v != "" {
+		if n, err := strconv.Atoi(v); err != nil {
+			ps.add("PATCHBAY_WORKERS", "must be a whole number, not %q", v)
+		} else {
+			c.Workers = n
+		}
+	}
+	if v := strings.TrimSpace(getenv("PATCHBAY_RETENTION")); v != "" {
+		if d, err := time.ParseDuration(v); err != nil {
+			ps.add("PATCHBAY_RETENTION", "must be a Go duration such as 168h or 30m, not %q", v)
+		} else {
+			c.Retention = d
+		}
+	}
+	if v := strings.TrimSpace(getenv("PATCHBAY_MAX_BODY_BYTES")); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err != nil {
+			ps.add("PATCHBAY_MAX_BODY_BYTES", "must be a whole number of bytes, not %q", v)
+		} else {
+			c.MaxBodyBytes = n
+		}
+	}
+	if v := getenv("PATCHBAY_API_KEYS"); v != "" {
+		c.APIKeys = parseAPIKeys(v, ps)
+	}
+}
+
+// parseAPIKeys reads the comma-separated list. Empty entries (a trailing
+// comma) are skipped; no message quotes a key.
+func parseAPIKeys(v string, ps *problems) []APIKey {
+	var keys []APIKey
+	for i, raw := range strings.Split(v, ",") {
+		k := strings.TrimSpace(raw)
+		if k == "" {
+			continue
+		}
+		if digest, ok := strings.CutPrefix(k, "sha256:"); ok {
+			b, err := hex.DecodeString(digest)
+			if err != nil || len(b) != sha256.Size {
+				ps.add(fmt.Sprintf("PATCHBAY_API_KEYS[%d]", i), "sha256: must be followed by 64 hex digits")
+				continue
+			}
+			var key APIKey
+			copy(key.SHA256[:], b)
+			keys = append(keys, key)
+			continue
+		}
+		keys = append(keys, HashAPIKey(k))
+	}
+	return keys
+}
+
+// HashAPIKey returns the stored form of a plain API key.
+func HashAPIKey(plain string) APIKey {
+	return APIKey{SHA256: sha256.Sum256([]byte(plain))}
+}
+
+// MatchAPIKey reports whether plain is one of the accepted API keys. It
+// compares every digest in constant time, so timing tells nothing about
+// which key, if any, came close.
+func (c *Config) MatchAPIKey(plain string) bool {
+	sum := sha256.Sum256([]byte(plain))
+	ok := 0
+	for _, k := range c.APIKeys {
+		ok |= subtle.ConstantTimeCompare(sum[:], k.SHA256[:])
+	}
+	return ok == 1
+}
+
+// SlogLevel is LogLevel as a slog.Level (info for anything unknown, which
+// Validate has already refused).
+func (c *Config) SlogLevel() slog.Level {
+	switch c.LogLevel {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
+	}
+}
+
+// LogHandler returns the slog handler that LogFormat and LogLevel ask for,
+// writing to w.
+func (c *Config) LogHandler(w io.Writer) slog.Handler {
+	opts := &slog.HandlerOptions{Level: c.SlogLevel()}
+	if c.LogFormat == "json" {
+		return slog.NewJSONHandler(w, opts)
+	}
+	return slog.NewTextHandler(w, opts)
+}
+
+// loadFile reads, parses and substitutes the config file into c.File.
+// Problems in the file carry paths relative to the file (connections.…);
+// problems with the file as a whole are reported at PATCHBAY_CONFIG.
+func (c *Config) loadFile(getenv func(string) string, readFile func(string) ([]byte, error), ps *problems) {
+	data, err := readFile(c.ConfigPath)
+	if err != nil {
+		ps.add("PATCHBAY_CONFIG", "cannot read the config file: %v", err)
+		return
+	}
+	f, ok := parseFile(data, c.ConfigPath, ps)
+	if !ok {
+		return
+	}
+	f.substitute(getenv, ps)
+	c.File = f
+}
+
+// parseFile decodes the YAML (or JSON) file with unknown fields refused.
+// The file is also read as a node tree and checked against File's shape,
+// which gives every unknown field, duplicate key and mistyped value its
+// path; the decoder's own messages carry only a line number.
+func parseFile(data []byte, name string, ps *problems) (File, bool) {
+	var f File
+	var doc yaml.Node
+	nodes := yaml.NewDecoder(bytes.NewReader(data))
+	if err := nodes.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return f, true // an empty file: no connections
+		}
+		ps.add("PATCHBAY_CONFIG", "cannot parse %s: %v", name, err)
+		return f, false
+	}
+	var extra yaml.Node
+	if err := nodes.Decode(&extra); !errors.Is(err, io.EOF) {
+		ps.add("PATCHBAY_CONFIG", "%s must hold exactly one YAML document", name)
+		return f, false
+	}
+
+	var shape problems
+	ck := checker{ps: &shape, budget: maxCheckNodes}
+	ck.walk(&doc, fileType, "")
+
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(&f)
+	var te *yaml.TypeError
+	switch {
+	case err == nil:
+	case errors.As(err, &te):
+		// The shape check saw the same things with paths; fall back to
+		// the decoder's words only if it somehow saw nothing.
+		if len(shape) == 0 {
+			for _, msg := range te.Errors {
+				ps.add("PATCHBAY_CONFIG", "%s: %s", name, msg)
+			}
+		}
+	default:
+		ps.add("PATCHBAY_CONFIG", "cannot parse %s: %v", name, err)
+		return f, false
+	}
+	*ps = append(*ps, shape...)
+	return f, true
+}
+
+// refRE finds ${kind:NAME} references in file strings.
+var (
+	refRE     = regexp.MustCompile(`\$\{([A-Za-z]+):([^}]*)\}`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// substitute replaces ${env:NAME} in the MCP string fields that may hold
+// them. It runs on the typed File, so each problem has its field's path.
+// ${secret:NAME} is recognised only to be refused until the secret store
+// exists: silently passing the literal text on would be worse.
+func (f *File) substitute(getenv func(string) string, ps *problems) {
+	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
+		m := f.Connections[name].MCP
+		if m == nil {
+			continue
+		}
+		path := "connections." + name + ".mcp"
+		sub := func(p, s string) string { return substituteString(s, p, getenv, ps) }
+		m.Command = sub(path+".command", m.Command)
+		for i := range m.Args {
+			m.Args[i] = sub(fmt.Sprintf("%s.args[%d]", path, i), m.Args[i])
+		}
+		for _, k := range slices.Sorted(maps.Keys(m.Env)) {
+			m.Env[k] = sub(path+".env."+k, m.Env[k])
+		}
+		m.Cwd = sub(path+".cwd", m.Cwd)
+		m.URL = sub(path+".url", m.URL)
+		for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+			m.Headers[k] = sub(path+".headers."+k, m.Headers[k])
+		}
+	}
+}
+
+func substituteString(s, path string, getenv func(string) string, ps *problems) string {
+	if !strings.Contains(s, "${") {
+		return s
+	}
+	return refRE.ReplaceAllStringFunc(s, func(ref string) string {
+		m := refRE.FindStringSubmatch(ref)
+		kind, name := m[1], m[2]
+		switch kind {
+		case "env":
+			if !envNameRE.MatchString(name) {
+				ps.add(path, "${env:%s}: not a valid environment variable name", name)
+				return ref
+			}
+			v := getenv(name)
+			if v == "" {
+				ps.add(path, "${env:%s}: environment variable %s is not set", name, name)
+				return ref
+			}
+			return v
+		case "secret":
+			ps.add(path, "${secret:%s}: secrets are not supported yet; use ${env:NAME}", name)
+			return ref
+		default:
+			ps.add(path, "${%s:%s}: unknown reference kind %q; use ${env:NAME}", kind, name, kind)
+			return ref
+		}
+	})
+}

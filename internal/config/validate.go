@@ -1,0 +1,299 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Problem is one thing wrong with the configuration. Path names where: an
+// environment variable (PATCHBAY_WORKERS) or a dotted path into the config
+// file (connections.demo.mcp.url, connections.demo.mcp.args[0]).
+type Problem struct {
+	Path    string
+	Message string
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// ValidationError holds every problem found, so a user can fix them all in
+// one go instead of one per restart.
+type ValidationError struct {
+	Problems []Problem
+}
+
+// Error lists the problems one per line.
+func (e *ValidationError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// problems collects Problems; the zero value is ready to use.
+type problems []Problem
+
+func (ps *problems) add(path, format string, args ...any) {
+	*ps = append(*ps, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// err returns nil when there is nothing to report, so callers can return it
+// directly without the typed-nil-in-interface trap.
+func (ps problems) err() error {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := slices.Clone([]Problem(ps))
+	slices.SortStableFunc(out, func(a, b Problem) int { return strings.Compare(a.Path, b.Path) })
+	return &ValidationError{Problems: out}
+}
+
+// nameRE is the connection-name rule; internal/harness uses the same
+// expression for its registry, so a name the config accepts is one the
+// registry accepts.
+var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+
+// ValidName reports whether s may name a connection: a letter, then letters,
+// digits, '_' or '-', at most 64 characters in all.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// Limits of the numeric settings, exported so help text and tests can quote
+// them.
+const (
+	MinWorkers      = 1
+	MaxWorkers      = 256
+	MinRetention    = time.Minute
+	MinMaxBodyBytes = 1 << 10
+	MaxMaxBodyBytes = 64 << 20
+)
+
+// Kinds of connection entry. Only KindMCP can be run so far.
+const (
+	KindMCP    = "mcp"
+	KindSource = "source"
+	KindCron   = "cron"
+)
+
+// Validate checks every setting, including those that depend on each other,
+// and returns nil or a *ValidationError listing every problem.
+func (c *Config) Validate() error {
+	var ps problems
+	c.validateEnv(&ps)
+	c.File.validate(&ps)
+	return ps.err()
+}
+
+func (c *Config) validateEnv(ps *problems) {
+	if err := checkHostPort(c.Addr); err != nil {
+		ps.add("PATCHBAY_ADDR", "%v", err)
+	}
+	if c.RedisPrefix == "" {
+		ps.add("PATCHBAY_REDIS_PREFIX", "must not be empty")
+	} else if strings.ContainsAny(c.RedisPrefix, "{}*?[]\\ \t\r\n") {
+		// Braces would turn the prefix into every key's hash tag (one
+		// cluster slot for everything); glob characters break the SCANs
+		// that clean a prefix up.
+		ps.add("PATCHBAY_REDIS_PREFIX", "must not contain braces, glob characters (*?[]\\) or whitespace")
+	}
+	if !slices.Contains(LogLevels, c.LogLevel) {
+		ps.add("PATCHBAY_LOG_LEVEL", "must be one of %s, not %q", strings.Join(LogLevels, ", "), c.LogLevel)
+	}
+	if !slices.Contains(LogFormats, c.LogFormat) {
+		ps.add("PATCHBAY_LOG_FORMAT", "must be one of %s, not %q", strings.Join(LogFormats, ", "), c.LogFormat)
+	}
+	if c.Workers < MinWorkers || c.Workers > MaxWorkers {
+		ps.add("PATCHBAY_WORKERS", "must be between %d and %d, not %d", MinWorkers, MaxWorkers, c.Workers)
+	}
+	if c.Retention < MinRetention {
+		ps.add("PATCHBAY_RETENTION", "must be at least %s, not %s", MinRetention, c.Retention)
+	}
+	if c.MaxBodyBytes < MinMaxBodyBytes || c.MaxBodyBytes > MaxMaxBodyBytes {
+		ps.add("PATCHBAY_MAX_BODY_BYTES", "must be between %d (1 KiB) and %d (64 MiB), not %d", MinMaxBodyBytes, MaxMaxBodyBytes, c.MaxBodyBytes)
+	}
+}
+
+// checkHostPort accepts host:port with an empty host (all interfaces) and a
+// numeric port; port 0 asks the system for a free one, which tests use.
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("must be host:port (such as 127.0.0.1:8080), not %q", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port must be a number from 0 to 65535, not %q", port)
+	}
+	return nil
+}
+
+func (f *File) validate(ps *problems) {
+	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
+		f.Connections[name].validate(ps, name)
+	}
+	if len(f.Triggers) > 0 {
+		ps.add("triggers", "triggers are not yet supported")
+	}
+}
+
+func (c Connection) validate(ps *problems, name string) {
+	path := "connections." + name
+	if !ValidName(name) {
+		ps.add(path, "name must be a letter followed by letters, digits, '_' or '-', at most 64 characters")
+	}
+	kinds := c.Kinds()
+	switch len(kinds) {
+	case 0:
+		ps.add(path, "must have exactly one kind: mcp (source and cron are not yet supported)")
+	case 1:
+	default:
+		ps.add(path, "must have exactly one kind, has %s", strings.Join(kinds, " and "))
+	}
+	// Every entry that is present but not built yet is refused by name, so
+	// a file written for a later version fails loudly instead of running
+	// without its policy or auth.
+	for _, u := range []struct {
+		kind    string
+		present bool
+	}{
+		{KindSource, c.Source != nil},
+		{KindCron, c.Cron != nil},
+		{"pool", c.Pool != nil},
+		{"auth", c.Auth != nil},
+		{"policy", c.Policy != nil},
+		{"webhooks", c.Webhooks != nil},
+	} {
+		if u.present {
+			ps.add(path+"."+u.kind, "%s is not yet supported", u.kind)
+		}
+	}
+	if c.MCP != nil {
+		c.MCP.validate(ps, path+".mcp", name)
+	}
+}
+
+// Kinds lists the kinds the entry declares (mcp, source, cron), in that
+// order. A valid entry has exactly one.
+func (c Connection) Kinds() []string {
+	var kinds []string
+	if c.MCP != nil {
+		kinds = append(kinds, KindMCP)
+	}
+	if c.Source != nil {
+		kinds = append(kinds, KindSource)
+	}
+	if c.Cron != nil {
+		kinds = append(kinds, KindCron)
+	}
+	return kinds
+}
+
+// Kind is the entry's single kind, or "" when it has none or several.
+func (c Connection) Kind() string {
+	if k := c.Kinds(); len(k) == 1 {
+		return k[0]
+	}
+	return ""
+}
+
+func (m *MCP) validate(ps *problems, path, key string) {
+	if m.Name != "" && m.Name != key {
+		ps.add(path+".name", "must equal the connection's key %q (or be left out), not %q", key, m.Name)
+	}
+	if m.TimeoutMs < 0 {
+		ps.add(path+".timeoutMs", "must not be negative")
+	}
+	if m.RequestTimeoutMs < 0 {
+		ps.add(path+".requestTimeoutMs", "must not be negative")
+	}
+	// Values below may have come from ${env:…}, so messages never quote
+	// them: a token in a URL or header must not reach a log.
+	switch m.Type {
+	case "", "stdio", "http":
+	default:
+		ps.add(path+".type", "must be stdio or http (or left out), not %q", m.Type)
+		return
+	}
+	if m.Type == "" && m.Command != "" && m.URL != "" {
+		ps.add(path, "has both command (stdio) and url (http); keep one, or set type")
+		return
+	}
+	switch m.Transport() {
+	case "stdio":
+		if strings.TrimSpace(m.Command) == "" {
+			ps.add(path+".command", "is required for a stdio server")
+		}
+		if m.URL != "" {
+			ps.add(path+".url", "is not allowed for a stdio server")
+		}
+		if len(m.Headers) > 0 {
+			ps.add(path+".headers", "are not allowed for a stdio server")
+		}
+		for _, k := range slices.Sorted(maps.Keys(m.Env)) {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				ps.add(path+".env."+k, "is not a valid environment variable name")
+			}
+		}
+	case "http":
+		if m.URL == "" {
+			ps.add(path+".url", "is required for an http server")
+		} else if u, err := url.Parse(m.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			ps.add(path+".url", "must be an absolute http:// or https:// URL")
+		}
+		if m.Command != "" {
+			ps.add(path+".command", "is not allowed for an http server")
+		}
+		if len(m.Args) > 0 {
+			ps.add(path+".args", "are not allowed for an http server")
+		}
+		if len(m.Env) > 0 {
+			ps.add(path+".env", "is not allowed for an http server")
+		}
+		if m.Cwd != "" {
+			ps.add(path+".cwd", "is not allowed for an http server")
+		}
+		seen := map[string]string{}
+		for _, h := range slices.Sorted(maps.Keys(m.Headers)) {
+			hp := path + ".headers." + h
+			if !validHeaderName(h) {
+				ps.add(hp, "is not a valid HTTP header name")
+				continue
+			}
+			if first, dup := seen[strings.ToLower(h)]; dup {
+				ps.add(hp, "repeats header %q (header names are case-insensitive)", first)
+				continue
+			}
+			seen[strings.ToLower(h)] = h
+			if strings.ContainsAny(m.Headers[h], "\r\n\x00") {
+				ps.add(hp, "value must not contain line breaks or NUL")
+			}
+		}
+	}
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case strings.ContainsRune("!#$%&'*+-.^_`|~", r):
+		default:
+			return false
+		}
+	}
+	return true
+}

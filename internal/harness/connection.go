@@ -1,0 +1,125 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// State is where a connection is in its life.
+type State string
+
+// Connection states, as shown in status.
+const (
+	StateConnecting  State = "connecting"
+	StateReady       State = "ready"
+	StateUnavailable State = "unavailable"
+	StateNeedsSignIn State = "needs_sign_in"
+	StateClosed      State = "closed"
+)
+
+// Annotations are the behaviour hints an operation declares. Pointers keep
+// "not declared" apart from "declared false", as MCP does.
+type Annotations struct {
+	Title           string `json:"title,omitempty"`
+	ReadOnlyHint    *bool  `json:"readOnlyHint,omitempty"`
+	DestructiveHint *bool  `json:"destructiveHint,omitempty"`
+	IdempotentHint  *bool  `json:"idempotentHint,omitempty"`
+	OpenWorldHint   *bool  `json:"openWorldHint,omitempty"`
+}
+
+// Operation is one callable thing a connection offers (an MCP tool).
+type Operation struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	Annotations Annotations     `json:"annotations"`
+}
+
+// Manifest is what a connection declares it can do.
+type Manifest struct {
+	Operations []Operation `json:"operations"`
+}
+
+// Operation returns the named operation and whether it exists.
+func (m Manifest) Operation(name string) (Operation, bool) {
+	for _, op := range m.Operations {
+		if op.Name == name {
+			return op, true
+		}
+	}
+	return Operation{}, false
+}
+
+// Identity says which concrete thing a connection is talking to. Instance
+// changes when that thing is replaced (a new server process or session), so
+// recorded results can be judged against the identity they were made with.
+type Identity struct {
+	Surface  string `json:"surface"`
+	Instance string `json:"instance"`
+	Epoch    int64  `json:"epoch"`
+}
+
+// CallRequest is one call to an operation.
+type CallRequest struct {
+	Op   string
+	Args map[string]any
+	// IdempotencyKey is sent with the call so a server can drop a repeat.
+	IdempotencyKey string
+}
+
+// CallError is a call the remote side answered with an error of its own
+// (MCP isError: true), as opposed to a transport failure.
+type CallError struct {
+	Op      string
+	Message string
+}
+
+func (e *CallError) Error() string { return "operation " + e.Op + " failed: " + e.Message }
+
+// Sentinel errors of the connection contract.
+var (
+	// ErrUnavailable: the connection is not ready; calls fail fast.
+	ErrUnavailable = errors.New("connection unavailable")
+	// ErrUnknownOperation: the manifest declares no such operation.
+	ErrUnknownOperation = errors.New("unknown operation")
+)
+
+// Conn is a live session with the thing behind a connection, opened by a
+// Provider. Implementations must be safe for concurrent use.
+type Conn interface {
+	// Manifest is read once after connecting and may be cached by the caller.
+	Manifest() Manifest
+	Identity() Identity
+	// Call runs one operation. A remote error is a *CallError; anything else
+	// is a failure of the connection itself.
+	Call(ctx context.Context, req CallRequest) (any, error)
+	// Info carries provider details shown in status (protocol era, version).
+	Info() map[string]any
+	// Close releases the session and anything it started (child processes).
+	Close() error
+}
+
+// Provider opens the Conn behind one configured connection. Connect is
+// called at Start and again when the harness reconnects.
+type Provider interface {
+	Connect(ctx context.Context) (Conn, error)
+}
+
+// ProviderFunc lets a function serve as a Provider.
+type ProviderFunc func(ctx context.Context) (Conn, error)
+
+// Connect calls f.
+func (f ProviderFunc) Connect(ctx context.Context) (Conn, error) { return f(ctx) }
+
+// Status is a connection's state as shown to operators.
+type Status struct {
+	Name       string         `json:"name"`
+	State      State          `json:"state"`
+	Identity   Identity       `json:"identity"`
+	Operations int            `json:"operationCount"`
+	Info       map[string]any `json:"info,omitempty"`
+	LastError  string         `json:"lastError,omitempty"`
+	Since      time.Time      `json:"since"`
+}

@@ -1,0 +1,104 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// testRegistry has a ready "mem" connection with add and echo, and a
+// "down" connection that failed to start.
+func testRegistry(t testing.TB) (*Registry, *Memory) {
+	t.Helper()
+	mem := NewMemory(
+		MemoryOp{Operation: Operation{Name: "add"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+			x, _ := a["a"].(float64)
+			y, _ := a["b"].(float64)
+			return map[string]any{"sum": x + y}, nil
+		}},
+		MemoryOp{Operation: Operation{Name: "echo"}},
+		MemoryOp{Operation: Operation{Name: "fail"}, Fn: func(context.Context, map[string]any) (any, error) {
+			return nil, &CallError{Op: "fail", Message: "always fails"}
+		}},
+	)
+	reg := NewRegistry(nil)
+	must(t, reg.Add("mem", mem))
+	must(t, reg.Add("down", failing{connectErr: errors.New("refused")}))
+	_ = reg.Start(context.Background())
+	return reg, mem
+}
+
+func TestParseDocument(t *testing.T) {
+	t.Parallel()
+	reg, _ := testRegistry(t)
+	const ok = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[
+		{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":1,"b":{"$expr":"$input.n"}}},
+		{"kind":"call","id":"b","connection":"mem","op":"echo","args":{"v":{"$expr":"$steps.a.sum * 2"},"raw":{"$literal":{"$expr":"kept"}}}}]}}`
+	tests := []struct {
+		name     string
+		doc      string
+		wantPath string
+		wantCode Code
+	}{
+		{"valid", ok, "", ""},
+		{"not json", `{`, "/workflow", CodeValidationFailed},
+		{"not an object", `[]`, "/workflow", CodeValidationFailed},
+		{"version missing", `{"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"connections":{"mem":{}}}`, "/workflow/version", CodeValidationFailed},
+		{"version 2", `{"version":2,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/version", CodeValidationFailed},
+		{"unknown top field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"extra":1}`, "/workflow/extra", CodeValidationFailed},
+		{"root missing", `{"version":1,"connections":{"mem":{}}}`, "/workflow/root", CodeValidationFailed},
+		{"unknown connection in manifest", `{"version":1,"connections":{"nope":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/nope", CodeConnectionUnknown},
+		{"bad connection name", `{"version":1,"connections":{"1x":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/1x", CodeConnectionInvalid},
+		{"later entry field", `{"version":1,"connections":{"mem":{"profile":"browser@^1"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", CodeNotSupported},
+		{"call to unknown connection", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"ghost","op":"add"}}`, "/workflow/root/connection", CodeConnectionUnknown},
+		{"call to undeclared connection", `{"version":1,"connections":{},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/root/connection", CodeValidationFailed},
+		{"unknown operation", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"sub"}}`, "/workflow/root/op", CodeOperationUnknown},
+		{"unavailable connection", `{"version":1,"connections":{"down":{}},"root":{"kind":"call","id":"a","connection":"down","op":"x"}}`, "/workflow/root/op", CodeConnectionUnavailable},
+		{"duplicate ids", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[{"kind":"call","id":"a","connection":"mem","op":"add"},{"kind":"call","id":"a","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/1/id", CodeStepIDDuplicate},
+		{"id missing", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","connection":"mem","op":"add"}}`, "/workflow/root/id", CodeValidationFailed},
+		{"unknown kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"loop","id":"a"}}`, "/workflow/root/kind", CodeValidationFailed},
+		{"later kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"wait","id":"a"}}`, "/workflow/root/kind", CodeNotSupported},
+		{"unknown step field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","arg":{}}}`, "/workflow/root/arg", CodeValidationFailed},
+		{"empty sequence", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[]}}`, "/workflow/root/steps", CodeValidationFailed},
+		{"args not object", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":[1]}}`, "/workflow/root/args", CodeValidationFailed},
+		{"expression does not compile", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"1 +"}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
+		{"expression unknown variable", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$env2"}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
+		{"expression names a later step", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$steps.b.sum"}}},{"kind":"call","id":"b","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/0/args/a/$expr", CodeExpressionInvalid},
+		{"expression not a string", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":3}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
+		{"secret not yet", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$secret":"x"}}}}`, "/workflow/root/args/a/$secret", CodeNotSupported},
+		{"slash in key escaped", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a/b":{"$expr":"("}}}}`, "/workflow/root/args/a~1b/$expr", CodeExpressionInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			doc, err := ParseDocument([]byte(tt.doc), reg, "/workflow")
+			if tt.wantCode == "" {
+				if err != nil || doc == nil {
+					t.Fatalf("ParseDocument = %v", err)
+				}
+				return
+			}
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("ParseDocument = %v, want a ValidationError", err)
+			}
+			for _, p := range ve.Problems {
+				if p.Path == tt.wantPath && p.Code == tt.wantCode {
+					return
+				}
+			}
+			t.Fatalf("problems = %+v, want %s at %s", ve.Problems, tt.wantCode, tt.wantPath)
+		})
+	}
+}
+
+func TestParseDocumentReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	reg, _ := testRegistry(t)
+	_, err := ParseDocument([]byte(`{"version":3,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[
+		{"kind":"call","id":"a","connection":"mem","op":"nope"},{"kind":"call","id":"a","connection":"mem","op":"add","args":{"x":{"$expr":"1 +"}}}]}}`), reg, "")
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 4 {
+		t.Fatalf("got %v, want 4 problems", err)
+	}
+}

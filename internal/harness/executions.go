@@ -1,0 +1,347 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/store"
+)
+
+// ExecState is where an execution is in its life.
+type ExecState string
+
+// Execution states.
+const (
+	ExecQueued    ExecState = "queued"
+	ExecRunning   ExecState = "running"
+	ExecWaiting   ExecState = "waiting"
+	ExecSucceeded ExecState = "succeeded"
+	ExecFailed    ExecState = "failed"
+	ExecCancelled ExecState = "cancelled"
+)
+
+// Terminal reports whether s is final.
+func (s ExecState) Terminal() bool {
+	return s == ExecSucceeded || s == ExecFailed || s == ExecCancelled
+}
+
+// ValidExecState reports whether s names a state.
+func ValidExecState(s string) bool {
+	switch ExecState(s) {
+	case ExecQueued, ExecRunning, ExecWaiting, ExecSucceeded, ExecFailed, ExecCancelled:
+		return true
+	}
+	return false
+}
+
+// Execution is one run of a workflow document with an input.
+type Execution struct {
+	ID         string       `json:"id"`
+	Status     ExecState    `json:"status"`
+	Input      any          `json:"input"`
+	Output     any          `json:"output,omitempty"`
+	Error      *ExecError   `json:"error,omitempty"`
+	Steps      []StepRecord `json:"steps"`
+	CreatedAt  time.Time    `json:"createdAt"`
+	StartedAt  *time.Time   `json:"startedAt,omitempty"`
+	FinishedAt *time.Time   `json:"finishedAt,omitempty"`
+}
+
+// ExecError says why an execution or a step failed.
+type ExecError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Step    string `json:"step,omitempty"`
+}
+
+// StepRecord is the result and timing of one step run.
+type StepRecord struct {
+	ID         string     `json:"id"`
+	Kind       string     `json:"kind"`
+	Connection string     `json:"connection,omitempty"`
+	Op         string     `json:"op,omitempty"`
+	Status     string     `json:"status"` // running, succeeded, failed
+	Output     any        `json:"output,omitempty"`
+	Error      *ExecError `json:"error,omitempty"`
+	StartedAt  time.Time  `json:"startedAt"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	DurationMs int64      `json:"durationMs"`
+}
+
+// record is what is stored in Redis: the execution and the document it runs,
+// so that any replica can run it.
+type record struct {
+	Execution
+	Workflow json.RawMessage `json:"workflow"`
+}
+
+// Observer receives the figures the harness produces; the API turns them
+// into metrics. Implementations must be safe for concurrent use.
+type Observer interface {
+	CallDone(connection, op, outcome string, d time.Duration)
+	ExecutionEntered(state ExecState)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) CallDone(string, string, string, time.Duration) {}
+func (nopObserver) ExecutionEntered(ExecState)                     {}
+
+// ExecutionsOptions configure Executions; the zero value means defaults.
+type ExecutionsOptions struct {
+	// Retention is how long an execution record is kept after its last
+	// change. Default 7 days.
+	Retention time.Duration
+	// Consumer names this replica in the work stream's consumer group, so
+	// that unacknowledged work can be traced to (and later taken from) it.
+	// Default: a random name.
+	Consumer string
+	Logger   *slog.Logger
+	Observer Observer
+}
+
+// Executions stores executions in Redis and runs them on workers that claim
+// work items from a Redis stream shared by every replica.
+type Executions struct {
+	store     *store.Store
+	reg       *Registry
+	retention time.Duration
+	consumer  string
+	logger    *slog.Logger
+	observer  Observer
+}
+
+const workGroup = "workers"
+
+// NewExecutions returns the execution service over st and reg.
+func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Executions {
+	var o ExecutionsOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Retention <= 0 {
+		o.Retention = 7 * 24 * time.Hour
+	}
+	if o.Consumer == "" {
+		o.Consumer = "replica-" + rand.Text()[:8]
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	return &Executions{store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer}
+}
+
+func (e *Executions) recordKey(id string) string { return e.store.Key("{exec:"+id+"}", "record") }
+func (e *Executions) doneKey(id string) string   { return e.store.Key("{exec:"+id+"}", "done") }
+func (e *Executions) indexKey() string           { return e.store.Key("executions") }
+func (e *Executions) workKey() string            { return e.store.Key("work") }
+
+// Submit validates workflow against the registry and, when it is valid,
+// stores a queued execution and its work item. A document problem is a
+// *ValidationError with paths under "/workflow".
+func (e *Executions) Submit(ctx context.Context, workflow json.RawMessage, input any) (*Execution, error) {
+	if _, err := ParseDocument(workflow, e.reg, "/workflow"); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec := &record{
+		Execution: Execution{ID: "ex_" + strings.ToLower(rand.Text()), Status: ExecQueued, Input: input, Steps: []StepRecord{}, CreatedAt: now},
+		Workflow:  workflow,
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("executions: encode %s: %w", rec.ID, err)
+	}
+	// The record is written before its work item so a worker never claims
+	// an id it cannot read.
+	_, err = e.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, e.recordKey(rec.ID), data, e.retention)
+		p.ZAdd(ctx, e.indexKey(), redis.Z{Member: indexMember(now, rec.ID)})
+		p.XAdd(ctx, &redis.XAddArgs{Stream: e.workKey(), Values: map[string]any{"id": rec.ID}})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("executions: submit %s: %w", rec.ID, err)
+	}
+	e.observer.ExecutionEntered(ExecQueued)
+	return &rec.Execution, nil
+}
+
+// indexMember orders executions by creation time, then id, as text, so the
+// index can be paged with lexicographic ranges that stay stable while new
+// executions arrive.
+func indexMember(t time.Time, id string) string {
+	return fmt.Sprintf("%013d:%s", t.UnixMilli(), id)
+}
+
+// Get returns the execution, or ErrNotFound.
+func (e *Executions) Get(ctx context.Context, id string) (*Execution, error) {
+	rec, err := e.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &rec.Execution, nil
+}
+
+func (e *Executions) load(ctx context.Context, id string) (*record, error) {
+	data, err := e.store.Client.Get(ctx, e.recordKey(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("execution %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("executions: load %s: %w", id, err)
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("executions: decode %s: %w", id, err)
+	}
+	return &rec, nil
+}
+
+func (e *Executions) save(ctx context.Context, rec *record) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("executions: encode %s: %w", rec.ID, err)
+	}
+	if err := e.store.Client.Set(ctx, e.recordKey(rec.ID), data, e.retention).Err(); err != nil {
+		return fmt.Errorf("executions: save %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// ListOptions select a page of executions.
+type ListOptions struct {
+	Status ExecState // empty: every state
+	Cursor string    // from a previous page's Next; empty: the newest
+	Limit  int       // 1..100, default 20
+}
+
+// Page is one page of executions, newest first.
+type Page struct {
+	Items []*Execution
+	// Next is the cursor of the following page; empty on the last page.
+	Next string
+}
+
+// ErrBadCursor is returned for a cursor this service did not issue.
+var ErrBadCursor = errors.New("invalid cursor")
+
+const listBatch = 100
+
+// List returns executions newest first. With a status filter, it reads at
+// most ten batches of the index per call and returns a cursor to continue,
+// so a rare status never makes one request scan everything.
+func (e *Executions) List(ctx context.Context, opts ListOptions) (Page, error) {
+	if opts.Limit <= 0 || opts.Limit > 100 {
+		opts.Limit = 20
+	}
+	max := "+"
+	if opts.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(opts.Cursor)
+		if err != nil || !strings.Contains(string(b), ":") {
+			return Page{}, ErrBadCursor
+		}
+		max = "(" + string(b)
+	}
+	e.trim(ctx)
+	var page Page
+	for range 10 {
+		members, err := e.store.Client.ZRevRangeByLex(ctx, e.indexKey(), &redis.ZRangeBy{Max: max, Min: "-", Count: listBatch}).Result()
+		if err != nil {
+			return Page{}, fmt.Errorf("executions: list: %w", err)
+		}
+		recs, err := e.loadMany(ctx, members)
+		if err != nil {
+			return Page{}, err
+		}
+		for i, rec := range recs {
+			if rec == nil || (opts.Status != "" && rec.Status != opts.Status) {
+				continue
+			}
+			page.Items = append(page.Items, &rec.Execution)
+			if len(page.Items) == opts.Limit {
+				if i < len(members)-1 || len(members) == listBatch {
+					page.Next = base64.RawURLEncoding.EncodeToString([]byte(members[i]))
+				}
+				return page, nil
+			}
+		}
+		if len(members) < listBatch {
+			return page, nil
+		}
+		max = "(" + members[len(members)-1]
+	}
+	page.Next = base64.RawURLEncoding.EncodeToString([]byte(max[1:]))
+	return page, nil
+}
+
+// loadMany reads the records behind index members; an expired record is
+// nil and its index entry is dropped.
+func (e *Executions) loadMany(ctx context.Context, members []string) ([]*record, error) {
+	cmds := make([]*redis.StringCmd, len(members))
+	_, err := e.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, m := range members {
+			cmds[i] = p.Get(ctx, e.recordKey(m[strings.IndexByte(m, ':')+1:]))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("executions: list: %w", err)
+	}
+	recs := make([]*record, len(members))
+	for i, cmd := range cmds {
+		data, err := cmd.Bytes()
+		if err != nil {
+			e.store.Client.ZRem(ctx, e.indexKey(), members[i])
+			continue
+		}
+		var rec record
+		if json.Unmarshal(data, &rec) == nil {
+			recs[i] = &rec
+		}
+	}
+	return recs, nil
+}
+
+// trim drops index entries older than the retention; their records have
+// expired already.
+func (e *Executions) trim(ctx context.Context) {
+	cutoff := time.Now().Add(-e.retention).UnixMilli()
+	e.store.Client.ZRemRangeByLex(ctx, e.indexKey(), "-", fmt.Sprintf("(%013d", cutoff))
+}
+
+// Wait returns the execution once it is terminal or when d has passed,
+// whichever comes first; it works whichever replica runs the execution.
+func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Execution, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sub := e.store.Client.Subscribe(ctx, e.doneKey(id))
+	defer sub.Close()
+	// Subscribe before reading, so a finish between the two is not missed.
+	if _, err := sub.Receive(ctx); err != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("executions: wait %s: %w", id, err)
+	}
+	for {
+		ex, err := e.Get(context.WithoutCancel(ctx), id)
+		if err != nil || ex.Status.Terminal() {
+			return ex, err
+		}
+		select {
+		case <-ctx.Done():
+			return ex, nil
+		case <-sub.Channel():
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// MemoryOp is one scripted operation of a Memory connection.
+type MemoryOp struct {
+	Operation Operation
+	// Fn answers a call; nil answers with the arguments unchanged.
+	Fn func(ctx context.Context, args map[string]any) (any, error)
+}
+
+// Memory is an in-process connection with scripted operations that records
+// every call it receives. It serves tests and examples; it is its own
+// Provider and Conn.
+type Memory struct {
+	ops      []MemoryOp
+	identity Identity
+
+	mu    sync.Mutex
+	calls []CallRequest
+}
+
+// NewMemory returns a Memory connection offering ops.
+func NewMemory(ops ...MemoryOp) *Memory {
+	return &Memory{ops: ops, identity: Identity{Surface: "memory", Instance: rand.Text(), Epoch: 1}}
+}
+
+// Connect returns m itself.
+func (m *Memory) Connect(context.Context) (Conn, error) { return m, nil }
+
+// Manifest lists the scripted operations.
+func (m *Memory) Manifest() Manifest {
+	ops := make([]Operation, len(m.ops))
+	for i, op := range m.ops {
+		ops[i] = op.Operation
+	}
+	return Manifest{Operations: ops}
+}
+
+// Identity is fixed for the life of m.
+func (m *Memory) Identity() Identity { return m.identity }
+
+// Info says what m is.
+func (m *Memory) Info() map[string]any { return map[string]any{"transport": "memory"} }
+
+// Call records req and answers with the operation's Fn.
+func (m *Memory) Call(ctx context.Context, req CallRequest) (any, error) {
+	m.mu.Lock()
+	m.calls = append(m.calls, req)
+	m.mu.Unlock()
+	for _, op := range m.ops {
+		if op.Operation.Name != req.Op {
+			continue
+		}
+		if op.Fn == nil {
+			return req.Args, nil
+		}
+		return op.Fn(ctx, req.Args)
+	}
+	return nil, fmt.Errorf("memory: %q: %w", req.Op, ErrUnknownOperation)
+}
+
+// Calls returns a copy of the calls received so far, in order.
+func (m *Memory) Calls() []CallRequest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.calls)
+}
+
+// Close does nothing; a Memory connection holds no resources.
+func (m *Memory) Close() error { return nil }

@@ -1,0 +1,225 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+
+// ValidName reports whether s may name a connection: a letter, then
+// letters, digits, '_' or '-', at most 64 characters.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// Registry holds the named connections of one deployment.
+type Registry struct {
+	mu     sync.RWMutex
+	conns  map[string]*Connection
+	logger *slog.Logger
+}
+
+// NewRegistry returns an empty registry. A nil logger discards.
+func NewRegistry(logger *slog.Logger) *Registry {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Registry{conns: map[string]*Connection{}, logger: logger}
+}
+
+// Add registers a connection under name. It does not connect; Start does.
+func (r *Registry) Add(name string, p Provider) error {
+	if !ValidName(name) {
+		return errorf(CodeConnectionInvalid, "connection name %q must be a letter followed by letters, digits, '_' or '-' (at most 64)", name)
+	}
+	if p == nil {
+		return errorf(CodeConnectionInvalid, "connection %q has no provider", name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.conns[name]; ok {
+		return errorf(CodeConnectionNameTaken, "connection %q is already registered", name)
+	}
+	r.conns[name] = &Connection{name: name, provider: p, state: StateConnecting, since: time.Now()}
+	return nil
+}
+
+// Get returns the named connection.
+func (r *Registry) Get(name string) (*Connection, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c, ok := r.conns[name]
+	if !ok {
+		return nil, errorf(CodeConnectionUnknown, "no connection named %q", name)
+	}
+	return c, nil
+}
+
+// List returns every connection, sorted by name.
+func (r *Registry) List() []*Connection {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*Connection, 0, len(r.conns))
+	for _, c := range r.conns {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *Connection) int {
+		if a.name < b.name {
+			return -1
+		}
+		if a.name > b.name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Start connects every connection concurrently. A connection that fails is
+// left unavailable with its error while the others carry on; Start returns
+// the first failure (by name order) after all attempts have finished.
+func (r *Registry) Start(ctx context.Context) error {
+	conns := r.List()
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			errs[i] = c.connect(ctx)
+			if errs[i] != nil {
+				r.logger.Error("connection failed to start", "connection", c.name, "err", errs[i])
+				return
+			}
+			r.logger.Info("connection ready", "connection", c.name, "operations", len(c.Manifest().Operations))
+		})
+	}
+	wg.Wait()
+	return firstError(errs)
+}
+
+// Close closes every connection, even when some fail, and returns the first
+// failure.
+func (r *Registry) Close() error {
+	conns := r.List()
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { errs[i] = c.close() })
+	}
+	wg.Wait()
+	return firstError(errs)
+}
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Connection is one named connection: its provider, the live Conn once
+// connected, and its status.
+type Connection struct {
+	name     string
+	provider Provider
+
+	mu       sync.RWMutex
+	conn     Conn
+	manifest Manifest
+	state    State
+	lastErr  string
+	since    time.Time
+}
+
+// Name is the connection's registered name.
+func (c *Connection) Name() string { return c.name }
+
+// Manifest is what the connection declared when it connected; empty until
+// then.
+func (c *Connection) Manifest() Manifest {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.manifest
+}
+
+// Status reports the connection's state for operators.
+func (c *Connection) Status() Status {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	s := Status{Name: c.name, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since}
+	if c.conn != nil {
+		s.Identity = c.conn.Identity()
+		s.Info = c.conn.Info()
+	}
+	return s
+}
+
+// Identity is the identity of the live Conn, zero when not connected.
+func (c *Connection) Identity() Identity {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.conn == nil {
+		return Identity{}
+	}
+	return c.conn.Identity()
+}
+
+// Call runs one operation. It fails fast with ErrUnavailable when the
+// connection is not ready and with ErrUnknownOperation when the manifest does
+// not declare op.
+func (c *Connection) Call(ctx context.Context, req CallRequest) (any, error) {
+	c.mu.RLock()
+	conn, state := c.conn, c.state
+	_, declared := c.manifest.Operation(req.Op)
+	c.mu.RUnlock()
+	if state != StateReady || conn == nil {
+		return nil, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
+	}
+	if !declared {
+		return nil, fmt.Errorf("connection %s: %q: %w", c.name, req.Op, ErrUnknownOperation)
+	}
+	return conn.Call(ctx, req)
+}
+
+func (c *Connection) connect(ctx context.Context) error {
+	c.setState(StateConnecting, "")
+	conn, err := c.provider.Connect(ctx)
+	if err != nil {
+		c.setState(StateUnavailable, err.Error())
+		return fmt.Errorf("connection %s: connect: %w", c.name, err)
+	}
+	c.mu.Lock()
+	c.conn, c.manifest = conn, conn.Manifest()
+	c.state, c.lastErr, c.since = StateReady, "", time.Now()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Connection) close() error {
+	c.mu.Lock()
+	conn := c.conn
+	c.conn, c.state, c.since = nil, StateClosed, time.Now()
+	c.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	if err := conn.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("connection %s: close: %w", c.name, err)
+	}
+	return nil
+}
+
+func (c *Connection) setState(s State, lastErr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state, c.since = s, time.Now()
+	if lastErr != "" {
+		c.lastErr = lastErr
+	}
+}

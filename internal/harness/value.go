@@ -1,0 +1,159 @@
+package harness
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+)
+
+// Expressions run sandboxed: expr-lang has no I/O; programs are capped in
+// size at compile time and in memory at run time.
+const (
+	maxExprLen   = 4096
+	maxExprNodes = 2000
+)
+
+// scope is what an expression sees. Input is typed any so expressions
+// may treat it as whatever the caller sent; type errors surface at run time.
+type scope struct {
+	Input any            `expr:"$input"`
+	Steps map[string]any `expr:"$steps"`
+}
+
+// value is an argument template: literals, objects and arrays of values,
+// and compiled expressions, evaluated against a scope when the step runs.
+type value interface {
+	eval(s scope) (any, error)
+}
+
+type literal struct{ v any }
+
+func (l literal) eval(scope) (any, error) { return l.v, nil }
+
+type object map[string]value
+
+func (o object) eval(s scope) (any, error) {
+	out := make(map[string]any, len(o))
+	for _, k := range slices.Sorted(maps.Keys(o)) {
+		v, err := o[k].eval(s)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+type array []value
+
+func (a array) eval(s scope) (any, error) {
+	out := make([]any, len(a))
+	for i, v := range a {
+		x, err := v.eval(s)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+type expression struct {
+	src  string
+	path string
+	prog *vm.Program
+}
+
+func (e *expression) eval(s scope) (any, error) {
+	out, err := expr.Run(e.prog, s)
+	if err != nil {
+		return nil, &exprError{path: e.path, err: err}
+	}
+	return out, nil
+}
+
+// exprError is an expression that failed at run time.
+type exprError struct {
+	path string
+	err  error
+}
+
+func (e *exprError) Error() string { return "expression at " + e.path + ": " + e.err.Error() }
+func (e *exprError) Unwrap() error { return e.err }
+
+// value parses v into a template. An object whose only key is "$expr" is an
+// expression; "$literal" passes its content through untouched.
+func (p *parser) value(v any, path string) value {
+	switch x := v.(type) {
+	case map[string]any:
+		if src, ok := x["$expr"]; ok && len(x) == 1 {
+			return p.expression(src, path+"/$expr")
+		}
+		if lit, ok := x["$literal"]; ok && len(x) == 1 {
+			return literal{lit}
+		}
+		if _, ok := x["$secret"]; ok && len(x) == 1 {
+			p.fail(path+"/$secret", CodeNotSupported, "secrets are not yet supported")
+			return literal{nil}
+		}
+		o := make(object, len(x))
+		for k, item := range x {
+			o[k] = p.value(item, path+"/"+escape(k))
+		}
+		return o
+	case []any:
+		a := make(array, len(x))
+		for i, item := range x {
+			a[i] = p.value(item, fmt.Sprintf("%s/%d", path, i))
+		}
+		return a
+	default:
+		return literal{v}
+	}
+}
+
+func (p *parser) expression(v any, path string) value {
+	src, ok := v.(string)
+	switch {
+	case !ok || src == "":
+		p.fail(path, CodeExpressionInvalid, "must be a non-empty string")
+		return literal{nil}
+	case len(src) > maxExprLen:
+		p.fail(path, CodeExpressionInvalid, "is longer than %d characters", maxExprLen)
+		return literal{nil}
+	}
+	prog, err := expr.Compile(src, expr.Env(scope{}), expr.MaxNodes(maxExprNodes))
+	if err != nil {
+		p.fail(path, CodeExpressionInvalid, "does not compile: %v", err)
+		return literal{nil}
+	}
+	node := prog.Node()
+	check := &stepRefs{done: p.done}
+	ast.Walk(&node, check)
+	for _, id := range check.unknown {
+		p.fail(path, CodeExpressionInvalid, "$steps.%s is not the id of an earlier step", id)
+	}
+	return &expression{src: src, path: path, prog: prog}
+}
+
+// stepRefs finds $steps.<id> references to steps that have not run yet.
+type stepRefs struct {
+	done    map[string]bool
+	unknown []string
+}
+
+func (r *stepRefs) Visit(n *ast.Node) {
+	m, ok := (*n).(*ast.MemberNode)
+	if !ok {
+		return
+	}
+	id, ok := m.Node.(*ast.IdentifierNode)
+	prop, isStr := m.Property.(*ast.StringNode)
+	if ok && isStr && id.Value == "$steps" && !r.done[prop.Value] {
+		r.unknown = append(r.unknown, prop.Value)
+	}
+}

@@ -1,0 +1,23 @@
+//go:build unix
+
+package mcp
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// signalGroup signals every process in the group pgid. A group that is
+// already empty is not an error.
+func signalGroup(pgid int, sig syscall.Signal) error {
+	if pgid <= 0 {
+		// kill(0) or kill(-1) would signal patchbay's own group or every
+		// process it may signal.
+		return nil
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal process group %d: %w", pgid, err)
+	}
+	return nil
+}
