@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -47,6 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	logger := slog.New(cfg.LogHandler(stdout))
+	redis.SetLogger(redisLogger{logger})
 
 	st, err := store.Open(ctx, cfg.RedisURL, cfg.RedisPrefix, logger)
 	if err != nil {
@@ -174,4 +177,12 @@ func probe(ctx context.Context, url string) error {
 		return fmt.Errorf("health check: %s answered %s", url, resp.Status)
 	}
 	return nil
+}
+
+// redisLogger sends go-redis's own messages (dial failures, pool notes)
+// through slog instead of its default stderr logger.
+type redisLogger struct{ logger *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.logger.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }

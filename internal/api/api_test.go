@@ -39,7 +39,7 @@ var (
 	specErr  error
 )
 
-func loadSpec(t *testing.T) *openapi3.T {
+func loadSpec(t testing.TB) *openapi3.T {
 	t.Helper()
 	specOnce.Do(func() {
 		spec, specErr = openapi3.NewLoader().LoadFromFile("../../openapi.yaml")
@@ -55,7 +55,7 @@ func loadSpec(t *testing.T) *openapi3.T {
 	return spec
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	mem := harness.NewMemory(
 		harness.MemoryOp{Operation: harness.Operation{Name: "add", InputSchema: json.RawMessage(`{"type":"object"}`)},
