@@ -155,9 +155,47 @@ func (e *Executions) Submit(ctx context.Context, workflow json.RawMessage, input
 	if _, err := ParseDocument(workflow, e.reg, "/workflow"); err != nil {
 		return nil, err
 	}
+	return e.enqueue(ctx, newExecutionID(), workflow, input)
+}
+
+// SubmitOnce is Submit keyed by a message id (a trigger's
+// "<connection>:<trigger>:<event id>"): every call with the same key, on any
+// replica, yields the same execution, so an event delivered twice starts
+// one turn. created reports whether this call created it.
+//
+// The key is claimed first and the execution written after, so a process
+// that dies between the two leaves a claimed key without a record; the next
+// call with that key (the event's redelivery) writes it under the claimed id.
+func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.RawMessage, input any) (ex *Execution, created bool, err error) {
+	if _, err := ParseDocument(workflow, e.reg, "/workflow"); err != nil {
+		return nil, false, err
+	}
+	msgKey := e.store.Key("msg", key)
+	id := newExecutionID()
+	won, err := e.store.Client.SetNX(ctx, msgKey, id, e.retention).Result()
+	if err != nil {
+		return nil, false, fmt.Errorf("executions: claim message %s: %w", key, err)
+	}
+	if !won {
+		if id, err = e.store.Client.Get(ctx, msgKey).Result(); err != nil {
+			return nil, false, fmt.Errorf("executions: read message %s: %w", key, err)
+		}
+		if ex, err := e.Get(ctx, id); err == nil || !errors.Is(err, ErrNotFound) {
+			return ex, false, err
+		}
+	}
+	ex, err = e.enqueue(ctx, id, workflow, input)
+	return ex, err == nil, err
+}
+
+func newExecutionID() string { return "ex_" + strings.ToLower(rand.Text()) }
+
+// enqueue writes a queued execution and its work item. The record is
+// written only if absent, so a repeated enqueue of one id keeps the first.
+func (e *Executions) enqueue(ctx context.Context, id string, workflow json.RawMessage, input any) (*Execution, error) {
 	now := time.Now().UTC()
 	rec := &record{
-		Execution: Execution{ID: "ex_" + strings.ToLower(rand.Text()), Status: ExecQueued, Input: input, Steps: []StepRecord{}, CreatedAt: now},
+		Execution: Execution{ID: id, Status: ExecQueued, Input: input, Steps: []StepRecord{}, CreatedAt: now},
 		Workflow:  workflow,
 	}
 	data, err := json.Marshal(rec)
@@ -166,9 +204,22 @@ func (e *Executions) Submit(ctx context.Context, workflow json.RawMessage, input
 	}
 	// The record is written before its work item so a worker never claims
 	// an id it cannot read.
+	fresh, err := e.store.Client.SetNX(ctx, e.recordKey(rec.ID), data, e.retention).Result()
+	if err != nil {
+		return nil, fmt.Errorf("executions: submit %s: %w", rec.ID, err)
+	}
+	if !fresh {
+		// Written by an earlier attempt that may have died before its
+		// work item; a second item is harmless (a worker skips an
+		// execution that is terminal or claimed).
+		if rec, err = e.load(ctx, id); err != nil {
+			return nil, err
+		}
+	}
 	_, err = e.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, e.recordKey(rec.ID), data, e.retention)
-		p.ZAdd(ctx, e.indexKey(), redis.Z{Member: indexMember(now, rec.ID)})
+		if fresh {
+			p.ZAdd(ctx, e.indexKey(), redis.Z{Member: indexMember(now, rec.ID)})
+		}
 		p.XAdd(ctx, &redis.XAddArgs{Stream: e.workKey(), Values: map[string]any{"id": rec.ID}})
 		return nil
 	})
