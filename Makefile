@@ -5,28 +5,44 @@ BIN := bin
 PATCHBAY_API_KEYS ?= dev-key
 export PATCHBAY_API_KEYS
 
-.PHONY: help build run test lint bench generate clean
+.PHONY: help build run test fuzz lint bench conformance interop generate clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build bin/server and bin/demo-mcp
+build: ## build bin/server, bin/demo-mcp and bin/mcp-conformance
 	$(GO) build -o $(BIN)/server ./cmd/server
 	$(GO) build -o $(BIN)/demo-mcp ./cmd/demo-mcp
+	$(GO) build -o $(BIN)/mcp-conformance ./cmd/mcp-conformance
 
 run: build ## run the server on the embedded Redis with the demo connection (API key: $$PATCHBAY_API_KEYS, default dev-key)
 	PATCHBAY_CONFIG=$${PATCHBAY_CONFIG:-examples/patchbay.yaml} ./$(BIN)/server
 
-test: lint ## vet, format check and every test (CI=true: nothing may skip)
+test: lint ## vet, format check and every test (CI=true: nothing may skip, and the fuzz targets run briefly)
 	$(GO) test -race -count=1 ./...
+	@if [ "$${CI:-}" = true ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=10s; fi
+
+FUZZTIME ?= 30s
+fuzz: ## run each fuzz target for FUZZTIME (default 30s)
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDocument$$' -fuzztime $(FUZZTIME) ./internal/harness/
+	$(GO) test -run '^$$' -fuzz '^FuzzExpression$$' -fuzztime $(FUZZTIME) ./internal/harness/
 
 lint: ## go vet and gofmt check
 	$(GO) vet ./...
 	@out=$$(gofmt -l cmd internal); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+conformance: ## run the official MCP conformance suite's client scenarios (2026-07-28, 2025-11-25, non-auth) and print pass counts
+	@set -o pipefail; CI=$${CI:-true} $(GO) test -count=1 -run '^TestConformance$$' -v ./internal/mcp/ \
+	  | grep -E 'conformance (20|.*SUMMARY)|^(--- |ok|FAIL)|Error' | sed -E 's/^ +conformance_test.go:[0-9]+: //'
+
+interop: ## run the interop tests against server-everything (npm) and the official Go SDK
+	CI=$${CI:-true} $(GO) test -race -count=1 -run 'Interop' -v ./internal/mcp/
+
 bench: ## run the benchmarks and print their figures
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./internal/harness/ ./internal/api/ ./internal/mcp/
+	@# Webhook ingest rate and event→execution-start latency at 500 events/s, on the real Redis (127.0.0.1:6379 unless set).
+	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./internal/webhooks/
 
 generate: ## regenerate generated code (templ components, once the admin UI exists)
 	$(GO) generate ./...

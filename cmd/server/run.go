@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +26,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/triggers"
 )
 
 // shutdownGrace bounds how long a SIGTERM waits for requests and executions
@@ -48,7 +51,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	logger := slog.New(cfg.LogHandler(stdout))
+	// Every log line passes the redactor: a secret resolved at gate 6 or
+	// configured for a connection never reaches the log.
+	redactor := harness.NewSecretRedactor()
+	logger := slog.New(redactor.Handler(cfg.LogHandler(stdout)))
 	redis.SetLogger(redisLogger{logger})
 
 	st, err := store.Open(ctx, cfg.RedisURL, cfg.RedisPrefix, logger)
@@ -60,8 +66,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	reg := harness.NewRegistry(logger)
 	for _, name := range sortedNames(cfg.File.Connections) {
 		spec := cfg.File.Connections[name]
-		if err := reg.Add(name, mcp.New(name, *spec.MCP, &mcp.Options{Logger: logger})); err != nil {
+		var p harness.Provider = triggers.NewProvider(name, spec) // source and cron
+		if spec.MCP != nil {
+			p = mcp.New(name, *spec.MCP, &mcp.Options{Logger: logger})
+			redactor.Add(mcp.Secrets(*spec.MCP)...)
+		}
+		if err := reg.Add(name, p); err != nil {
 			return err
+		}
+		if p := spec.Policy; p != nil {
+			if err := reg.SetPolicy(name, harness.Policy{Approve: p.Approve, Deny: p.Deny}); err != nil {
+				return err
+			}
 		}
 	}
 	defer func() {
@@ -70,12 +86,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}()
 
+	als := harness.NewAllowlists(st)
+	if err := seedAllowlists(ctx, als, cfg.File.Allowlists, logger); err != nil {
+		return err
+	}
+	secrets, secretWriter, err := secretStores(cfg, st, getenv)
+	if err != nil {
+		return err
+	}
 	metrics := api.NewMetrics()
-	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Retention: cfg.Retention, Logger: logger, Observer: metrics})
+	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{
+		Retention: cfg.Retention, Logger: logger, Observer: metrics, Allowlists: als,
+		Secrets: secrets, Redactor: redactor,
+	})
 	keys := apiKeys(cfg, stdout)
+	trig, hooks, err := newTriggers(st, execs, reg, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer trig.Close()
 	var started atomic.Bool
 	handler := api.New(api.Options{
-		Executions: execs, Registry: reg, APIKeys: keys, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
+		Executions: execs, Registry: reg, APIKeys: keys, Allowlists: als, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
+		Triggers: trig, Webhooks: hooks, Secrets: secretWriter,
 		Ready: func(ctx context.Context) error {
 			if !started.Load() {
 				return errors.New("connections are still starting")
@@ -105,6 +138,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			logger.Error("workers stopped", "err", err)
 		}
 	})
+	if cfg.StartTriggers {
+		if err := trig.Start(ctx); err != nil {
+			logger.Error("triggers did not start; POST /v1/harness/start retries", "err", err)
+		}
+	}
 
 	select {
 	case <-ctx.Done():
@@ -135,19 +173,43 @@ func overrides(getenv func(string) string, flags map[string]string) func(string)
 	}
 }
 
-// apiKeys returns the configured key digests; with none configured it makes
-// one for this run and prints it once, so the API is never open.
-func apiKeys(cfg *config.Config, stdout io.Writer) [][32]byte {
-	keys := make([][32]byte, 0, len(cfg.APIKeys))
+// apiKeys returns the configured keys; with none configured it makes one
+// for this run, bound to the default allowlist, and prints it once, so the
+// API is never open.
+func apiKeys(cfg *config.Config, stdout io.Writer) []api.Key {
+	keys := make([]api.Key, 0, len(cfg.APIKeys))
 	for _, k := range cfg.APIKeys {
-		keys = append(keys, k.SHA256)
+		keys = append(keys, api.Key{SHA256: k.SHA256, Name: k.Name, Allowlist: k.Allowlist})
 	}
 	if len(keys) == 0 {
 		key := "pb_" + rand.Text()
 		fmt.Fprintf(stdout, "No PATCHBAY_API_KEYS set; this run's API key is: %s\n", key)
-		keys = append(keys, sha256.Sum256([]byte(key)))
+		keys = append(keys, api.Key{SHA256: sha256.Sum256([]byte(key)), Name: "generated", Allowlist: config.DefaultAllowlist})
 	}
 	return keys
+}
+
+// seedAllowlists writes the config file's allowlists that Redis does not
+// have yet.
+func seedAllowlists(ctx context.Context, als *harness.Allowlists, specs map[string]map[string]any, logger *slog.Logger) error {
+	for _, name := range slices.Sorted(maps.Keys(specs)) {
+		raw, err := json.Marshal(specs[name])
+		if err != nil {
+			return fmt.Errorf("allowlists.%s: %w", name, err)
+		}
+		al, err := harness.ParseAllowlist(name, raw)
+		if err != nil {
+			return fmt.Errorf("allowlists.%s: %w", name, err)
+		}
+		created, err := als.Seed(ctx, al)
+		if err != nil {
+			return err
+		}
+		if created {
+			logger.Info("allowlist seeded from config", "allowlist", name)
+		}
+	}
+	return nil
 }
 
 func sortedNames(m map[string]config.Connection) []string {

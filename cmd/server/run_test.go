@@ -25,7 +25,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/demo"
 )
 
-var demoBin string
+var demoBin, serverBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "patchbay-server-test")
@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 	demoBin = filepath.Join(dir, "demo-mcp")
 	if out, err := exec.Command("go", "build", "-o", demoBin, "../demo-mcp").CombinedOutput(); err != nil {
 		panic(fmt.Sprintf("build demo-mcp: %v\n%s", err, out))
+	}
+	serverBin = filepath.Join(dir, "server")
+	if out, err := exec.Command("go", "build", "-o", serverBin, ".").CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("build server: %v\n%s", err, out))
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -137,6 +141,11 @@ connections:
     mcp: { command: %q }
   remote:
     mcp: { type: http, url: %q }
+allowlists:
+  default:
+    connections:
+      stdio: { ops: ["*"] }
+      remote: { ops: ["add", "note_*"] }
 `, demoBin, mcpHTTP.URL+"/mcp"))
 
 	for mode, redisURL := range redisModes(t) {

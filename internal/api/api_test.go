@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -55,7 +56,7 @@ func loadSpec(t testing.TB) *openapi3.T {
 	return spec
 }
 
-func setup(t testing.TB) *bundle {
+func setup(t testing.TB, opts ...func(*api.Options)) *bundle {
 	t.Helper()
 	mem := harness.NewMemory(
 		harness.MemoryOp{Operation: harness.Operation{Name: "add", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -65,6 +66,7 @@ func setup(t testing.TB) *bundle {
 				return map[string]any{"sum": x + y}, nil
 			}},
 		harness.MemoryOp{Operation: harness.Operation{Name: "echo"}},
+		harness.MemoryOp{Operation: harness.Operation{Name: "guarded"}},
 	)
 	reg := harness.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
@@ -73,15 +75,31 @@ func setup(t testing.TB) *bundle {
 	if err := reg.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	st := storetest.New(t)
+	als := harness.NewAllowlists(st)
+	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := als.Put(context.Background(), al, "setup"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, reg.SetPolicy("mem", harness.Policy{Approve: []string{"guarded"}}))
 	metrics := api.NewMetrics()
-	execs := harness.NewExecutions(storetest.New(t), reg, &harness.ExecutionsOptions{Observer: metrics})
+	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Observer: metrics, Allowlists: als})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = execs.Run(ctx, 2); close(done) }()
-	srv := httptest.NewServer(api.New(api.Options{
-		Executions: execs, Registry: reg, APIKeys: [][32]byte{sha256.Sum256([]byte(testKey))},
-		MaxBodyBytes: 64 << 10, Metrics: metrics,
-	}))
+	trig, hooks := triggerParts(t, st, execs, reg)
+	o := api.Options{
+		Executions: execs, Registry: reg, Allowlists: als,
+		APIKeys:      []api.Key{{SHA256: sha256.Sum256([]byte(testKey)), Name: "tester", Allowlist: "test"}},
+		MaxBodyBytes: 64 << 10, Metrics: metrics, Triggers: trig, Webhooks: hooks,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	srv := httptest.NewServer(api.New(o))
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	s := loadSpec(t)
 	router, err := gorillamux.NewRouter(s)
@@ -200,7 +218,7 @@ func TestEveryRouteMatchesOpenAPI(t *testing.T) {
 	if r = b.do(t, "GET", "/v1/connections", "", ""); r.status != 200 {
 		t.Fatalf("GET connections = %d", r.status)
 	}
-	if r = b.do(t, "GET", "/v1/connections/mem", "", ""); r.status != 200 || len(r.json(t)["operations"].([]any)) != 2 {
+	if r = b.do(t, "GET", "/v1/connections/mem", "", ""); r.status != 200 || len(r.json(t)["operations"].([]any)) != 3 {
 		t.Fatalf("GET connection = %d %s", r.status, r.body)
 	}
 	if r = b.do(t, "GET", "/v1/connections/ghost", "", ""); r.status != 404 || r.json(t)["code"] != "CONNECTION_UNKNOWN" {
@@ -218,6 +236,11 @@ func TestEveryRouteMatchesOpenAPI(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+
+	exerciseAllowlists(t, b)
+	exerciseApprovals(t, b)
+	exerciseTriggers(t, b)
+	exerciseSecrets(t, b)
 
 	for path, item := range b.spec.Paths.Map() {
 		for method := range item.Operations() {
@@ -304,4 +327,88 @@ func TestCurlFormBodyIsAccepted(t *testing.T) {
 	if r.status != 200 || r.json(t)["status"] != "succeeded" {
 		t.Fatalf("curl-style POST = %d %s", r.status, r.body)
 	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exerciseAllowlists(t *testing.T, b *bundle) {
+	t.Helper()
+	const ct = "application/json"
+	if r := b.do(t, "PUT", "/v1/allowlists/ops", ct, `{"connections":{"mem":{"ops":["add","echo"]}}}`); r.status != 201 {
+		t.Fatalf("PUT new allowlist = %d %s", r.status, r.body)
+	}
+	if r := b.do(t, "PUT", "/v1/allowlists/ops", ct, `{"connections":{"mem":{"ops":["add"]}}}`); r.status != 200 {
+		t.Fatalf("PUT allowlist = %d %s", r.status, r.body)
+	}
+	r := b.do(t, "PUT", "/v1/allowlists/ops", ct, `{"connections":{"mem":{"ops":["[bad"]}}}`)
+	if r.status != 422 || !bytes.Contains(r.body, []byte(`"/connections/mem/ops/0"`)) {
+		t.Fatalf("PUT bad glob = %d %s", r.status, r.body)
+	}
+	r = b.do(t, "GET", "/v1/allowlists/ops", "", "")
+	if r.status != 200 || len(r.json(t)["history"].([]any)) != 2 {
+		t.Fatalf("GET allowlist = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "GET", "/v1/allowlists", "", ""); r.status != 200 || len(r.json(t)["items"].([]any)) != 2 {
+		t.Fatalf("GET allowlists = %d %s", r.status, r.body)
+	}
+	r = b.do(t, "GET", "/v1/allowlists/ops/describe", "", "")
+	if ops := r.json(t)["connections"].(map[string]any)["mem"].([]any); r.status != 200 || len(ops) != 1 {
+		t.Fatalf("describe = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "DELETE", "/v1/allowlists/ops", "", ""); r.status != 204 {
+		t.Fatalf("DELETE = %d", r.status)
+	}
+	if r = b.do(t, "DELETE", "/v1/allowlists/ops", "", ""); r.status != 404 || r.json(t)["code"] != "ALLOWLIST_NOT_FOUND" {
+		t.Fatalf("DELETE again = %d %s", r.status, r.body)
+	}
+}
+
+func exerciseApprovals(t *testing.T, b *bundle) {
+	t.Helper()
+	doc := `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"g","connection":"mem","op":"guarded","args":{"x":1}}}`
+	r := b.do(t, "POST", "/v1/executions", "application/json", `{"workflow":`+doc+`}`)
+	if r.status != 202 {
+		t.Fatalf("POST guarded = %d %s", r.status, r.body)
+	}
+	exec := r.json(t)["id"].(string)
+	var id string
+	for range 200 {
+		r = b.do(t, "GET", "/v1/approvals?state=pending", "", "")
+		for _, it := range r.json(t)["items"].([]any) {
+			if ap := it.(map[string]any); ap["execution"] == exec {
+				id = ap["id"].(string)
+			}
+		}
+		if id != "" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if id == "" {
+		t.Fatal("no pending approval")
+	}
+	if r = b.do(t, "GET", "/v1/approvals/"+id, "", ""); r.status != 200 || r.json(t)["requestedBy"] != "tester" {
+		t.Fatalf("GET approval = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "POST", "/v1/approvals/"+id+"/approve", "application/json", `{"note":"fine"}`); r.status != 200 || r.json(t)["state"] != "approved" {
+		t.Fatalf("approve = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "POST", "/v1/approvals/"+id+"/deny", "", ""); r.status != 409 || r.json(t)["code"] != "APPROVAL_DECIDED" {
+		t.Fatalf("deny after approve = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "GET", "/v1/approvals/ap_nope", "", ""); r.status != 404 {
+		t.Fatalf("GET missing approval = %d", r.status)
+	}
+	for range 200 {
+		if r = b.do(t, "GET", "/v1/executions/"+exec, "", ""); r.json(t)["status"] == "succeeded" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("guarded execution did not finish: %s", r.body)
 }

@@ -60,7 +60,8 @@ func (h *handlers) createExecution(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	ex, err := h.Executions.Submit(ctx, req.Workflow, req.Input)
+	key := principal(c)
+	ex, err := h.Executions.Submit(ctx, harness.Request{Workflow: req.Workflow, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist})
 	if err != nil {
 		return err
 	}

@@ -16,14 +16,26 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/triggers"
+	"github.com/patchbay-dev/patchbay/internal/webhooks"
 )
 
 // Options wire the API to the rest of patchbay.
 type Options struct {
 	Executions *harness.Executions
 	Registry   *harness.Registry
-	// APIKeys are the SHA-256 digests of the accepted bearer keys.
-	APIKeys [][32]byte
+	// APIKeys are the accepted bearer keys.
+	APIKeys []Key
+	// Allowlists is the allowlist store managed under /v1/allowlists.
+	Allowlists *harness.Allowlists
+	// Triggers serves sources, the harness start/status routes and the
+	// dead letters; nil answers those routes with 503.
+	Triggers *triggers.Service
+	// Webhooks verifies /hooks/{connection}; nil answers 404 there.
+	Webhooks *webhooks.Receiver
+	// Secrets stores the values PUT /v1/secrets/{name} receives; nil (no
+	// PATCHBAY_SECRET_KEY) answers that route with 501 SECRETS_READ_ONLY.
+	Secrets harness.SecretWriter
 	// MaxBodyBytes bounds every request body. Default 1 MiB.
 	MaxBodyBytes int64
 	// Ready reports whether the server can take work (Redis reachable,
@@ -68,6 +80,23 @@ func New(o Options) *echo.Echo {
 	v1.GET("/executions/:id", h.getExecution, auth)
 	v1.GET("/connections", h.listConnections, auth)
 	v1.GET("/connections/:name", h.getConnection, auth)
+	v1.PUT("/secrets/:name", h.putSecret, auth)
+	// Triggers (issue 6). /hooks authenticates by signature, not API key.
+	e.POST("/hooks/:connection", h.receiveWebhook)
+	v1.POST("/sources/:name/events", h.pushEvent, auth)
+	v1.POST("/harness/start", h.startHarness, auth)
+	v1.GET("/harness/status", h.harnessStatus, auth)
+	v1.GET("/deadletters", h.listDeadLetters, auth)
+	v1.POST("/deadletters/:id/redeliver", h.redeliverDeadLetter, auth)
+	v1.GET("/allowlists", h.listAllowlists, auth)
+	v1.GET("/allowlists/:name", h.getAllowlist, auth)
+	v1.PUT("/allowlists/:name", h.putAllowlist, auth)
+	v1.DELETE("/allowlists/:name", h.deleteAllowlist, auth)
+	v1.GET("/allowlists/:name/describe", h.describeAllowlist, auth)
+	v1.GET("/approvals", h.listApprovals, auth)
+	v1.GET("/approvals/:id", h.getApproval, auth)
+	v1.POST("/approvals/:id/approve", h.approve, auth)
+	v1.POST("/approvals/:id/deny", h.deny, auth)
 	return e
 }
 

@@ -12,6 +12,7 @@ type Config struct {
 	RedisPrefix  string        // PATCHBAY_REDIS_PREFIX, default "pb:"
 	ConfigPath   string        // PATCHBAY_CONFIG; empty means no connections
 	SecretKey    string        // PATCHBAY_SECRET_KEY
+	SecretsDir   string        // PATCHBAY_SECRETS_DIR: a directory with one file per secret; empty means none
 	APIKeys      []APIKey      // PATCHBAY_API_KEYS, comma separated
 	AdminToken   string        // PATCHBAY_ADMIN_TOKEN
 	LogLevel     string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
@@ -19,20 +20,53 @@ type Config struct {
 	Workers      int           // PATCHBAY_WORKERS, default 4
 	Retention    time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
 	MaxBodyBytes int64         // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
-	File         File          // the parsed config file
+	// StartTriggers starts trigger delivery and cron at boot
+	// (PATCHBAY_START_TRIGGERS, default true); when false, POST
+	// /v1/harness/start does.
+	StartTriggers bool
+	File          File // the parsed config file
 }
 
 // APIKey is one accepted API key. Keys are kept only as SHA-256 digests so a
 // plain key given in the environment is not held in memory longer than load.
 type APIKey struct {
 	SHA256 [32]byte
+	// Name identifies the key's holder as the principal in approvals and
+	// audit records ("env-1" for keys from PATCHBAY_API_KEYS).
+	Name string
+	// Allowlist names the allowlist that bounds what documents sent with
+	// this key may use ("default" for keys from PATCHBAY_API_KEYS).
+	Allowlist string
+}
+
+// FileAPIKey is an API key declared in the config file, bound to a named
+// allowlist. Exactly one of Key (plain, usually ${env:...}) and SHA256 (64
+// hex digits) is given.
+type FileAPIKey struct {
+	Name      string `yaml:"name"`
+	Key       string `yaml:"key"`
+	SHA256    string `yaml:"sha256"`
+	Allowlist string `yaml:"allowlist"`
+}
+
+// Policy is a connection's call policy: operations matching a deny glob are
+// refused, those matching an approve glob wait for a person's approval.
+type Policy struct {
+	Approve []string `yaml:"approve"`
+	Deny    []string `yaml:"deny"`
 }
 
 // File is the YAML (or JSON) config file.
 type File struct {
 	Name        string                `yaml:"name"`
 	Connections map[string]Connection `yaml:"connections"`
-	Triggers    []map[string]any      `yaml:"triggers"`
+	Triggers    []Trigger             `yaml:"triggers"`
+	Inbox       *Inbox                `yaml:"inbox"`
+	APIKeys     []FileAPIKey          `yaml:"apiKeys"`
+	// Allowlists seed the allowlists in Redis at start: one that already
+	// exists there (edited through the API) is left as it is. Each is an
+	// allowlist document as PUT /v1/allowlists/{name} takes it.
+	Allowlists map[string]map[string]any `yaml:"allowlists"`
 }
 
 // Connection is one entry under connections. Only mcp is supported so far;
@@ -40,18 +74,18 @@ type File struct {
 type Connection struct {
 	MCP      *MCP           `yaml:"mcp"`
 	Auth     any            `yaml:"auth"`
-	Policy   map[string]any `yaml:"policy"`
+	Policy   *Policy        `yaml:"policy"`
 	Pool     map[string]any `yaml:"pool"`
-	Source   map[string]any `yaml:"source"`
-	Webhooks map[string]any `yaml:"webhooks"`
-	Cron     map[string]any `yaml:"cron"`
+	Source   *Source        `yaml:"source"`
+	Webhooks *Webhooks      `yaml:"webhooks"`
+	Cron     *Cron          `yaml:"cron"`
 }
 
 // MCP describes an MCP server reached over stdio (command) or Streamable
 // HTTP (url).
 type MCP struct {
 	Name             string            `yaml:"name"`
-	Type             string            `yaml:"type"` // stdio | http; inferred from command/url when empty
+	Type             string            `yaml:"type"` // stdio | http | sse; inferred from command/url when empty
 	Command          string            `yaml:"command"`
 	Args             []string          `yaml:"args"`
 	Env              map[string]string `yaml:"env"`
@@ -60,6 +94,10 @@ type MCP struct {
 	Headers          map[string]string `yaml:"headers"`
 	TimeoutMs        int               `yaml:"timeoutMs"`        // connect timeout, default 30000
 	RequestTimeoutMs int               `yaml:"requestTimeoutMs"` // per call, default 60000
+	// MaxResponseBytes bounds one message from the server (a stdio line or
+	// an HTTP response body), default 16 MiB, so a runaway server cannot
+	// exhaust patchbay's memory.
+	MaxResponseBytes int64 `yaml:"maxResponseBytes"`
 }
 
 // Transport is the MCP transport the entry uses after inference.

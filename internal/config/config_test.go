@@ -113,13 +113,23 @@ func TestLoadEnv(t *testing.T) {
 			},
 		},
 		{
+			name: "secrets dir",
+			env:  env{"PATCHBAY_SECRETS_DIR": "/run/secrets"},
+			check: func(t *testing.T, c *config.Config) {
+				if c.SecretsDir != "/run/secrets" {
+					t.Errorf("SecretsDir = %q", c.SecretsDir)
+				}
+			},
+		},
+		{
 			name: "api keys plain and sha256",
 			env:  env{"PATCHBAY_API_KEYS": plain + ", sha256:" + hexDigest + ",,"},
 			check: func(t *testing.T, c *config.Config) {
 				if len(c.APIKeys) != 2 {
 					t.Fatalf("APIKeys = %d, want 2", len(c.APIKeys))
 				}
-				if c.APIKeys[0] != config.HashAPIKey(plain) || c.APIKeys[1].SHA256 != digest {
+				if c.APIKeys[0].SHA256 != config.HashAPIKey(plain).SHA256 || c.APIKeys[1].SHA256 != digest ||
+					c.APIKeys[0].Name != "env-1" || c.APIKeys[1].Allowlist != config.DefaultAllowlist {
 					t.Errorf("APIKeys = %x", c.APIKeys)
 				}
 				for key, ok := range map[string]bool{plain: true, "k-hashed-2": true, "nope": false, "": false} {
@@ -197,7 +207,7 @@ func TestLoadErrorHidesSecrets(t *testing.T) {
 
 func TestLoadFile(t *testing.T) {
 	t.Parallel()
-	const mcpFields = "args, command, cwd, env, headers, name, requestTimeoutMs, timeoutMs, type, url"
+	const mcpFields = "args, command, cwd, env, headers, maxResponseBytes, name, requestTimeoutMs, timeoutMs, type, url"
 	tests := []struct {
 		name  string
 		file  string
@@ -324,17 +334,15 @@ triggers:
 				{"PATCHBAY_WORKERS", "between 1 and 256"},
 				{"connections.9lives", "name must be a letter"},
 				{"connections.both.mcp", "both command (stdio) and url (http)"},
-				{"connections.deploys.source", "source is not yet supported"},
-				{"connections.deploys.webhooks", "webhooks is not yet supported"},
+				{"connections.deploys.source.events", "at least one event type"},
+				{"connections.deploys.webhooks.secrets[0]", `must start with "whsec_"`},
 				{"connections.none", "exactly one kind"},
 				{"connections.remote.auth", "auth is not yet supported"},
 				{"connections.remote.extra", "unknown field"},
 				{"connections.remote.mcp.url", "NOPE is not set"},
-				{"connections.remote.policy", "policy is not yet supported"},
 				{"connections.remote.pool", "pool is not yet supported"},
 				{"connections.two", "exactly one kind, has mcp and cron"},
-				{"connections.two.cron", "cron is not yet supported"},
-				{"triggers", "triggers are not yet supported"},
+				{"triggers[0].workflow", "is required"},
 			},
 		},
 	}
@@ -423,9 +431,9 @@ func TestValidate(t *testing.T) {
 		{
 			name: "mcp type",
 			edit: func(c *config.Config) {
-				c.File.Connections = map[string]config.Connection{"a": mcpConn(config.MCP{Type: "sse", URL: "https://h"})}
+				c.File.Connections = map[string]config.Connection{"a": mcpConn(config.MCP{Type: "websocket", URL: "https://h", MaxResponseBytes: 10})}
 			},
-			wants: []want{{"connections.a.mcp.type", `not "sse"`}},
+			wants: []want{{"connections.a.mcp.maxResponseBytes", "at least 1024"}, {"connections.a.mcp.type", `not "websocket"`}},
 		},
 		{
 			name: "stdio rules",
@@ -472,26 +480,38 @@ func TestValidate(t *testing.T) {
 			name: "kinds",
 			edit: func(c *config.Config) {
 				c.File.Connections = map[string]config.Connection{
-					"none":  {Policy: map[string]any{}},
-					"src":   {Source: map[string]any{}},
-					"three": {MCP: &config.MCP{Command: "x"}, Source: map[string]any{}, Cron: map[string]any{}},
+					"none":  {Policy: &config.Policy{Deny: []string{"admin.*", "[bad"}}},
+					"src":   {Source: &config.Source{Events: map[string]any{"a.b": map[string]any{"type": "object"}}}},
+					"three": {MCP: &config.MCP{Command: "x"}, Source: &config.Source{Events: map[string]any{"x": true}}, Cron: &config.Cron{Schedule: "@daily"}},
 					"auth":  {MCP: &config.MCP{URL: "https://h"}, Auth: "oauth"},
 				}
 			},
 			wants: []want{
 				{"connections.auth.auth", "auth is not yet supported"},
-				{"connections.none", "exactly one kind: mcp"},
-				{"connections.none.policy", "policy is not yet supported"},
-				{"connections.src.source", "source is not yet supported"},
+				{"connections.none", "exactly one kind: mcp, source or cron"},
+				{"connections.none.policy.deny[1]", `"[bad" is not a valid glob`},
 				{"connections.three", "has mcp and source and cron"},
-				{"connections.three.cron", "cron is not yet supported"},
-				{"connections.three.source", "source is not yet supported"},
 			},
 		},
 		{
-			name:  "triggers",
-			edit:  func(c *config.Config) { c.File.Triggers = []map[string]any{{"id": "x"}} },
-			wants: []want{{"triggers", "triggers are not yet supported"}},
+			name: "api keys",
+			edit: func(c *config.Config) {
+				c.File.APIKeys = []config.FileAPIKey{{Name: "ci", Key: "k", SHA256: "ab", Allowlist: "ci"}, {Key: "k2"}}
+			},
+			wants: []want{
+				{"apiKeys[0]", "exactly one of key and sha256"},
+				{"apiKeys[0].sha256", "64 hex digits"},
+				{"apiKeys[1].allowlist", "is required"},
+				{"apiKeys[1].name", "is required"},
+			},
+		},
+		{
+			name: "triggers",
+			edit: func(c *config.Config) { c.File.Triggers = []config.Trigger{{ID: "x"}} },
+			wants: []want{
+				{"triggers[0].connection", "is required"},
+				{"triggers[0].workflow", "is required"},
+			},
 		},
 	}
 	for _, tt := range tests {

@@ -41,13 +41,14 @@ var (
 // Load returns for an empty environment. Tests start from it.
 func Default() *Config {
 	return &Config{
-		Addr:         DefaultAddr,
-		RedisPrefix:  DefaultRedisPrefix,
-		LogLevel:     DefaultLogLevel,
-		LogFormat:    DefaultLogFormat,
-		Workers:      DefaultWorkers,
-		Retention:    DefaultRetention,
-		MaxBodyBytes: DefaultMaxBodyBytes,
+		Addr:          DefaultAddr,
+		RedisPrefix:   DefaultRedisPrefix,
+		LogLevel:      DefaultLogLevel,
+		LogFormat:     DefaultLogFormat,
+		Workers:       DefaultWorkers,
+		Retention:     DefaultRetention,
+		MaxBodyBytes:  DefaultMaxBodyBytes,
+		StartTriggers: true,
 	}
 }
 
@@ -84,6 +85,7 @@ func Load(getenv func(string) string, readFile func(string) ([]byte, error)) (*C
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
+	c.APIKeys = append(c.APIKeys, c.File.fileAPIKeys()...)
 	return c, nil
 }
 
@@ -98,7 +100,15 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 	str("PATCHBAY_REDIS_PREFIX", &c.RedisPrefix)
 	str("PATCHBAY_CONFIG", &c.ConfigPath)
 	str("PATCHBAY_SECRET_KEY", &c.SecretKey)
+	str("PATCHBAY_SECRETS_DIR", &c.SecretsDir)
 	str("PATCHBAY_ADMIN_TOKEN", &c.AdminToken)
+	if v := strings.TrimSpace(getenv("PATCHBAY_START_TRIGGERS")); v != "" {
+		if b, err := strconv.ParseBool(v); err != nil {
+			ps.add("PATCHBAY_START_TRIGGERS", "must be true or false, not %q", v)
+		} else {
+			c.StartTriggers = b
+		}
+	}
 	if v := strings.TrimSpace(getenv("PATCHBAY_LOG_LEVEL")); v != "" {
 		c.LogLevel = strings.ToLower(v)
 	}
@@ -148,12 +158,32 @@ func parseAPIKeys(v string, ps *problems) []APIKey {
 				ps.add(fmt.Sprintf("PATCHBAY_API_KEYS[%d]", i), "sha256: must be followed by 64 hex digits")
 				continue
 			}
-			var key APIKey
+			key := APIKey{Name: fmt.Sprintf("env-%d", i+1), Allowlist: DefaultAllowlist}
 			copy(key.SHA256[:], b)
 			keys = append(keys, key)
 			continue
 		}
-		keys = append(keys, HashAPIKey(k))
+		key := HashAPIKey(k)
+		key.Name, key.Allowlist = fmt.Sprintf("env-%d", i+1), DefaultAllowlist
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+// DefaultAllowlist bounds the keys given in PATCHBAY_API_KEYS.
+const DefaultAllowlist = "default"
+
+// fileAPIKeys turns the file's keys into APIKeys; Validate has checked them.
+func (f *File) fileAPIKeys() []APIKey {
+	var keys []APIKey
+	for _, k := range f.APIKeys {
+		key := APIKey{Name: k.Name, Allowlist: k.Allowlist}
+		if k.Key != "" {
+			key.SHA256 = sha256.Sum256([]byte(k.Key))
+		} else if b, err := hex.DecodeString(k.SHA256); err == nil && len(b) == 32 {
+			copy(key.SHA256[:], b)
+		}
+		keys = append(keys, key)
 	}
 	return keys
 }
@@ -214,6 +244,8 @@ func (c *Config) loadFile(getenv func(string) string, readFile func(string) ([]b
 		return
 	}
 	f.substitute(getenv, ps)
+	f.substituteWebhookSecrets(getenv, ps)
+	f.loadWorkflows(c.ConfigPath, readFile, ps)
 	c.File = f
 }
 
@@ -275,6 +307,9 @@ var (
 // ${secret:NAME} is recognised only to be refused until the secret store
 // exists: silently passing the literal text on would be worse.
 func (f *File) substitute(getenv func(string) string, ps *problems) {
+	for i := range f.APIKeys {
+		f.APIKeys[i].Key = substituteString(f.APIKeys[i].Key, fmt.Sprintf("apiKeys[%d].key", i), getenv, ps)
+	}
 	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
 		m := f.Connections[name].MCP
 		if m == nil {

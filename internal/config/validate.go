@@ -1,10 +1,12 @@
 package config
 
 import (
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net"
 	"net/url"
+	pathpkg "path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -77,9 +79,11 @@ const (
 	MinRetention    = time.Minute
 	MinMaxBodyBytes = 1 << 10
 	MaxMaxBodyBytes = 64 << 20
+	// MinMaxResponseBytes is the smallest maxResponseBytes of an MCP entry.
+	MinMaxResponseBytes = 1 << 10
 )
 
-// Kinds of connection entry. Only KindMCP can be run so far.
+// Kinds of connection entry.
 const (
 	KindMCP    = "mcp"
 	KindSource = "source"
@@ -142,9 +146,9 @@ func (f *File) validate(ps *problems) {
 	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
 		f.Connections[name].validate(ps, name)
 	}
-	if len(f.Triggers) > 0 {
-		ps.add("triggers", "triggers are not yet supported")
-	}
+	f.validateAPIKeys(ps)
+	f.validateTriggers(ps)
+	f.Inbox.validate(ps)
 }
 
 func (c Connection) validate(ps *problems, name string) {
@@ -155,7 +159,7 @@ func (c Connection) validate(ps *problems, name string) {
 	kinds := c.Kinds()
 	switch len(kinds) {
 	case 0:
-		ps.add(path, "must have exactly one kind: mcp (source and cron are not yet supported)")
+		ps.add(path, "must have exactly one kind: mcp, source or cron")
 	case 1:
 	default:
 		ps.add(path, "must have exactly one kind, has %s", strings.Join(kinds, " and "))
@@ -167,12 +171,8 @@ func (c Connection) validate(ps *problems, name string) {
 		kind    string
 		present bool
 	}{
-		{KindSource, c.Source != nil},
-		{KindCron, c.Cron != nil},
 		{"pool", c.Pool != nil},
 		{"auth", c.Auth != nil},
-		{"policy", c.Policy != nil},
-		{"webhooks", c.Webhooks != nil},
 	} {
 		if u.present {
 			ps.add(path+"."+u.kind, "%s is not yet supported", u.kind)
@@ -180,6 +180,40 @@ func (c Connection) validate(ps *problems, name string) {
 	}
 	if c.MCP != nil {
 		c.MCP.validate(ps, path+".mcp", name)
+	}
+	c.validateEvents(ps, path)
+	if c.Policy != nil {
+		c.Policy.validate(ps, path+".policy")
+	}
+}
+
+func (p *Policy) validate(ps *problems, path string) {
+	for field, globs := range map[string][]string{"approve": p.Approve, "deny": p.Deny} {
+		for i, g := range globs {
+			if _, err := pathpkg.Match(g, ""); err != nil || g == "" {
+				ps.add(fmt.Sprintf("%s.%s[%d]", path, field, i), "%q is not a valid glob", g)
+			}
+		}
+	}
+}
+
+func (f *File) validateAPIKeys(ps *problems) {
+	for i, k := range f.APIKeys {
+		path := fmt.Sprintf("apiKeys[%d]", i)
+		if k.Name == "" {
+			ps.add(path+".name", "is required")
+		}
+		if (k.Key == "") == (k.SHA256 == "") {
+			ps.add(path, "needs exactly one of key and sha256")
+		}
+		if k.SHA256 != "" {
+			if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != 32 {
+				ps.add(path+".sha256", "must be 64 hex digits")
+			}
+		}
+		if k.Allowlist == "" {
+			ps.add(path+".allowlist", "is required: the allowlist that bounds this key")
+		}
 	}
 }
 
@@ -217,12 +251,17 @@ func (m *MCP) validate(ps *problems, path, key string) {
 	if m.RequestTimeoutMs < 0 {
 		ps.add(path+".requestTimeoutMs", "must not be negative")
 	}
+	if m.MaxResponseBytes < 0 {
+		ps.add(path+".maxResponseBytes", "must not be negative")
+	} else if m.MaxResponseBytes > 0 && m.MaxResponseBytes < MinMaxResponseBytes {
+		ps.add(path+".maxResponseBytes", "must be at least %d (1 KiB), not %d", MinMaxResponseBytes, m.MaxResponseBytes)
+	}
 	// Values below may have come from ${env:…}, so messages never quote
 	// them: a token in a URL or header must not reach a log.
 	switch m.Type {
-	case "", "stdio", "http":
+	case "", "stdio", "http", "sse":
 	default:
-		ps.add(path+".type", "must be stdio or http (or left out), not %q", m.Type)
+		ps.add(path+".type", "must be stdio, http or sse (or left out), not %q", m.Type)
 		return
 	}
 	if m.Type == "" && m.Command != "" && m.URL != "" {
@@ -245,7 +284,7 @@ func (m *MCP) validate(ps *problems, path, key string) {
 				ps.add(path+".env."+k, "is not a valid environment variable name")
 			}
 		}
-	case "http":
+	case "http", "sse":
 		if m.URL == "" {
 			ps.add(path+".url", "is required for an http server")
 		} else if u, err := url.Parse(m.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

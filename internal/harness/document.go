@@ -7,20 +7,21 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Node kinds.
 const (
 	KindSequence = "sequence"
 	KindCall     = "call"
+	KindParallel = "parallel"
+	KindVerify   = "verify"
 )
 
 // kinds that later issues add; refused by name so the message is useful.
-var laterKinds = []string{"wait", "verify", "parallel", "model"}
+var laterKinds = []string{"wait", "model"}
 
-// Later manifest entry fields: refused as not yet supported rather than
-// unknown, since the document format defines them.
-var laterEntryFields = []string{"profile", "extensions", "events", "from", "fresh", "setup", "mcp"}
+const kindList = "sequence, call, parallel or verify"
 
 // Document is a parsed and validated workflow document, ready to run.
 type Document struct {
@@ -38,6 +39,50 @@ type Node struct {
 	Connection string
 	Op         string
 	Args       map[string]value
+	// Secrets are the $secret values in Args, for the allowlist check.
+	Secrets []secretUse
+	// ConnFromItem: the call's connection is "$item", the connection a
+	// fan-out is on; Over lists the names it ranges over.
+	ConnFromItem bool
+
+	// parallel
+	Mode  string  // all | any
+	Paths []*Node // each a sequence
+	Over  []string
+	Merge *expression
+
+	// verify
+	Subject *Node  // a read: a call whose output the claims judge
+	Of      string // or the id of an earlier step whose output they judge
+	Claims  []claim
+	Timeout time.Duration
+	Every   time.Duration
+}
+
+// secretUse is one {"$secret": name} in a call's arguments.
+type secretUse struct {
+	Name  string
+	Field string // dotted path of the argument ("text", "auth.token")
+	Path  string // JSON Pointer in the document
+}
+
+// walk calls fn for every node, depth first, in document order.
+func (d *Document) walk(fn func(*Node)) {
+	var visit func(*Node)
+	visit = func(n *Node) {
+		if n == nil {
+			return
+		}
+		fn(n)
+		for _, c := range n.Steps {
+			visit(c)
+		}
+		for _, c := range n.Paths {
+			visit(c)
+		}
+		visit(n.Subject)
+	}
+	visit(d.Root)
 }
 
 // ParseDocument parses raw as a workflow document and validates it against
@@ -50,7 +95,7 @@ func ParseDocument(raw []byte, reg *Registry, base string) (*Document, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, &ValidationError{Problems: []FieldError{{Path: base, Code: CodeValidationFailed, Message: "not valid JSON: " + err.Error()}}}
 	}
-	p := &parser{reg: reg, ids: map[string]string{}, done: map[string]bool{}}
+	p := &parser{reg: reg, ids: map[string]string{}, done: map[string]bool{}, base: base}
 	d := p.document(doc, base)
 	if len(p.problems) > 0 {
 		return nil, &ValidationError{Problems: p.problems}
@@ -64,6 +109,13 @@ type parser struct {
 	ids      map[string]string // step id → path where first seen
 	done     map[string]bool   // ids whose output is available to later steps
 	problems []FieldError
+	field    string      // dotted argument path while parsing a call's args
+	secrets  []secretUse // $secrets found in the current call's args
+
+	base         string   // the document's JSON Pointer in the request
+	declaredList []string // the document's connections, in order
+	enclosing    string   // the connection shorthand calls go to
+	over         []string // the fan-out's connections while parsing its steps
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -89,6 +141,7 @@ func (p *parser) document(v any, path string) *Document {
 	for _, name := range d.Connections {
 		p.declared[name] = true
 	}
+	p.declaredList = d.Connections
 	if obj["root"] == nil {
 		p.fail(path+"/root", CodeValidationFailed, "is required")
 		return d
@@ -121,13 +174,7 @@ func (p *parser) connections(v any, path string) []string {
 			p.fail(at, CodeValidationFailed, "must be an object")
 			continue
 		}
-		for _, f := range sortedKeys(entry) {
-			if slices.Contains(laterEntryFields, f) {
-				p.fail(at+"/"+escape(f), CodeNotSupported, "%q is not yet supported", f)
-			} else {
-				p.fail(at+"/"+escape(f), CodeValidationFailed, "unknown field %q", f)
-			}
-		}
+		p.entry(name, entry, at)
 	}
 	return names
 }
@@ -144,14 +191,43 @@ func (p *parser) node(v any, path string) *Node {
 		return p.sequence(obj, path)
 	case kind == KindCall:
 		return p.call(obj, path)
+	case kind == KindParallel:
+		return p.parallel(obj, path)
+	case kind == KindVerify:
+		return p.verify(obj, path)
 	case slices.Contains(laterKinds, kind):
 		p.fail(path+"/kind", CodeNotSupported, "kind %q is not yet supported", kind)
+	case obj["kind"] == nil && len(obj) == 1:
+		return p.shorthand(obj, path)
 	case obj["kind"] == nil:
-		p.fail(path+"/kind", CodeValidationFailed, "is required (sequence or call)")
+		p.fail(path+"/kind", CodeValidationFailed, "is required (%s)", kindList)
 	default:
-		p.fail(path+"/kind", CodeValidationFailed, "unknown kind %v (sequence or call)", obj["kind"])
+		p.fail(path+"/kind", CodeValidationFailed, "unknown kind %v (%s)", obj["kind"], kindList)
 	}
 	return nil
+}
+
+// shorthand parses {"<op>": {args}}: a call of op on the enclosing
+// connection (a fan-out's item, or the document's only connection). Its id
+// is its place in the document, so replays find its ledger entry.
+func (p *parser) shorthand(obj map[string]any, path string) *Node {
+	op := sortedKeys(obj)[0]
+	conn := p.enclosing
+	if conn == "" && len(p.declaredList) == 1 {
+		conn = p.declaredList[0]
+	}
+	if conn == "" {
+		p.fail(path, CodeValidationFailed, "%q is written by name, but there is no enclosing connection (the document declares %d)", op, len(p.declaredList))
+		return nil
+	}
+	call := map[string]any{"kind": KindCall, "id": "@" + strings.TrimPrefix(path, p.base), "connection": conn, "op": op}
+	if conn == itemConn {
+		call["connection"] = map[string]any{"$expr": "$item"}
+	}
+	if args, ok := obj[op]; ok && args != nil {
+		call["args"] = args
+	}
+	return p.call(call, path)
 }
 
 func (p *parser) sequence(obj map[string]any, path string) *Node {
@@ -175,16 +251,33 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 	n := &Node{Kind: KindCall, ID: p.id(obj["id"], path), Path: path}
 	n.Connection, _ = obj["connection"].(string)
 	n.Op, _ = obj["op"].(string)
-	p.target(n, obj, path)
+	if e, ok := obj["connection"].(map[string]any); ok && len(e) == 1 && e["$expr"] == "$item" {
+		n.ConnFromItem = true
+	}
+	switch {
+	case n.ConnFromItem && p.over == nil:
+		p.fail(path+"/connection", CodeValidationFailed, "$item names a connection only inside a parallel node's fan-out (over)")
+	case n.ConnFromItem:
+		for _, c := range p.over {
+			probe := *n
+			probe.Connection = c
+			p.target(&probe, obj, path)
+		}
+	default:
+		p.target(n, obj, path)
+	}
 	if a, ok := obj["args"]; ok {
 		args, ok := a.(map[string]any)
 		if !ok {
 			p.fail(path+"/args", CodeValidationFailed, "must be an object")
 		}
 		n.Args = map[string]value{}
+		p.secrets = nil
 		for _, k := range sortedKeys(args) {
+			p.field = k
 			n.Args[k] = p.value(args[k], path+"/args/"+escape(k))
 		}
+		n.Secrets = p.secrets
 	}
 	p.done[n.ID] = true
 	return n
@@ -252,7 +345,7 @@ func (p *parser) checkFields(obj map[string]any, path string, fields ...string) 
 	}
 }
 
-func sortedKeys(m map[string]any) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

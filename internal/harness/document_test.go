@@ -3,6 +3,11 @@ package harness
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -28,47 +33,58 @@ func testRegistry(t testing.TB) (*Registry, *Memory) {
 	return reg, mem
 }
 
+const ok = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[
+	{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":1,"b":{"$expr":"$input.n"}}},
+	{"kind":"call","id":"b","connection":"mem","op":"echo","args":{"v":{"$expr":"$steps.a.sum * 2"},"raw":{"$literal":{"$expr":"kept"}}}}]}}`
+
+var validationCases = []struct {
+	name     string
+	doc      string
+	wantPath string
+	wantCode Code
+}{
+	{"valid", ok, "", ""},
+	{"not json", `{`, "/workflow", CodeValidationFailed},
+	{"not an object", `[]`, "/workflow", CodeValidationFailed},
+	{"version missing", `{"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"connections":{"mem":{}}}`, "/workflow/version", CodeValidationFailed},
+	{"version 2", `{"version":2,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/version", CodeValidationFailed},
+	{"unknown top field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"extra":1}`, "/workflow/extra", CodeValidationFailed},
+	{"root missing", `{"version":1,"connections":{"mem":{}}}`, "/workflow/root", CodeValidationFailed},
+	{"unknown connection in manifest", `{"version":1,"connections":{"nope":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/nope", CodeConnectionUnknown},
+	{"bad connection name", `{"version":1,"connections":{"1x":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/1x", CodeConnectionInvalid},
+	{"unknown profile", `{"version":1,"connections":{"mem":{"profile":"browser@^1"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", CodeValidationFailed},
+	{"bad profile range", `{"version":1,"connections":{"mem":{"profile":"browser@^^1"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", CodeValidationFailed},
+	{"profile without range", `{"version":1,"connections":{"mem":{"profile":"browser"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", CodeValidationFailed},
+	{"extension range", `{"version":1,"connections":{"mem":{"extensions":{"com.acme.x":"nope"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/extensions/com.acme.x", CodeValidationFailed},
+	{"pooled entry", `{"version":1,"connections":{"mem":{"from":"browsers","fresh":"path","setup":{"url":"x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem", CodeNotSupported},
+	{"bad fresh", `{"version":1,"connections":{"mem":{"fresh":"always"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/fresh", CodeValidationFailed},
+	{"attached server key differs", `{"version":1,"connections":{"mem":{"mcp":{"name":"other","url":"http://x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/mcp/name", CodeValidationFailed},
+	{"attached server plain header", `{"version":1,"connections":{"mem":{"mcp":{"name":"mem","url":"http://x","headers":{"Authorization":"Bearer x"}}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/mcp/headers/Authorization", CodeValidationFailed},
+	{"attached server with setup", `{"version":1,"connections":{"mem":{"setup":{},"mcp":{"name":"mem","command":"x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem", CodeValidationFailed},
+	{"unknown entry field", `{"version":1,"connections":{"mem":{"profil":"x"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profil", CodeValidationFailed},
+	{"call to unknown connection", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"ghost","op":"add"}}`, "/workflow/root/connection", CodeConnectionUnknown},
+	{"call to undeclared connection", `{"version":1,"connections":{},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/root/connection", CodeValidationFailed},
+	{"unknown operation", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"sub"}}`, "/workflow/root/op", CodeOperationUnknown},
+	{"unavailable connection", `{"version":1,"connections":{"down":{}},"root":{"kind":"call","id":"a","connection":"down","op":"x"}}`, "/workflow/root/op", CodeConnectionUnavailable},
+	{"duplicate ids", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[{"kind":"call","id":"a","connection":"mem","op":"add"},{"kind":"call","id":"a","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/1/id", CodeStepIDDuplicate},
+	{"id missing", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","connection":"mem","op":"add"}}`, "/workflow/root/id", CodeValidationFailed},
+	{"unknown kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"loop","id":"a"}}`, "/workflow/root/kind", CodeValidationFailed},
+	{"later kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"wait","id":"a"}}`, "/workflow/root/kind", CodeNotSupported},
+	{"unknown step field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","arg":{}}}`, "/workflow/root/arg", CodeValidationFailed},
+	{"empty sequence", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[]}}`, "/workflow/root/steps", CodeValidationFailed},
+	{"args not object", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":[1]}}`, "/workflow/root/args", CodeValidationFailed},
+	{"expression does not compile", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"1 +"}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
+	{"expression unknown variable", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$env2"}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
+	{"expression names a later step", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$steps.b.sum"}}},{"kind":"call","id":"b","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/0/args/a/$expr", CodeExpressionInvalid},
+	{"expression not a string", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":3}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
+	{"bad secret name", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$secret":"no spaces"}}}}`, "/workflow/root/args/a/$secret", CodeValidationFailed},
+	{"slash in key escaped", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a/b":{"$expr":"("}}}}`, "/workflow/root/args/a~1b/$expr", CodeExpressionInvalid},
+}
+
 func TestParseDocument(t *testing.T) {
 	t.Parallel()
 	reg, _ := testRegistry(t)
-	const ok = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[
-		{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":1,"b":{"$expr":"$input.n"}}},
-		{"kind":"call","id":"b","connection":"mem","op":"echo","args":{"v":{"$expr":"$steps.a.sum * 2"},"raw":{"$literal":{"$expr":"kept"}}}}]}}`
-	tests := []struct {
-		name     string
-		doc      string
-		wantPath string
-		wantCode Code
-	}{
-		{"valid", ok, "", ""},
-		{"not json", `{`, "/workflow", CodeValidationFailed},
-		{"not an object", `[]`, "/workflow", CodeValidationFailed},
-		{"version missing", `{"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"connections":{"mem":{}}}`, "/workflow/version", CodeValidationFailed},
-		{"version 2", `{"version":2,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/version", CodeValidationFailed},
-		{"unknown top field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"extra":1}`, "/workflow/extra", CodeValidationFailed},
-		{"root missing", `{"version":1,"connections":{"mem":{}}}`, "/workflow/root", CodeValidationFailed},
-		{"unknown connection in manifest", `{"version":1,"connections":{"nope":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/nope", CodeConnectionUnknown},
-		{"bad connection name", `{"version":1,"connections":{"1x":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/1x", CodeConnectionInvalid},
-		{"later entry field", `{"version":1,"connections":{"mem":{"profile":"browser@^1"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", CodeNotSupported},
-		{"call to unknown connection", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"ghost","op":"add"}}`, "/workflow/root/connection", CodeConnectionUnknown},
-		{"call to undeclared connection", `{"version":1,"connections":{},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/root/connection", CodeValidationFailed},
-		{"unknown operation", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"sub"}}`, "/workflow/root/op", CodeOperationUnknown},
-		{"unavailable connection", `{"version":1,"connections":{"down":{}},"root":{"kind":"call","id":"a","connection":"down","op":"x"}}`, "/workflow/root/op", CodeConnectionUnavailable},
-		{"duplicate ids", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[{"kind":"call","id":"a","connection":"mem","op":"add"},{"kind":"call","id":"a","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/1/id", CodeStepIDDuplicate},
-		{"id missing", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","connection":"mem","op":"add"}}`, "/workflow/root/id", CodeValidationFailed},
-		{"unknown kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"loop","id":"a"}}`, "/workflow/root/kind", CodeValidationFailed},
-		{"later kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"wait","id":"a"}}`, "/workflow/root/kind", CodeNotSupported},
-		{"unknown step field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","arg":{}}}`, "/workflow/root/arg", CodeValidationFailed},
-		{"empty sequence", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[]}}`, "/workflow/root/steps", CodeValidationFailed},
-		{"args not object", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":[1]}}`, "/workflow/root/args", CodeValidationFailed},
-		{"expression does not compile", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"1 +"}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
-		{"expression unknown variable", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$env2"}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
-		{"expression names a later step", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$steps.b.sum"}}},{"kind":"call","id":"b","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/0/args/a/$expr", CodeExpressionInvalid},
-		{"expression not a string", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":3}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
-		{"secret not yet", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$secret":"x"}}}}`, "/workflow/root/args/a/$secret", CodeNotSupported},
-		{"slash in key escaped", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a/b":{"$expr":"("}}}}`, "/workflow/root/args/a~1b/$expr", CodeExpressionInvalid},
-	}
-	for _, tt := range tests {
+	for _, tt := range validationCases {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			doc, err := ParseDocument([]byte(tt.doc), reg, "/workflow")
@@ -89,6 +105,37 @@ func TestParseDocument(t *testing.T) {
 			}
 			t.Fatalf("problems = %+v, want %s at %s", ve.Problems, tt.wantCode, tt.wantPath)
 		})
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestValidationGolden keeps every problem of every validation case, with
+// its message, in testdata/validation.golden: a change to any message shows
+// in review. Run with -update to rewrite it.
+func TestValidationGolden(t *testing.T) {
+	t.Parallel()
+	reg, _ := testRegistry(t)
+	var b strings.Builder
+	for _, tt := range validationCases {
+		fmt.Fprintf(&b, "== %s\n", tt.name)
+		_, err := ParseDocument([]byte(tt.doc), reg, "/workflow")
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			for _, p := range ve.Problems {
+				fmt.Fprintf(&b, "%s %s: %s\n", p.Code, p.Path, p.Message)
+			}
+		}
+	}
+	golden := filepath.Join("testdata", "validation.golden")
+	if *update {
+		must(t, os.MkdirAll("testdata", 0o755))
+		must(t, os.WriteFile(golden, []byte(b.String()), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	must(t, err)
+	if b.String() != string(want) {
+		t.Fatalf("validation problems differ from %s (run go test -update to accept):\n%s", golden, b.String())
 	}
 }
 

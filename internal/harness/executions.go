@@ -47,6 +47,7 @@ func ValidExecState(s string) bool {
 type Execution struct {
 	ID         string       `json:"id"`
 	Status     ExecState    `json:"status"`
+	Principal  string       `json:"principal,omitempty"`
 	Input      any          `json:"input"`
 	Output     any          `json:"output,omitempty"`
 	Error      *ExecError   `json:"error,omitempty"`
@@ -61,20 +62,36 @@ type ExecError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Step    string `json:"step,omitempty"`
+	// Gate names the gate (1–6) that refused a steering_denied call.
+	Gate int `json:"gate,omitempty"`
 }
 
-// StepRecord is the result and timing of one step run.
+// Step (ledger entry) states.
+const (
+	StepPending = "pending" // written before the call leaves
+	StepWaiting = "waiting" // held at the approver
+	StepDone    = "done"
+	StepFailed  = "failed"
+)
+
+// StepRecord is the ledger entry of one step run: its result and timing,
+// the idempotency key it sent and the identity of the connection it used.
+// A resumed run replays done entries instead of calling again.
 type StepRecord struct {
-	ID         string     `json:"id"`
-	Kind       string     `json:"kind"`
-	Connection string     `json:"connection,omitempty"`
-	Op         string     `json:"op,omitempty"`
-	Status     string     `json:"status"` // running, succeeded, failed
-	Output     any        `json:"output,omitempty"`
-	Error      *ExecError `json:"error,omitempty"`
-	StartedAt  time.Time  `json:"startedAt"`
-	FinishedAt *time.Time `json:"finishedAt,omitempty"`
-	DurationMs int64      `json:"durationMs"`
+	Key            string     `json:"key"`
+	ID             string     `json:"id"`
+	Kind           string     `json:"kind"`
+	Connection     string     `json:"connection,omitempty"`
+	Op             string     `json:"op,omitempty"`
+	Status         string     `json:"status"` // pending, waiting, done, failed
+	IdempotencyKey string     `json:"idempotencyKey,omitempty"`
+	Identity       *Identity  `json:"identity,omitempty"`
+	ApprovalID     string     `json:"approval,omitempty"`
+	Output         any        `json:"output,omitempty"`
+	Error          *ExecError `json:"error,omitempty"`
+	StartedAt      time.Time  `json:"startedAt"`
+	FinishedAt     *time.Time `json:"finishedAt,omitempty"`
+	DurationMs     int64      `json:"durationMs"`
 }
 
 // record is what is stored in Redis: the execution and the document it runs,
@@ -82,6 +99,14 @@ type StepRecord struct {
 type record struct {
 	Execution
 	Workflow json.RawMessage `json:"workflow"`
+}
+
+func marshalRecord(rec *record) ([]byte, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("executions: encode %s: %w", rec.ID, err)
+	}
+	return data, nil
 }
 
 // Observer receives the figures the harness produces; the API turns them
@@ -107,17 +132,51 @@ type ExecutionsOptions struct {
 	Consumer string
 	Logger   *slog.Logger
 	Observer Observer
+	// Visibility is how long a work item or execution claim may go
+	// unrenewed before another replica takes it over. Default 60s.
+	Visibility time.Duration
+	// ApprovalTTL is how long an approval waits for a decision before it
+	// expires and the call is refused. Default 24h.
+	ApprovalTTL time.Duration
+	// Secrets resolves {"$secret": name} at gate 6; nil: no secrets.
+	Secrets SecretStore
+	// Redactor scrubs resolved secrets from everything stored or shown;
+	// nil: a private one. Share it with the log handler so logs are
+	// scrubbed too.
+	Redactor Redactor
+	// Sealer seals the refs calls return and opens them at gate 3; nil:
+	// one over the same store.
+	Sealer *Sealer
+	// Allowlists bound what submitted documents may use; nil grants
+	// nothing to untrusted submissions.
+	Allowlists *Allowlists
+}
+
+// Redactor registers secret values and scrubs them from text and values.
+type Redactor interface {
+	Add(values ...string)
+	String(s string) string
+	Value(v any) any
 }
 
 // Executions stores executions in Redis and runs them on workers that claim
 // work items from a Redis stream shared by every replica.
 type Executions struct {
-	store     *store.Store
-	reg       *Registry
-	retention time.Duration
-	consumer  string
-	logger    *slog.Logger
-	observer  Observer
+	store       *store.Store
+	reg         *Registry
+	retention   time.Duration
+	consumer    string
+	logger      *slog.Logger
+	observer    Observer
+	visibility  time.Duration
+	approvalTTL time.Duration
+	sweepEvery  time.Duration
+	secrets     SecretStore
+	sealer      *Sealer
+	redactor    Redactor
+	allowlists  *Allowlists
+	approvals   *Approvals
+	schemas     schemas
 }
 
 const workGroup = "workers"
@@ -140,7 +199,40 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
-	return &Executions{store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer}
+	if o.Visibility <= 0 {
+		o.Visibility = time.Minute
+	}
+	if o.ApprovalTTL <= 0 {
+		o.ApprovalTTL = 24 * time.Hour
+	}
+	if o.Redactor == nil {
+		o.Redactor = NewSecretRedactor()
+	}
+	if o.Sealer == nil {
+		o.Sealer = NewSealer(st)
+	}
+	e := &Executions{
+		store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
+		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
+		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer,
+	}
+	e.approvals = &Approvals{store: st, resume: e.resume}
+	return e
+}
+
+func (e *Executions) redact(v any) any { return e.redactor.Value(v) }
+
+// Approvals is the approval store of these executions.
+func (e *Executions) Approvals() *Approvals { return e.approvals }
+
+// resume enqueues a work item for an execution that can move on (an
+// approval was decided).
+func (e *Executions) resume(ctx context.Context, id string) error {
+	err := e.store.Client.XAdd(ctx, &redis.XAddArgs{Stream: e.workKey(), Values: map[string]any{"id": id}}).Err()
+	if err != nil {
+		return fmt.Errorf("executions: resume %s: %w", id, err)
+	}
+	return nil
 }
 
 func (e *Executions) recordKey(id string) string { return e.store.Key("{exec:"+id+"}", "record") }
@@ -148,17 +240,50 @@ func (e *Executions) doneKey(id string) string   { return e.store.Key("{exec:"+i
 func (e *Executions) indexKey() string           { return e.store.Key("executions") }
 func (e *Executions) workKey() string            { return e.store.Key("work") }
 
-// Submit validates workflow against the registry and, when it is valid,
-// stores a queued execution and its work item. A document problem is a
-// *ValidationError with paths under "/workflow".
-func (e *Executions) Submit(ctx context.Context, workflow json.RawMessage, input any) (*Execution, error) {
-	if _, err := ParseDocument(workflow, e.reg, "/workflow"); err != nil {
-		return nil, err
-	}
-	return e.enqueue(ctx, newExecutionID(), workflow, input)
+// Request is one submission of a workflow document.
+type Request struct {
+	Workflow json.RawMessage
+	Input    any
+	// Principal is who asks (an API key's name); recorded and shown in
+	// approvals.
+	Principal string
+	// Allowlist names the allowlist that bounds the document. An unknown
+	// or empty name grants nothing.
+	Allowlist string
 }
 
-// SubmitOnce is Submit keyed by a message id (a trigger's
+// Submit validates the document against the registry and the request's
+// allowlist and, when it is valid, stores a queued execution and its work
+// item. A document problem is a *ValidationError with paths under
+// "/workflow".
+func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error) {
+	doc, err := ParseDocument(req.Workflow, e.reg, "/workflow")
+	if err != nil {
+		return nil, err
+	}
+	al, err := e.allowlist(ctx, req.Allowlist)
+	if err != nil {
+		return nil, err
+	}
+	if problems := al.check(doc, "/workflow"); len(problems) > 0 {
+		return nil, &ValidationError{Problems: problems}
+	}
+	return e.enqueue(ctx, newExecutionID(), req.Workflow, req.Input, req.Principal)
+}
+
+func (e *Executions) allowlist(ctx context.Context, name string) (*Allowlist, error) {
+	if e.allowlists == nil || name == "" {
+		return nil, nil
+	}
+	al, err := e.allowlists.Get(ctx, name)
+	if errors.Is(err, ErrAllowlistNotFound) {
+		return nil, nil
+	}
+	return al, err
+}
+
+// SubmitOnce is Submit of a host-trusted document (a trigger's workflow from
+// the config file, which no allowlist bounds), keyed by a message id (a trigger's
 // "<connection>:<trigger>:<event id>"): every call with the same key, on any
 // replica, yields the same execution, so an event delivered twice starts
 // one turn. created reports whether this call created it.
@@ -184,7 +309,7 @@ func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.R
 			return ex, false, err
 		}
 	}
-	ex, err = e.enqueue(ctx, id, workflow, input)
+	ex, err = e.enqueue(ctx, id, workflow, input, "trigger")
 	return ex, err == nil, err
 }
 
@@ -192,10 +317,10 @@ func newExecutionID() string { return "ex_" + strings.ToLower(rand.Text()) }
 
 // enqueue writes a queued execution and its work item. The record is
 // written only if absent, so a repeated enqueue of one id keeps the first.
-func (e *Executions) enqueue(ctx context.Context, id string, workflow json.RawMessage, input any) (*Execution, error) {
+func (e *Executions) enqueue(ctx context.Context, id string, workflow json.RawMessage, input any, principal string) (*Execution, error) {
 	now := time.Now().UTC()
 	rec := &record{
-		Execution: Execution{ID: id, Status: ExecQueued, Input: input, Steps: []StepRecord{}, CreatedAt: now},
+		Execution: Execution{ID: id, Status: ExecQueued, Principal: principal, Input: input, Steps: []StepRecord{}, CreatedAt: now},
 		Workflow:  workflow,
 	}
 	data, err := json.Marshal(rec)
@@ -259,17 +384,6 @@ func (e *Executions) load(ctx context.Context, id string) (*record, error) {
 		return nil, fmt.Errorf("executions: decode %s: %w", id, err)
 	}
 	return &rec, nil
-}
-
-func (e *Executions) save(ctx context.Context, rec *record) error {
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("executions: encode %s: %w", rec.ID, err)
-	}
-	if err := e.store.Client.Set(ctx, e.recordKey(rec.ID), data, e.retention).Err(); err != nil {
-		return fmt.Errorf("executions: save %s: %w", rec.ID, err)
-	}
-	return nil
 }
 
 // ListOptions select a page of executions.

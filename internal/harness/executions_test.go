@@ -15,6 +15,13 @@ import (
 type bundle struct {
 	execs *harness.Executions
 	mem   *harness.Memory
+	reg   *harness.Registry
+}
+
+// submit sends doc under the "test" allowlist, which grants every
+// operation of mem.
+func (b bundle) submit(ctx context.Context, doc string, input any) (*harness.Execution, error) {
+	return b.execs.Submit(ctx, harness.Request{Workflow: json.RawMessage(doc), Input: input, Principal: "tester", Allowlist: "test"})
 }
 
 // setup runs workers over a registry with one memory connection "mem".
@@ -36,12 +43,20 @@ func setup(t *testing.T, st *store.Store) bundle {
 	if err := reg.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	execs := harness.NewExecutions(st, reg, nil)
+	als := harness.NewAllowlists(st)
+	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := als.Put(context.Background(), al, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = execs.Run(ctx, 2); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return bundle{execs: execs, mem: mem}
+	return bundle{execs: execs, mem: mem, reg: reg}
 }
 
 const threeCalls = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[
@@ -54,7 +69,7 @@ func TestExecutionRunsThreeCalls(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		b := setup(t, st)
 		ctx := context.Background()
-		ex, err := b.execs.Submit(ctx, json.RawMessage(threeCalls), map[string]any{"x": 1.0})
+		ex, err := b.submit(ctx, threeCalls, map[string]any{"x": 1.0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,14 +102,14 @@ func TestExecutionFailures(t *testing.T) {
 	tests := []struct {
 		name, doc, code, step string
 	}{
-		{"remote error", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"f","connection":"mem","op":"fail"}}`, "CALL_FAILED", "f"},
-		{"expression error", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"e","connection":"mem","op":"echo","args":{"v":{"$expr":"$input.a.b.c"}}}}`, "EXPRESSION_FAILED", "e"},
+		{"remote error", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"f","connection":"mem","op":"fail"}}`, "step_failed", "f"},
+		{"expression error", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"e","connection":"mem","op":"echo","args":{"v":{"$expr":"$input.a.b.c"}}}}`, "step_failed", "e"},
 	}
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		b := setup(t, st)
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				ex, err := b.execs.Submit(context.Background(), json.RawMessage(tt.doc), nil)
+				ex, err := b.submit(context.Background(), tt.doc, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -116,7 +131,7 @@ func TestExecutionFailures(t *testing.T) {
 func TestSubmitRefusesInvalidDocument(t *testing.T) {
 	t.Parallel()
 	b := setup(t, storetest.New(t))
-	_, err := b.execs.Submit(context.Background(), json.RawMessage(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"nope"}}`), nil)
+	_, err := b.submit(context.Background(), `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"nope"}}`, nil)
 	var ve *harness.ValidationError
 	if !errors.As(err, &ve) || ve.Code() != harness.CodeOperationUnknown {
 		t.Fatalf("Submit = %v", err)
@@ -137,7 +152,7 @@ func TestListPagesNewestFirstAndFilters(t *testing.T) {
 			if i%2 == 1 {
 				doc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"f","connection":"mem","op":"fail"}}`
 			}
-			ex, err := b.execs.Submit(ctx, json.RawMessage(doc), map[string]any{"x": 1.0})
+			ex, err := b.submit(ctx, doc, map[string]any{"x": 1.0})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,7 +45,7 @@ func (r *Registry) Add(name string, p Provider) error {
 	if _, ok := r.conns[name]; ok {
 		return errorf(CodeConnectionNameTaken, "connection %q is already registered", name)
 	}
-	r.conns[name] = &Connection{name: name, provider: p, state: StateConnecting, since: time.Now()}
+	r.conns[name] = &Connection{name: name, provider: p, state: StateConnecting, since: time.Now(), logger: r.logger, stop: make(chan struct{})}
 	return nil
 }
 
@@ -92,6 +92,7 @@ func (r *Registry) Start(ctx context.Context) error {
 			errs[i] = c.connect(ctx)
 			if errs[i] != nil {
 				r.logger.Error("connection failed to start", "connection", c.name, "err", errs[i])
+				go c.reconnect()
 				return
 			}
 			r.logger.Info("connection ready", "connection", c.name, "operations", len(c.Manifest().Operations))
@@ -130,11 +131,51 @@ type Connection struct {
 	provider Provider
 
 	mu       sync.RWMutex
+	policy   Policy
 	conn     Conn
 	manifest Manifest
 	state    State
 	lastErr  string
 	since    time.Time
+
+	// Reconnecting: a Conn that reports its loss (see lossReporter) is
+	// marked unavailable and replaced in the background until close.
+	logger    *slog.Logger
+	stop      chan struct{}
+	closeOnce sync.Once
+}
+
+// lossReporter is implemented by Conns that notice on their own when the
+// thing behind them goes away (a child process exits, a stream breaks):
+// Done is closed then and Err says why.
+type lossReporter interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Reconnect backoff: doubled after each failed attempt, capped.
+const (
+	reconnectMin = 250 * time.Millisecond
+	reconnectMax = 30 * time.Second
+)
+
+// SetPolicy sets the call policy of the named connection (from config).
+func (r *Registry) SetPolicy(name string, p Policy) error {
+	c, err := r.Get(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.policy = p
+	return nil
+}
+
+// Policy is the connection's call policy.
+func (c *Connection) Policy() Policy {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.policy
 }
 
 // Name is the connection's registered name.
@@ -189,19 +230,105 @@ func (c *Connection) Call(ctx context.Context, req CallRequest) (any, error) {
 
 func (c *Connection) connect(ctx context.Context) error {
 	c.setState(StateConnecting, "")
+	return c.attempt(ctx)
+}
+
+// attempt connects once; on failure the connection is unavailable.
+func (c *Connection) attempt(ctx context.Context) error {
 	conn, err := c.provider.Connect(ctx)
 	if err != nil {
 		c.setState(StateUnavailable, err.Error())
 		return fmt.Errorf("connection %s: connect: %w", c.name, err)
 	}
 	c.mu.Lock()
+	if c.state == StateClosed {
+		c.mu.Unlock()
+		_ = conn.Close()
+		return fmt.Errorf("connection %s: %w", c.name, ErrUnavailable)
+	}
 	c.conn, c.manifest = conn, conn.Manifest()
 	c.state, c.lastErr, c.since = StateReady, "", time.Now()
 	c.mu.Unlock()
+	if lr, ok := conn.(lossReporter); ok && c.stop != nil {
+		go c.watch(conn, lr)
+	}
 	return nil
 }
 
+// watch waits for conn to report its loss, marks the connection
+// unavailable (its calls fail fast) and reconnects it.
+func (c *Connection) watch(conn Conn, lr lossReporter) {
+	select {
+	case <-lr.Done():
+	case <-c.stop:
+		return
+	}
+	msg := "connection lost"
+	if err := lr.Err(); err != nil {
+		msg = err.Error()
+	}
+	c.mu.Lock()
+	if c.conn != conn || c.state == StateClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.conn, c.state, c.lastErr, c.since = nil, StateUnavailable, msg, time.Now()
+	c.mu.Unlock()
+	if c.logger != nil {
+		c.logger.Error("connection lost; reconnecting", "connection", c.name, "err", msg)
+	}
+	_ = conn.Close()
+	c.reconnect()
+}
+
+// reconnect tries to connect again with capped exponential backoff until it
+// succeeds or the connection is closed.
+func (c *Connection) reconnect() {
+	if c.stop == nil {
+		return
+	}
+	delay := reconnectMin
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case <-c.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-c.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := c.attempt(ctx)
+		cancel()
+		if err == nil {
+			if c.logger != nil {
+				c.logger.Info("connection reconnected", "connection", c.name)
+			}
+			return
+		}
+		if c.stateIs(StateClosed) {
+			return
+		}
+		delay = min(delay*2, reconnectMax)
+	}
+}
+
+func (c *Connection) stateIs(s State) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.state == s
+}
+
 func (c *Connection) close() error {
+	if c.stop != nil {
+		c.closeOnce.Do(func() { close(c.stop) })
+	}
 	c.mu.Lock()
 	conn := c.conn
 	c.conn, c.state, c.since = nil, StateClosed, time.Now()

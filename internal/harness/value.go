@@ -20,8 +20,11 @@ const (
 // scope is what an expression sees. Input is typed any so expressions
 // may treat it as whatever the caller sent; type errors surface at run time.
 type scope struct {
-	Input any            `expr:"$input"`
-	Steps map[string]any `expr:"$steps"`
+	Input   any            `expr:"$input"`
+	Steps   map[string]any `expr:"$steps"`
+	Item    string         `expr:"$item"`    // a fan-out's connection
+	Results []any          `expr:"$results"` // a parallel node's path outputs, for merge
+	Subject any            `expr:"$subject"` // what a verify claim judges
 }
 
 // value is an argument template: literals, objects and arrays of values,
@@ -96,14 +99,16 @@ func (p *parser) value(v any, path string) value {
 		if lit, ok := x["$literal"]; ok && len(x) == 1 {
 			return literal{lit}
 		}
-		if _, ok := x["$secret"]; ok && len(x) == 1 {
-			p.fail(path+"/$secret", CodeNotSupported, "secrets are not yet supported")
-			return literal{nil}
+		if name, ok := x["$secret"]; ok && len(x) == 1 {
+			return p.secret(name, path+"/$secret")
 		}
 		o := make(object, len(x))
+		field := p.field
 		for k, item := range x {
+			p.field = field + "." + k
 			o[k] = p.value(item, path+"/"+escape(k))
 		}
+		p.field = field
 		return o
 	case []any:
 		a := make(array, len(x))
@@ -115,6 +120,25 @@ func (p *parser) value(v any, path string) value {
 		return literal{v}
 	}
 }
+
+func (p *parser) secret(v any, path string) value {
+	name, ok := v.(string)
+	if !ok || !secretNameRE.MatchString(name) {
+		p.fail(path, CodeValidationFailed, "must be a secret name (letters, digits, '.', '_', '-')")
+		return literal{nil}
+	}
+	p.secrets = append(p.secrets, secretUse{Name: name, Field: p.field, Path: path})
+	return secretArg{Name: name}
+}
+
+// secretArg stands where a secret goes in a call's arguments until gate 6
+// fills it in; it is also how the arguments are shown before then.
+type secretArg struct{ Name string }
+
+func (s secretArg) eval(scope) (any, error) { return s, nil }
+
+// MarshalJSON shows a secret's place, never its value.
+func (s secretArg) MarshalJSON() ([]byte, error) { return []byte(`"<redacted>"`), nil }
 
 func (p *parser) expression(v any, path string) value {
 	src, ok := v.(string)

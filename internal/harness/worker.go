@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,8 +14,10 @@ import (
 
 // Run claims work items from the shared stream with n workers until ctx is
 // done, then waits for the executions in flight to finish. Items are
-// acknowledged only after their execution reached a terminal state, so an
-// item held by a replica that dies stays pending for another to take over.
+// acknowledged only after their execution reached a terminal or waiting
+// state, so an item held by a replica that dies stays pending; another
+// replica takes it over after the visibility timeout and resumes from the
+// ledger.
 func (e *Executions) Run(ctx context.Context, n int) error {
 	err := e.store.Client.XGroupCreateMkStream(ctx, e.workKey(), workGroup, "0").Err()
 	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
@@ -24,27 +27,57 @@ func (e *Executions) Run(ctx context.Context, n int) error {
 	for i := range n {
 		wg.Go(func() { e.work(ctx, fmt.Sprintf("%s-%d", e.consumer, i)) })
 	}
+	wg.Go(func() { e.sweep(ctx) })
 	wg.Wait()
 	return nil
 }
 
+// sweep expires approvals nobody decided in time.
+func (e *Executions) sweep(ctx context.Context) {
+	for ctx.Err() == nil {
+		e.approvals.expire(ctx)
+		sleep(ctx, e.sweepEvery)
+	}
+}
+
 func (e *Executions) work(ctx context.Context, consumer string) {
 	for ctx.Err() == nil {
-		streams, err := e.store.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: workGroup, Consumer: consumer, Streams: []string{e.workKey(), ">"}, Count: 1, Block: time.Second,
-		}).Result()
-		if errors.Is(err, redis.Nil) || ctx.Err() != nil {
-			continue
-		}
+		msgs, err := e.next(ctx, consumer)
 		if err != nil {
-			e.logger.Error("claim work", "err", err)
-			sleep(ctx, time.Second)
+			if ctx.Err() == nil {
+				e.logger.Error("claim work", "err", err)
+				sleep(ctx, time.Second)
+			}
 			continue
 		}
-		for _, msg := range streams[0].Messages {
+		for _, msg := range msgs {
 			e.handle(context.WithoutCancel(ctx), msg)
 		}
 	}
+}
+
+// next returns the next work item: first one abandoned by a consumer that
+// has held it past the visibility timeout, else a new one.
+func (e *Executions) next(ctx context.Context, consumer string) ([]redis.XMessage, error) {
+	msgs, _, err := e.store.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: e.workKey(), Group: workGroup, Consumer: consumer, MinIdle: e.visibility, Start: "0-0", Count: 1,
+	}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	if len(msgs) > 0 {
+		return msgs, nil
+	}
+	streams, err := e.store.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: workGroup, Consumer: consumer, Streams: []string{e.workKey(), ">"}, Count: 1, Block: time.Second,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return streams[0].Messages, nil
 }
 
 // handle runs one work item. It runs detached from the worker's context so
@@ -61,8 +94,62 @@ func (e *Executions) handle(ctx context.Context, msg redis.XMessage) {
 	e.store.Client.XDel(ctx, e.workKey(), msg.ID)
 }
 
-// execute runs the execution id to a terminal state. It returns an error
-// only when the state could not be read or written.
+// claimScript takes an execution for one run. The owner key expires unless
+// renewed, so a dead runner's claim lapses; the epoch key only grows, so a
+// runner that lost its claim can never write again (see saveScript).
+var claimScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 0 end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return epoch
+`)
+
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// saveScript writes the record only for the current epoch: no zombie
+// writes from a runner whose claim was taken over.
+var saveScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+`)
+
+// ErrFenced is returned to a runner whose claim was taken over.
+var ErrFenced = errors.New("execution claimed by a newer run")
+
+// errClaimed: another runner holds the execution now.
+var errClaimed = errors.New("execution is being run elsewhere")
+
+func (e *Executions) ownerKey(id string) string { return e.store.Key("{exec:"+id+"}", "owner") }
+func (e *Executions) epochKey(id string) string { return e.store.Key("{exec:"+id+"}", "epoch") }
+
+func (e *Executions) claim(ctx context.Context, id, token string) (int64, error) {
+	epoch, err := claimScript.Run(ctx, e.store.Client, []string{e.ownerKey(id), e.epochKey(id)},
+		token, e.visibility.Milliseconds(), e.retention.Milliseconds()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("executions: claim %s: %w", id, err)
+	}
+	if epoch == 0 {
+		return 0, errClaimed
+	}
+	return epoch, nil
+}
+
+// execute runs the execution id until it is terminal or waiting. It returns
+// an error only when the run was cut short (storage failed, or the claim was
+// lost) and should be retried from the ledger.
 func (e *Executions) execute(ctx context.Context, id string) error {
 	rec, err := e.load(ctx, id)
 	if errors.Is(err, ErrNotFound) {
@@ -72,140 +159,416 @@ func (e *Executions) execute(ctx context.Context, id string) error {
 	if err != nil || rec.Status.Terminal() {
 		return err
 	}
-	now := time.Now().UTC()
-	rec.Status, rec.StartedAt = ExecRunning, &now
-	if err := e.save(ctx, rec); err != nil {
+	token := rand.Text()
+	epoch, err := e.claim(ctx, id, token)
+	if errors.Is(err, errClaimed) {
+		return nil // its runner acknowledges its own item; this one is a duplicate
+	}
+	if err != nil {
 		return err
 	}
-	e.observer.ExecutionEntered(ExecRunning)
-	e.logger.Info("execution started", "execution", id)
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopRenew := e.renew(runCtx, cancel, id, token)
+	defer func() {
+		stopRenew()
+		releaseScript.Run(context.WithoutCancel(ctx), e.store.Client, []string{e.ownerKey(id)}, token)
+	}()
 
-	r := &run{e: e, rec: rec, steps: map[string]any{}}
-	doc, err := ParseDocument(rec.Workflow, e.reg, "/workflow")
-	var out any
-	if err == nil {
-		out, err = r.node(ctx, doc.Root)
-	}
-	return e.finish(ctx, rec, out, err)
-}
-
-func (e *Executions) finish(ctx context.Context, rec *record, out any, runErr error) error {
-	now := time.Now().UTC()
-	rec.FinishedAt = &now
-	rec.Status, rec.Output = ExecSucceeded, out
-	if runErr != nil {
-		rec.Status, rec.Output, rec.Error = ExecFailed, nil, asExecError(runErr)
-	}
-	if err := e.save(ctx, rec); err != nil {
+	// Reload under the claim: the record may have moved on since.
+	if rec, err = e.load(runCtx, id); err != nil || rec.Status.Terminal() {
 		return err
 	}
-	e.observer.ExecutionEntered(rec.Status)
-	e.store.Client.Publish(ctx, e.doneKey(rec.ID), string(rec.Status))
-	e.logger.Info("execution finished", "execution", rec.ID, "status", rec.Status, "duration", now.Sub(*rec.StartedAt))
-	return nil
+	r := &run{e: e, rec: rec, epoch: epoch}
+	return r.execute(runCtx)
 }
 
-// run is the state of one execution while it runs.
+// renew keeps the claim alive while the run lasts; losing it cancels the
+// run.
+func (e *Executions) renew(ctx context.Context, cancel context.CancelCauseFunc, id, token string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(e.visibility / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				n, err := renewScript.Run(ctx, e.store.Client, []string{e.ownerKey(id)}, token, e.visibility.Milliseconds()).Int()
+				if err == nil && n == 0 {
+					cancel(ErrFenced)
+					return
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// run is the state of one run of an execution. Parallel paths share it;
+// mu guards the record and the frames' step outputs.
 type run struct {
 	e     *Executions
 	rec   *record
-	steps map[string]any // outputs of finished steps, by id
+	epoch int64
+	mu    sync.Mutex
 }
 
-func (r *run) node(ctx context.Context, n *Node) (any, error) {
+// errWaiting unwinds a run whose execution waits for a person.
+var errWaiting = errors.New("execution waits")
+
+func (r *run) execute(ctx context.Context) error {
+	if r.rec.StartedAt == nil {
+		now := time.Now().UTC()
+		r.rec.StartedAt = &now
+	}
+	r.rec.Status = ExecRunning
+	if err := r.save(ctx); err != nil {
+		return err
+	}
+	r.e.observer.ExecutionEntered(ExecRunning)
+	r.e.logger.Info("execution running", "execution", r.rec.ID, "epoch", r.epoch)
+
+	doc, err := ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
+	var out any
+	if err == nil {
+		out, err = r.node(ctx, &frame{steps: map[string]any{}}, doc.Root)
+	}
+	switch {
+	case errors.Is(err, errWaiting):
+		r.rec.Status = ExecWaiting
+		if err := r.save(ctx); err != nil {
+			return err
+		}
+		r.e.observer.ExecutionEntered(ExecWaiting)
+		return nil
+	case errors.Is(err, ErrFenced), errors.Is(context.Cause(ctx), ErrFenced), isStorage(err):
+		return err
+	}
+	return r.finish(ctx, out, err)
+}
+
+func (r *run) finish(ctx context.Context, out any, runErr error) error {
+	now := time.Now().UTC()
+	r.rec.FinishedAt = &now
+	r.rec.Status, r.rec.Output = ExecSucceeded, r.e.redact(out)
+	if runErr != nil {
+		r.rec.Status, r.rec.Output, r.rec.Error = ExecFailed, nil, asExecError(runErr)
+		r.rec.Error.Message = r.e.redactor.String(r.rec.Error.Message)
+	}
+	if err := r.save(ctx); err != nil {
+		return err
+	}
+	r.e.observer.ExecutionEntered(r.rec.Status)
+	r.e.store.Client.Publish(ctx, r.e.doneKey(r.rec.ID), string(r.rec.Status))
+	r.e.logger.Info("execution finished", "execution", r.rec.ID, "status", r.rec.Status, "duration", now.Sub(*r.rec.StartedAt))
+	return nil
+}
+
+// save writes the record, fenced by the run's epoch.
+func (r *run) save(ctx context.Context) error {
+	r.mu.Lock()
+	data, err := marshalRecord(r.rec)
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	ok, err := saveScript.Run(context.WithoutCancel(ctx), r.e.store.Client, []string{r.e.epochKey(r.rec.ID), r.e.recordKey(r.rec.ID)},
+		r.epoch, data, r.e.retention.Milliseconds()).Int()
+	if err != nil {
+		return &storageError{fmt.Errorf("executions: save %s: %w", r.rec.ID, err)}
+	}
+	if ok == 0 {
+		return ErrFenced
+	}
+	return nil
+}
+
+// storageError is a failure to read or write Redis: the run stops and is
+// retried from the ledger rather than failing the execution.
+type storageError struct{ err error }
+
+func (e *storageError) Error() string { return e.err.Error() }
+func (e *storageError) Unwrap() error { return e.err }
+
+func isStorage(err error) bool {
+	var se *storageError
+	return errors.As(err, &se)
+}
+
+func (r *run) node(ctx context.Context, f *frame, n *Node) (any, error) {
+	var out any
+	var err error
 	switch n.Kind {
 	case KindSequence:
-		var out any
 		for _, s := range n.Steps {
-			var err error
-			if out, err = r.node(ctx, s); err != nil {
+			if out, err = r.node(ctx, f, s); err != nil {
 				return nil, err
 			}
 		}
-		r.steps[n.ID] = out
-		return out, nil
 	case KindCall:
-		return r.call(ctx, n)
+		out, err = r.call(ctx, f, n)
+	case KindParallel:
+		out, err = r.parallel(ctx, f, n)
+	case KindVerify:
+		out, err = r.verify(ctx, f, n)
+	default:
+		err = &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
 	}
-	return nil, &stepError{step: n.ID, code: "STEP_FAILED", err: fmt.Errorf("kind %q cannot run", n.Kind)}
-}
-
-func (r *run) call(ctx context.Context, n *Node) (any, error) {
-	started := time.Now().UTC()
-	r.rec.Steps = append(r.rec.Steps, StepRecord{ID: n.ID, Kind: n.Kind, Connection: n.Connection, Op: n.Op, Status: "running", StartedAt: started})
-	step := &r.rec.Steps[len(r.rec.Steps)-1]
-	if err := r.e.save(ctx, r.rec); err != nil {
+	if err != nil {
 		return nil, err
 	}
-	out, err := r.send(ctx, n)
-	finished := time.Now().UTC()
-	step.FinishedAt, step.DurationMs = &finished, finished.Sub(started).Milliseconds()
-	r.e.observer.CallDone(n.Connection, n.Op, outcome(err), finished.Sub(started))
-	if err != nil {
-		se := &stepError{step: n.ID, code: callErrorCode(err), err: err}
-		step.Status, step.Error = "failed", asExecError(se)
-		return nil, se
+	r.mu.Lock()
+	f.steps[n.ID] = out
+	r.mu.Unlock()
+	return out, nil
+}
+
+// entry returns the index of the ledger entry of key, or -1. Callers hold
+// r.mu.
+func (r *run) entry(key string) int {
+	for i := range r.rec.Steps {
+		if r.rec.Steps[i].Key == key {
+			return i
+		}
 	}
-	step.Status, step.Output = "succeeded", out
-	r.steps[n.ID] = out
-	if err := r.e.save(ctx, r.rec); err != nil {
+	return -1
+}
+
+// update changes the ledger entry of key under the lock.
+func (r *run) update(key string, fn func(st *StepRecord)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := r.entry(key); i >= 0 {
+		fn(&r.rec.Steps[i])
+	}
+}
+
+// replayed returns a recorded outcome: a done entry's output, or a failed
+// entry's error. ok is false when the step must run.
+func (r *run) replayed(key string, n *Node) (out any, err error, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := r.entry(key)
+	if i < 0 {
+		return nil, nil, false
+	}
+	st := r.rec.Steps[i]
+	switch st.Status {
+	case StepDone:
+		return st.Output, nil, true
+	case StepFailed:
+		return nil, &stepError{step: n.ID, code: st.Error.Code, err: errors.New(st.Error.Message), gate: st.Error.Gate}, true
+	}
+	return nil, nil, false
+}
+
+// begin makes sure the step has a ledger entry.
+func (r *run) begin(n *Node, key, conn string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.entry(key) >= 0 {
+		return
+	}
+	r.rec.Steps = append(r.rec.Steps, StepRecord{
+		Key: key, ID: n.ID, Kind: n.Kind, Connection: conn, Op: n.Op,
+		IdempotencyKey: r.rec.ID + ":" + key, StartedAt: time.Now().UTC(),
+	})
+}
+
+func (r *run) done(ctx context.Context, key string, n *Node, out any) (any, error) {
+	r.update(key, func(st *StepRecord) {
+		finished := time.Now().UTC()
+		st.Status, st.Output, st.FinishedAt, st.DurationMs = StepDone, out, &finished, finished.Sub(st.StartedAt).Milliseconds()
+	})
+	if err := r.save(ctx); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (r *run) send(ctx context.Context, n *Node) (any, error) {
-	sc := scope{Input: r.rec.Input, Steps: r.steps}
-	args, err := object(n.Args).eval(sc)
-	if err != nil {
-		return nil, err
+func (r *run) fail(ctx context.Context, key string, n *Node, err error) error {
+	se := asStepError(n.ID, err)
+	r.update(key, func(st *StepRecord) {
+		finished := time.Now().UTC()
+		st.Status, st.Error = StepFailed, asExecError(se)
+		st.Error.Message = r.e.redactor.String(st.Error.Message)
+		st.FinishedAt, st.DurationMs = &finished, finished.Sub(st.StartedAt).Milliseconds()
+	})
+	if serr := r.save(ctx); serr != nil {
+		return serr
 	}
-	conn, err := r.e.reg.Get(n.Connection)
-	if err != nil {
-		return nil, err
-	}
-	return conn.Call(ctx, CallRequest{Op: n.Op, Args: args.(map[string]any), IdempotencyKey: r.rec.ID + ":" + n.ID})
+	return se
 }
 
-// stepError is a step's failure with the code shown in the execution.
+// call runs one call step through the gates, replaying the ledger: a done
+// entry returns its recorded output without calling again; a pending one is
+// re-sent with the same idempotency key; a waiting one checks its approval.
+func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
+	key := n.ID + f.suffix
+	if out, err, ok := r.replayed(key, n); ok {
+		return out, err
+	}
+	conn := n.Connection
+	if n.ConnFromItem {
+		conn = f.item
+	}
+	r.begin(n, key, conn)
+	started := time.Now()
+	out, _, err := r.send(ctx, f, n, &key)
+	if errors.Is(err, errWaiting) || errors.Is(err, ErrFenced) || isStorage(err) {
+		return nil, err
+	}
+	r.e.observer.CallDone(conn, n.Op, outcome(err), time.Since(started))
+	if err != nil {
+		return nil, r.fail(ctx, key, n, err)
+	}
+	return r.done(ctx, key, n, out)
+}
+
+// send evaluates a call's arguments, passes the gates and sends it. With a
+// ledger key, a guarded call asks for approval and the pending entry is
+// written before the call leaves; without one (a verify's read) a guarded
+// call is refused, since a check cannot wait for a person.
+func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Identity, error) {
+	r.mu.Lock()
+	sc := r.scope(f)
+	v, err := object(n.Args).eval(sc)
+	r.mu.Unlock()
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	args := v.(map[string]any)
+	name := n.Connection
+	if n.ConnFromItem {
+		name = f.item
+	}
+	conn, err := r.e.reg.Get(name)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	if conn.Status().State != StateReady {
+		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), conn.Status().State, ErrUnavailable)
+	}
+	verdict, args, err := r.e.gates(ctx, conn, n.Op, args, r.rec.ID)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	if verdict == needsApproval {
+		if key == nil {
+			return nil, Identity{}, &denied{GateApprover, "a verify read cannot wait for approval; the policy guards " + n.Op}
+		}
+		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
+			return nil, Identity{}, err
+		}
+	}
+	filled, err := r.e.fillSecrets(ctx, args)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	id := conn.Identity()
+	idemKey := ""
+	if key != nil {
+		// The pending entry is written before the call leaves, so a crash
+		// after sending is re-sent with the same key, never lost.
+		r.update(*key, func(st *StepRecord) { st.Status, st.Identity, idemKey = StepPending, &id, st.IdempotencyKey })
+		if err := r.save(ctx); err != nil {
+			return nil, id, err
+		}
+	}
+	out, err := conn.Call(ctx, CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey})
+	if err != nil {
+		return nil, id, err
+	}
+	out, err = r.e.present(ctx, out, conn, r.rec.ID)
+	return out, id, err
+}
+
+// approve is gate 5: it asks for (or finds) the step's approval. It returns
+// nil once approved, errWaiting while pending, and a refusal when denied or
+// expired.
+func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[string]any) error {
+	now := time.Now().UTC()
+	ap, err := r.e.approvals.request(ctx, &Approval{
+		ID: approvalID(r.rec.ID, key), State: ApprovalPending, Execution: r.rec.ID, Step: n.ID,
+		Connection: conn, Op: n.Op, Args: r.e.redact(jsonValueMap(args)).(map[string]any),
+		RequestedBy: r.rec.Principal, CreatedAt: now, ExpiresAt: now.Add(r.e.approvalTTL),
+	})
+	if err != nil {
+		return &storageError{err}
+	}
+	switch ap.State {
+	case ApprovalApproved:
+		return nil
+	case ApprovalPending:
+		r.update(key, func(st *StepRecord) { st.Status, st.ApprovalID = StepWaiting, ap.ID })
+		if err := r.save(ctx); err != nil {
+			return err
+		}
+		return errWaiting
+	}
+	return &denied{GateApprover, fmt.Sprintf("approval %s was %s", ap.ID, ap.State)}
+}
+
+// jsonValueMap shows evaluated arguments as JSON values (secrets as their
+// placeholder), for approval records.
+func jsonValueMap(args map[string]any) any {
+	v := jsonValue(args)
+	if m, ok := v.(map[string]any); ok {
+		return m
+	}
+	return map[string]any{}
+}
+
+// stepError is a step's failure with the kind shown in the execution.
 type stepError struct {
 	step string
 	code string
+	gate int
 	err  error
 }
 
 func (e *stepError) Error() string { return "step " + e.step + ": " + e.err.Error() }
 func (e *stepError) Unwrap() error { return e.err }
 
+func asStepError(step string, err error) *stepError {
+	var se *stepError
+	if errors.As(err, &se) {
+		return se
+	}
+	var d *denied
+	if errors.As(err, &d) {
+		return &stepError{step: step, code: KindSteeringDenied, gate: d.gate, err: err}
+	}
+	return &stepError{step: step, code: callErrorKind(err), err: err}
+}
+
 func asExecError(err error) *ExecError {
 	var se *stepError
 	if errors.As(err, &se) {
-		return &ExecError{Code: se.code, Message: se.err.Error(), Step: se.step}
+		return &ExecError{Code: se.code, Message: se.err.Error(), Step: se.step, Gate: se.gate}
 	}
 	var ve *ValidationError
 	if errors.As(err, &ve) {
 		return &ExecError{Code: string(ve.Code()), Message: ve.Error()}
 	}
-	return &ExecError{Code: "EXECUTION_FAILED", Message: err.Error()}
+	return &ExecError{Code: KindStepFailed, Message: err.Error()}
 }
 
-func callErrorCode(err error) string {
-	var ce *CallError
-	var he *Error
-	var xe *exprError
+func callErrorKind(err error) string {
 	switch {
-	case errors.As(err, &ce):
-		return "CALL_FAILED"
 	case errors.Is(err, ErrUnavailable):
-		return string(CodeConnectionUnavailable)
-	case errors.As(err, &he):
-		return string(he.Code)
-	case errors.As(err, &xe):
-		return "EXPRESSION_FAILED"
+		return KindConnectionUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
-		return "CALL_TIMEOUT"
+		return KindTimeout
+	case errors.Is(err, context.Canceled):
+		return KindCancelled
 	}
-	return "CALL_ERROR"
+	return KindStepFailed
 }
 
 func outcome(err error) string {

@@ -2,7 +2,10 @@ package mcp
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -24,6 +27,7 @@ import (
 // sending notifications/cancelled for abandoned calls.
 type capture struct {
 	transport.Interface
+	wire *wire // HTTP only
 
 	mu      sync.Mutex
 	schemas map[string]json.RawMessage
@@ -37,12 +41,72 @@ var (
 
 // SendRequest forwards the request and notes the schemas of a tools/list
 // result.
+//
+// It also carries out what mcp-go's client cannot be told: an initialize
+// after a server/discover that failed with 401, 403, 5xx or no answer is
+// refused with that failure (errors are not downgrades), and a listing
+// request may carry an explicit cursor, even an empty one, and hand its raw
+// result back (see withPage).
 func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	if req.Method == string(mcp.MethodInitialize) && c.wire != nil {
+		if err := c.wire.fatalErr(); err != nil {
+			return nil, fmt.Errorf("server/discover failed, not falling back to initialize: %w", err)
+		}
+	}
+	pg, _ := ctx.Value(pageKey{}).(*page)
+	if pg != nil && pg.cursor != nil {
+		req.Params = withCursor(req.Params, *pg.cursor)
+	}
 	resp, err := c.Interface.SendRequest(ctx, req)
-	if err == nil && resp != nil && resp.Error == nil && req.Method == string(mcp.MethodToolsList) {
-		c.note(resp.Result)
+	if err == nil && req.Method == string(mcp.MethodServerDiscover) && rejectsButSupports(resp) {
+		// The server refused the version it says it supports: a modern
+		// server that, for whatever reason, wants the request again. Send
+		// it once more, under a new id, before anyone concludes the server
+		// is not modern.
+		retry := req
+		retry.ID = mcp.NewRequestId("pb-discover-" + rand.Text())
+		resp, err = c.Interface.SendRequest(ctx, retry)
+	}
+	if err == nil && resp != nil && resp.Error == nil {
+		if req.Method == string(mcp.MethodToolsList) {
+			c.note(resp.Result)
+		}
+		if pg != nil {
+			pg.raw = resp.Result
+		}
 	}
 	return resp, err
+}
+
+// rejectsButSupports reports whether resp is an UnsupportedProtocolVersion
+// error whose supported list has the 2026-07-28 version mcp-go asked for.
+func rejectsButSupports(resp *transport.JSONRPCResponse) bool {
+	if resp == nil || resp.Error == nil || resp.Error.Code != mcp.UNSUPPORTED_PROTOCOL_VERSION {
+		return false
+	}
+	b, err := json.Marshal(resp.Error.Data)
+	if err != nil {
+		return false
+	}
+	var data struct {
+		Supported []string `json:"supported"`
+	}
+	if json.Unmarshal(b, &data) != nil {
+		return false
+	}
+	return slices.Contains(data.Supported, mcp.LATEST_PROTOCOL_VERSION)
+}
+
+// withCursor sets params.cursor, which mcp-go omits when empty.
+func withCursor(params any, cursor string) any {
+	fields := map[string]json.RawMessage{}
+	if params != nil {
+		if b, err := json.Marshal(params); err == nil {
+			_ = json.Unmarshal(b, &fields)
+		}
+	}
+	fields["cursor"], _ = json.Marshal(cursor)
+	return fields
 }
 
 // SetRequestHandler forwards to the transport when it takes server-to-client
@@ -86,16 +150,33 @@ func (c *capture) schema(name string) (json.RawMessage, bool) {
 	return raw, ok
 }
 
-// httpCapture is capture over Streamable HTTP.
+// httpCapture is capture over Streamable HTTP or legacy SSE.
 type httpCapture struct {
 	*capture
-	http *transport.StreamableHTTP
+	http interface {
+		SetProtocolVersion(version string)
+	}
 }
 
 // SetProtocolVersion forwards the negotiated version, which the transport
 // sends in the MCP-Protocol-Version header.
 func (h *httpCapture) SetProtocolVersion(version string) { h.http.SetProtocolVersion(version) }
 
-// RequiresLegacyProtocol forwards the transport's answer to whether it
-// rules out the 2026-07-28 protocol.
-func (h *httpCapture) RequiresLegacyProtocol() bool { return h.http.RequiresLegacyProtocol() }
+// RequiresLegacyProtocol says whether the transport rules out the
+// 2026-07-28 protocol: legacy SSE does. Streamable HTTP is built with
+// continuous listening, for which mcp-go's transport says it does, but its
+// listener stands down on a modern connection, so 2026-07-28 is still
+// probed first; on a 2025 session the GET stream carries the server's own
+// requests (pings, and elicitations patchbay refuses).
+func (h *httpCapture) RequiresLegacyProtocol() bool {
+	_, streamable := h.http.(*transport.StreamableHTTP)
+	return !streamable
+}
+
+// SetConnectionLostHandler forwards to transports that report a lost
+// connection (legacy SSE).
+func (h *httpCapture) SetConnectionLostHandler(f func(error)) {
+	if s, ok := h.http.(interface{ SetConnectionLostHandler(func(error)) }); ok {
+		s.SetConnectionLostHandler(f)
+	}
+}

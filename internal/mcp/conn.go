@@ -2,10 +2,14 @@ package mcp
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,18 +26,29 @@ import (
 // conn is one live session: a started child process or an HTTP session.
 type conn struct {
 	name           string
-	kind           string // "stdio" or "http"
+	kind           string // "stdio", "http" or "sse"
 	requestTimeout time.Duration
+	limit          int64
 	logger         *slog.Logger
-	identity       harness.Identity
 
 	client  *client.Client
 	capture *capture // raw tools/list schemas
 	proc    *process // stdio only
+	wire    *wire    // http and sse only
 
 	// Set by connect, read-only afterwards.
-	server   mcp.Implementation
-	manifest harness.Manifest
+	era       string
+	server    mcp.Implementation
+	manifest  harness.Manifest
+	invalid   map[string]string // tool → why its schema was refused
+	resources int
+
+	mu       sync.Mutex // identity, reinit
+	identity harness.Identity
+
+	fault    once
+	done     chan struct{}
+	doneOnce sync.Once
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -44,20 +59,46 @@ var _ harness.Conn = (*conn)(nil)
 
 func (c *conn) Manifest() harness.Manifest { return c.manifest }
 
-func (c *conn) Identity() harness.Identity { return c.identity }
+func (c *conn) Identity() harness.Identity {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.identity
+}
 
-// Info reports the transport, the negotiated protocol version and who the
-// server says it is. It never carries header values or the URL, which may
-// hold credentials.
+// Done is closed when the connection is lost (the child exited, its output
+// was refused, the SSE stream or the network went away); Err says why. The
+// registry watches it to mark the connection unavailable and reconnect.
+func (c *conn) Done() <-chan struct{} { return c.done }
+
+// Err is why Done was closed, nil before.
+func (c *conn) Err() error { return c.fault.get() }
+
+// fail records the first reason the connection was lost and closes Done.
+func (c *conn) fail(err error) {
+	if c.fault.set(err) && !c.closed.Load() {
+		c.logger.Error("mcp: connection lost", "err", err)
+	}
+	c.doneOnce.Do(func() { close(c.done) })
+}
+
+// Info reports the transport, the protocol era and version, who the server
+// says it is and how many tools and resources it listed. It never carries
+// header values or the URL, which may hold credentials.
 func (c *conn) Info() map[string]any {
 	info := map[string]any{
 		"transport":       c.kind,
+		"era":             c.era,
 		"protocolVersion": c.client.ProtocolVersion(),
 		"serverName":      c.server.Name,
 		"serverVersion":   c.server.Version,
+		"tools":           len(c.manifest.Operations),
+		"resources":       c.resources,
+	}
+	if len(c.invalid) > 0 {
+		info["invalidTools"] = c.invalid
 	}
 	switch c.kind {
-	case "http":
+	case "http", "sse":
 		info["session"] = c.client.GetSessionId() != ""
 	case "stdio":
 		if pid := c.proc.pid(); pid > 0 {
@@ -67,18 +108,54 @@ func (c *conn) Info() map[string]any {
 	return info
 }
 
+func (c *conn) unavailable(op string, cause error) error {
+	return fmt.Errorf("mcp %s: call %s: %w: %w", c.name, op, harness.ErrUnavailable, cause)
+}
+
 // Call runs one tool. A result with isError is a *harness.CallError carrying
 // the result's text; a failure to get a result at all is wrapped with the
-// connection and operation names.
+// connection and operation names, and with harness.ErrUnavailable when the
+// connection itself is gone.
 func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	if c.closed.Load() {
-		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, harness.ErrUnavailable)
+		return nil, c.unavailable(req.Op, errors.New("closed"))
+	}
+	if err := c.fault.get(); err != nil {
+		return nil, c.unavailable(req.Op, err)
 	}
 	if _, ok := c.manifest.Operation(req.Op); !ok {
 		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, harness.ErrUnknownOperation)
 	}
+	if why, bad := c.invalid[req.Op]; bad {
+		return nil, fmt.Errorf("mcp %s: call %s: the server declared an unusable tool: %s", c.name, req.Op, why)
+	}
+	res, err := c.callOnce(ctx, req)
+	if err != nil && errors.Is(err, transport.ErrSessionTerminated) && c.era == EraLegacy && ctx.Err() == nil {
+		// The server expired the session: initialize a new one, once.
+		if rerr := c.reinit(ctx); rerr != nil {
+			c.fail(fmt.Errorf("session expired and re-initialize failed: %w", rerr))
+			return nil, c.unavailable(req.Op, rerr)
+		}
+		res, err = c.callOnce(ctx, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if res.IsError {
+		return nil, &harness.CallError{Op: req.Op, Message: errorText(res.Content)}
+	}
+	v, err := resultValue(res)
+	if err != nil {
+		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, err)
+	}
+	return v, nil
+}
+
+func (c *conn) callOnce(ctx context.Context, req harness.CallRequest) (*mcp.CallToolResult, error) {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
+	ctx, s := withSlot(ctx)
 
 	var call mcp.CallToolRequest
 	call.Params.Name = req.Op
@@ -90,22 +167,61 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		call.Params.Meta = mcp.NewMetaFromMap(map[string]any{MetaIdempotencyKey: req.IdempotencyKey})
 	}
 	res, err := c.client.CallTool(ctx, call)
-	if err != nil {
-		if errors.Is(err, transport.ErrTransportClosed) || errors.Is(err, syscall.EPIPE) {
-			// The server went away (a stdio child exited): the connection,
-			// not the call, is what failed.
-			return nil, fmt.Errorf("mcp %s: call %s: %w: %w", c.name, req.Op, harness.ErrUnavailable, err)
+	if err == nil {
+		return res, nil
+	}
+	switch {
+	case s.isTooLarge() || errors.Is(err, ErrResponseTooLarge):
+		return nil, fmt.Errorf("mcp %s: call %s: %w: the response exceeded the %d-byte limit (maxResponseBytes)", c.name, req.Op, ErrResponseTooLarge, c.limit)
+	case c.proc != nil && (errors.Is(err, transport.ErrTransportClosed) || errors.Is(err, syscall.EPIPE) || c.fault.get() != nil):
+		// The server went away (the child exited, or its output was
+		// refused): the connection, not the call, is what failed.
+		if f := c.waitFault(); f != nil {
+			return nil, c.unavailable(req.Op, f)
 		}
-		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, err)
+		return nil, c.unavailable(req.Op, err)
+	case parent.Err() != nil:
+		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, parent.Err())
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return nil, fmt.Errorf("mcp %s: call %s: no answer within %s (requestTimeoutMs): %w", c.name, req.Op, c.requestTimeout, context.DeadlineExceeded)
+	case c.wire != nil && isNetwork(err):
+		c.fail(fmt.Errorf("network: %w", err))
+		return nil, c.unavailable(req.Op, err)
 	}
-	if res.IsError {
-		return nil, &harness.CallError{Op: req.Op, Message: errorText(res.Content)}
+	return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, err)
+}
+
+// waitFault gives the process watcher a moment to record why a stdio
+// server went away, since mcp-go may notice first.
+func (c *conn) waitFault() error {
+	select {
+	case <-c.done:
+	case <-time.After(time.Second):
 	}
-	v, err := resultValue(res)
-	if err != nil {
-		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, err)
+	return c.fault.get()
+}
+
+func isNetwork(err error) bool {
+	var uerr *url.Error
+	var nerr net.Error
+	return errors.As(err, &uerr) || errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// reinit runs the handshake again after the server expired the session,
+// and gives the conn a new identity instance: what the old session held is
+// gone.
+func (c *conn) reinit(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := c.client.Initialize(ctx, mcp.InitializeRequest{
+		Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "patchbay", Version: buildVersion()}},
+	}); err != nil {
+		return err
 	}
-	return v, nil
+	c.identity.Instance = rand.Text()
+	c.identity.Epoch++
+	c.logger.Info("mcp: session expired; re-initialized")
+	return nil
 }
 
 // resultValue maps a tool result to the value a step sees: the structured
@@ -181,13 +297,14 @@ const closeGrace = 2 * time.Second
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
-		done := make(chan error, 1)
-		go func() { done <- c.client.Close() }()
-		if c.proc == nil {
-			c.closeErr = <-done
-			return
+		var err error
+		if c.client != nil {
+			err = c.client.Close()
 		}
-		err := c.proc.stop(done, closeGrace)
+		if c.proc != nil {
+			err = c.proc.stop(closeGrace)
+		}
+		c.doneOnce.Do(func() { close(c.done) })
 		if err != nil {
 			c.closeErr = fmt.Errorf("mcp %s: close: %w", c.name, err)
 		}

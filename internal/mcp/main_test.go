@@ -13,6 +13,10 @@ import (
 var demoBin string
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv("PATCHBAY_FAKE_MCP"); mode != "" {
+		// The test binary doubles as a misbehaving stdio server.
+		os.Exit(fakeStdio(mode, os.Stdin, os.Stdout))
+	}
 	os.Exit(runTests(m))
 }
 

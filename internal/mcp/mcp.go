@@ -1,20 +1,65 @@
 // Package mcp owns patchbay's MCP provider: it implements harness.Provider
 // and harness.Conn on mark3labs/mcp-go's client, for MCP servers run as a
-// child process (stdio) and for remote servers (Streamable HTTP).
+// child process (stdio) and for remote servers (Streamable HTTP, and legacy
+// HTTP+SSE).
 //
-// Connecting starts the transport, initializes (client name "patchbay"),
-// and reads every page of tools/list into the manifest, keeping each tool's
-// inputSchema as the raw JSON the server sent. Each connect gets a fresh
-// identity instance, since a new process or session may have lost whatever
-// the previous one held. Calls carry patchbay's idempotency key in
-// _meta["io.patchbay/idempotency-key"].
+// # Eras and transports
 //
-// A stdio server runs in its own process group with only PATH, HOME and its
-// configured env, and the whole group is killed on Close; on Linux the child
-// also gets SIGKILL if patchbay dies. The protocol era is whatever mcp-go
-// negotiates (the 2026-07-28 stateless core when the server has it, else the
-// initialize handshake); the MCP issue completes eras, fallbacks, SSE and
-// OAuth sign-in later.
+// Over stdio and Streamable HTTP a connection speaks protocol 2026-07-28
+// first (mcp-go probes with server/discover, then sends stateless requests
+// carrying _meta and, over HTTP, MCP-Protocol-Version, Mcp-Method, Mcp-Name
+// and Mcp-Param-* headers) and falls back to the 2025 initialize handshake
+// when the server does not speak it. Over HTTP, a server that refuses the
+// initialize POST with a 4xx is a legacy HTTP+SSE server, the last
+// fallback; type: sse selects it directly. The era an HTTP origin settled
+// on is cached for the life of the process, so reconnects skip the probes
+// (a failed connect forgets it). Errors are not downgrades: a 401, 403, 5xx
+// or network failure while connecting fails the connection and never leads
+// to a fallback (capture refuses the initialize mcp-go would send next).
+//
+// # What patchbay adds to mcp-go
+//
+//   - capture (capture.go) sits between mcp-go's client and its transport:
+//     it keeps raw tool schemas (mcp-go's struct drops keywords), refuses
+//     the downgrade above, and lets listings send an explicit, even empty,
+//     cursor and read the raw page (mcp-go cannot tell an omitted
+//     nextCursor from "").
+//   - listPages (list.go) reads tools/list and resources/list to the end:
+//     an empty cursor is a cursor; a page without its array, a repeated
+//     cursor or more than 100 pages fails the connection. Duplicate tool
+//     names fail it too; a tool whose inputSchema does not compile as JSON
+//     Schema (santhosh-tekuri/jsonschema, remote $refs never fetched) stays
+//     listed but every call to it fails with the reason.
+//   - wire (wire.go) is the HTTP RoundTripper: a bound on every response
+//     body (maxResponseBytes, default 16 MiB) and the record of fatal
+//     statuses while connecting.
+//   - process and guard (proc.go): patchbay starts the stdio child itself
+//     (own process group, only PATH, HOME and the configured env, SIGKILL
+//     on parent death on Linux, the whole group killed on Close) and hands
+//     mcp-go its pipes through transport.NewIO, with stdout guarded: a line
+//     longer than maxResponseBytes or one that is not JSON ends the
+//     connection with that reason instead of being skipped or buffered
+//     without bound.
+//   - ToolIDs and ModelTools (toolid.go) name tools for models, and
+//     Secrets (secrets.go) lists the values of an entry to scrub.
+//
+// # Results, server requests, lifecycle
+//
+// A call's value is the structuredContent when present, else the first
+// text block, decoded when it is JSON; isError is a *harness.CallError
+// with the text. The client declares no sampling, elicitation or roots
+// capability, so a server that asks anyway gets an error; a ping is
+// answered; an input_required result is echoed at most three rounds. Calls
+// carry patchbay's idempotency key in _meta["io.patchbay/idempotency-key"].
+// A conn that loses its server (the child exits, its output is faulted, an
+// SSE stream or the network goes away) closes Done; calls then fail fast
+// with harness.ErrUnavailable and the registry reconnects it, which gives a
+// new identity instance. A legacy HTTP session the server expired (404) is
+// re-initialized once, also with a new instance.
+//
+// Not yet here: per-caller credentials (a session per distinct resolved
+// header set needs per-call headers in harness.CallRequest), re-issuing a
+// broken 2026-07-28 response stream, and OAuth sign-in (its own issue).
 package mcp
 
 import (
@@ -25,9 +70,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -42,15 +89,22 @@ import (
 // under, so a server can recognise a call patchbay re-sends after a crash.
 const MetaIdempotencyKey = "io.patchbay/idempotency-key"
 
-// Defaults for the timeouts of config.MCP.
+// Defaults of config.MCP.
 const (
-	DefaultConnectTimeout = 30 * time.Second
-	DefaultRequestTimeout = 60 * time.Second
+	DefaultConnectTimeout   = 30 * time.Second
+	DefaultRequestTimeout   = 60 * time.Second
+	DefaultMaxResponseBytes = 16 << 20
 )
 
-// maxToolPages bounds tools/list, so a server that never stops paging fails
-// the connect at once rather than at its timeout.
-const maxToolPages = 100
+// maxInputRounds bounds how often an input_required result is echoed.
+const maxInputRounds = 3
+
+// Eras a connection can settle on, as shown in Info()["era"].
+const (
+	EraModern = "2026-07-28" // stateless, server/discover
+	EraLegacy = "2025"       // initialize handshake, sessions
+	EraSSE    = "sse"        // legacy HTTP+SSE
+)
 
 // Options tunes a provider. A nil *Options, and every zero field, means the
 // default.
@@ -58,19 +112,30 @@ type Options struct {
 	// Logger receives the provider's and mcp-go's transport logs, tagged with
 	// the connection name. Nil means slog.Default().
 	Logger *slog.Logger
-	// HTTPClient sends Streamable HTTP requests. It exists so a caller can
-	// add what the connection needs on the wire (an OAuth token source, a
-	// proxy, a test server's TLS roots). Nil means a new http.Client with no
-	// overall timeout, since a response may stream for as long as a call
-	// runs; calls are bounded by RequestTimeoutMs instead.
+	// HTTPClient sends HTTP requests. It exists so a caller can add what the
+	// connection needs on the wire (an OAuth token source, a proxy, a test
+	// server's TLS roots). Nil means a new http.Client with no overall
+	// timeout, since a response may stream for as long as a call runs; calls
+	// are bounded by RequestTimeoutMs instead.
 	HTTPClient *http.Client
-	// Stderr receives a stdio server's stderr. Nil discards it (mcp-go still
-	// drains it so the child never blocks). It is not logged by default
-	// because a server may print what it was given, secrets included.
+	// Stderr receives a stdio server's stderr. Nil discards it. It is not
+	// logged by default because a server may print what it was given,
+	// secrets included.
 	Stderr io.Writer
-	// ClientVersion is sent as the client version in the handshake. Empty
-	// means the main module's version from the build info, or "dev".
+	// ClientVersion is sent as the client version. Empty means the main
+	// module's version from the build info, or "dev".
 	ClientVersion string
+	// ProtocolVersion pins the preferred protocol version; a 2025 version
+	// skips the 2026-07-28 probe. Empty means the newest. It exists for the
+	// conformance client, which is told which revision to speak.
+	ProtocolVersion string
+	// Elicitation, when set, declares the elicitation capability and
+	// answers elicitation requests. patchbay leaves it nil (a connection
+	// never asks a user anything); it exists for the conformance client.
+	Elicitation client.ElicitationHandler
+	// ElicitationCapability is declared with Elicitation (for example to
+	// announce applyDefaults).
+	ElicitationCapability *mcp.ElicitationCapability
 }
 
 // New returns the provider of the connection named name. Problems with spec
@@ -97,6 +162,9 @@ type provider struct {
 	opts Options
 }
 
+// eras caches the era each HTTP origin settled on.
+var eras sync.Map // origin string → era string
+
 func (p *provider) errorf(format string, args ...any) error {
 	return fmt.Errorf("mcp %s: "+format, append([]any{p.name}, args...)...)
 }
@@ -106,40 +174,117 @@ func (p *provider) errorf(format string, args ...any) error {
 func (p *provider) Connect(ctx context.Context) (harness.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, millis(p.spec.TimeoutMs, DefaultConnectTimeout))
 	defer cancel()
-
-	c := &conn{
-		name:           p.name,
-		kind:           p.spec.Transport(),
-		requestTimeout: millis(p.spec.RequestTimeoutMs, DefaultRequestTimeout),
-		logger:         p.opts.Logger,
-		identity:       harness.Identity{Surface: "mcp", Instance: rand.Text(), Epoch: 1},
-	}
-	var (
-		trans transport.Interface
-		err   error
-	)
-	switch c.kind {
-	case "stdio":
-		trans, err = p.stdio(c)
-	case "http":
-		trans, err = p.http(c)
-	default:
-		err = fmt.Errorf("transport %q is not supported (stdio or http)", c.kind)
-	}
+	conn, err := p.connect(ctx)
 	if err != nil {
-		return nil, p.errorf("connect: %w", err)
-	}
-	c.client = client.NewClient(trans)
-
-	if err := c.connect(ctx, p.opts.ClientVersion); err != nil {
-		if cerr := c.Close(); cerr != nil {
-			p.opts.Logger.Warn("mcp: close after failed connect", "err", cerr)
+		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s (timeoutMs): %w", millis(p.spec.TimeoutMs, DefaultConnectTimeout), err)
 		}
 		return nil, p.errorf("connect: %w", err)
 	}
-	p.opts.Logger.Debug("mcp: connected", "transport", c.kind, "operations", len(c.manifest.Operations),
+	return conn, nil
+}
+
+func (p *provider) connect(ctx context.Context) (*conn, error) {
+	switch kind := p.spec.Transport(); kind {
+	case "stdio":
+		return p.dial(ctx, "stdio", p.stdio)
+	case "http":
+		origin := originOf(p.spec.URL)
+		cached, _ := eras.Load(origin)
+		if cached == EraSSE {
+			c, err := p.dial(ctx, "sse", p.sse)
+			if err != nil {
+				eras.Delete(origin)
+			}
+			return c, err
+		}
+		c, err := p.dial(ctx, "http", p.streamable)
+		if errors.Is(err, transport.ErrLegacySSEServer) {
+			p.opts.Logger.Debug("mcp: initialize refused; trying legacy HTTP+SSE")
+			c, err = p.dial(ctx, "sse", p.sse)
+			if err != nil {
+				err = fmt.Errorf("initialize over Streamable HTTP was refused with a 4xx, and legacy HTTP+SSE failed too: %w", err)
+			}
+		}
+		if err != nil {
+			eras.Delete(origin)
+			return nil, err
+		}
+		eras.Store(origin, c.era)
+		return c, nil
+	case "sse":
+		return p.dial(ctx, "sse", p.sse)
+	default:
+		return nil, fmt.Errorf("transport %q is not supported (stdio, http or sse)", kind)
+	}
+}
+
+// dial builds one conn over the transport open makes, connects it and
+// reads its manifest; on failure it closes what it started.
+func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (transport.Interface, error)) (*conn, error) {
+	c := &conn{
+		name:           p.name,
+		kind:           kind,
+		requestTimeout: millis(p.spec.RequestTimeoutMs, DefaultRequestTimeout),
+		limit:          p.maxResponse(),
+		logger:         p.opts.Logger,
+		identity:       harness.Identity{Surface: "mcp", Instance: rand.Text(), Epoch: 1},
+		done:           make(chan struct{}),
+		invalid:        map[string]string{},
+	}
+	trans, err := open(c)
+	if err != nil {
+		return nil, err
+	}
+	copts := []client.ClientOption{client.WithMaxInputRoundTrips(maxInputRounds)}
+	legacyOnly := kind == "sse" || (p.opts.ProtocolVersion != "" && !mcp.IsModernProtocol(p.opts.ProtocolVersion))
+	if kind == "http" {
+		if era, _ := eras.Load(originOf(p.spec.URL)); era == EraLegacy {
+			legacyOnly = true
+		}
+	}
+	if legacyOnly {
+		copts = append(copts, client.WithLegacyProtocolOnly())
+	}
+	if p.opts.ProtocolVersion != "" {
+		copts = append(copts, client.WithProtocolVersion(p.opts.ProtocolVersion))
+	}
+	if p.opts.Elicitation != nil {
+		copts = append(copts, client.WithElicitationHandler(p.opts.Elicitation))
+		if p.opts.ElicitationCapability != nil {
+			copts = append(copts, client.WithClientCapabilities(mcp.ClientCapabilities{Elicitation: p.opts.ElicitationCapability}))
+		}
+	}
+	c.client = client.NewClient(trans, copts...)
+	if c.wire != nil {
+		c.wire.startConnect()
+	}
+	err = c.connect(ctx, p.opts.ClientVersion)
+	if c.wire != nil {
+		if ferr := c.wire.fatalErr(); err != nil && ferr != nil && !errors.Is(err, ferr) {
+			err = fmt.Errorf("%w (%w)", ferr, err)
+		}
+		c.wire.endConnect()
+	}
+	if err != nil {
+		if cerr := c.Close(); cerr != nil {
+			p.opts.Logger.Warn("mcp: close after failed connect", "err", cerr)
+		}
+		return nil, err
+	}
+	if kind == "sse" {
+		c.client.OnConnectionLost(func(err error) { c.fail(fmt.Errorf("sse stream lost: %w", err)) })
+	}
+	p.opts.Logger.Debug("mcp: connected", "transport", c.kind, "era", c.era, "operations", len(c.manifest.Operations),
 		"protocolVersion", c.client.ProtocolVersion())
 	return c, nil
+}
+
+func (p *provider) maxResponse() int64 {
+	if p.spec.MaxResponseBytes > 0 {
+		return p.spec.MaxResponseBytes
+	}
+	return DefaultMaxResponseBytes
 }
 
 func (p *provider) stdio(c *conn) (transport.Interface, error) {
@@ -147,37 +292,103 @@ func (p *provider) stdio(c *conn) (transport.Interface, error) {
 		return nil, errors.New("stdio needs a command")
 	}
 	c.proc = &process{dir: p.spec.Cwd}
-	opts := []transport.StdioOption{
-		transport.WithCommandFunc(c.proc.command),
-		transport.WithCommandLogger(p.opts.Logger),
+	stdin, stdout, err := c.proc.start(p.spec.Command, p.spec.Args, childEnv(p.spec.Env), p.opts.Stderr)
+	if err != nil {
+		return nil, err
 	}
-	if p.opts.Stderr != nil {
-		opts = append(opts, transport.WithCommandStderrWriter(p.opts.Stderr))
-	}
-	t := transport.NewStdioWithOptions(p.spec.Command, childEnv(p.spec.Env), p.spec.Args, opts...)
+	out := guard(stdout, c.limit, c.fail)
+	go func() {
+		<-c.proc.exited
+		if c.closed.Load() {
+			return
+		}
+		if c.proc.err != nil {
+			c.fail(fmt.Errorf("server process exited: %w", c.proc.err))
+		} else {
+			c.fail(errors.New("server process exited"))
+		}
+	}()
+	t := transport.NewIO(out, stdin, nil)
 	c.capture = &capture{Interface: t}
 	return c.capture, nil
 }
 
-func (p *provider) http(c *conn) (transport.Interface, error) {
+func (p *provider) httpClient(c *conn) *http.Client {
+	base := p.opts.HTTPClient
+	if base == nil {
+		base = &http.Client{}
+	}
+	rt := base.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	c.wire = &wire{base: rt, limit: c.limit}
+	hc := *base
+	hc.Transport = c.wire
+	return &hc
+}
+
+func (p *provider) streamable(c *conn) (transport.Interface, error) {
 	if p.spec.URL == "" {
 		return nil, errors.New("http needs a url")
 	}
-	hc := p.opts.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
 	t, err := transport.NewStreamableHTTP(p.spec.URL,
-		transport.WithHTTPBasicClient(hc),
+		transport.WithHTTPBasicClient(p.httpClient(c)),
 		transport.WithHTTPHeaders(p.spec.Headers),
-		transport.WithHTTPLogger(p.opts.Logger),
+		transport.WithHTTPLogger(slog.New(quietHandler{p.opts.Logger.Handler()})),
+		transport.WithContinuousListening(),
 	)
 	if err != nil {
 		// The URL may carry credentials, so it is not repeated here.
 		return nil, errors.New("invalid url")
 	}
-	c.capture = &capture{Interface: t}
+	c.capture = &capture{Interface: t, wire: c.wire}
 	return &httpCapture{capture: c.capture, http: t}, nil
+}
+
+func (p *provider) sse(c *conn) (transport.Interface, error) {
+	if p.spec.URL == "" {
+		return nil, errors.New("sse needs a url")
+	}
+	t, err := transport.NewSSE(p.spec.URL,
+		transport.WithHTTPClient(p.httpClient(c)),
+		transport.WithHeaders(p.spec.Headers),
+		transport.WithSSELogger(p.opts.Logger),
+		transport.WithResponseTimeout(c.requestTimeout),
+	)
+	if err != nil {
+		return nil, errors.New("invalid url")
+	}
+	c.capture = &capture{Interface: t, wire: c.wire}
+	return &httpCapture{capture: c.capture, http: t}, nil
+}
+
+// quietHandler turns mcp-go's error for a server without the optional GET
+// stream (most 2025 servers) into a debug record: it is not a fault.
+type quietHandler struct{ slog.Handler }
+
+func (q quietHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError && r.Message == "server does not support listening" {
+		r.Level = slog.LevelDebug
+		if !q.Handler.Enabled(ctx, r.Level) {
+			return nil
+		}
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q quietHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return quietHandler{q.Handler.WithAttrs(a)}
+}
+func (q quietHandler) WithGroup(n string) slog.Handler { return quietHandler{q.Handler.WithGroup(n)} }
+
+// originOf is scheme://host of u, the key of the era cache.
+func originOf(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	return pu.Scheme + "://" + pu.Host + pu.Path
 }
 
 // childEnv is the environment of a stdio server: PATH and HOME from
@@ -204,7 +415,7 @@ func childEnv(configured map[string]string) []string {
 	return env
 }
 
-// connect runs the handshake and reads the manifest.
+// connect runs the handshake (or discovery) and reads the manifest.
 func (c *conn) connect(ctx context.Context, clientVersion string) error {
 	// The transport keeps Start's context for the life of the connection
 	// (server-to-client requests are refused once it ends), so it must not
@@ -218,47 +429,35 @@ func (c *conn) connect(ctx context.Context, clientVersion string) error {
 		},
 	})
 	if err != nil {
+		if f := c.fault.get(); f != nil {
+			return fmt.Errorf("initialize: %w", f)
+		}
 		return fmt.Errorf("initialize: %w", err)
 	}
 	c.server = init.ServerInfo
+	switch {
+	case c.kind == "sse":
+		c.era = EraSSE
+	case mcp.IsModernProtocol(c.client.ProtocolVersion()):
+		c.era = EraModern
+	default:
+		c.era = EraLegacy
+	}
 
-	ops, err := c.listTools(ctx)
+	ops, invalid, err := c.listTools(ctx)
 	if err != nil {
 		return fmt.Errorf("list tools: %w", err)
 	}
 	c.manifest = harness.Manifest{Operations: ops}
-	return nil
-}
-
-// listTools follows nextCursor to the last page. mcp-go's ListTools does the
-// same but without a page limit.
-func (c *conn) listTools(ctx context.Context) ([]harness.Operation, error) {
-	var (
-		ops  []harness.Operation
-		req  mcp.ListToolsRequest
-		seen = map[mcp.Cursor]bool{"": true}
-	)
-	for page := 1; ; page++ {
-		if page > maxToolPages {
-			return nil, fmt.Errorf("more than %d pages", maxToolPages)
-		}
-		res, err := c.client.ListToolsByPage(ctx, req)
+	c.invalid = invalid
+	if init.Capabilities.Resources != nil {
+		n, err := c.listResources(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("page %d: %w", page, err)
+			return fmt.Errorf("list resources: %w", err)
 		}
-		for _, t := range res.Tools {
-			ops = append(ops, c.operation(t))
-		}
-		next := res.NextCursor
-		if next == "" {
-			return ops, nil
-		}
-		if seen[next] {
-			return nil, fmt.Errorf("page %d repeats cursor %q", page, next)
-		}
-		seen[next] = true
-		req.Params.Cursor = next
+		c.resources = n
 	}
+	return nil
 }
 
 func (c *conn) operation(t mcp.Tool) harness.Operation {

@@ -320,7 +320,7 @@ func TestConnectErrors(t *testing.T) {
 		{"command exits", config.MCP{Command: demoBin, Args: []string{"-no-such-flag"}}, "initialize"},
 		{"no command", config.MCP{Type: "stdio"}, "needs a command"},
 		{"no url", config.MCP{Type: "http"}, "needs a url"},
-		{"unknown transport", config.MCP{Type: "sse", URL: "http://127.0.0.1:1/sse"}, `transport "sse"`},
+		{"unknown transport", config.MCP{Type: "ws", URL: "http://127.0.0.1:1/ws"}, `transport "ws"`},
 		{"server unreachable", config.MCP{URL: gone.URL + "/mcp"}, "initialize"},
 		{"not an MCP server", config.MCP{URL: notMCP.URL}, "initialize"},
 	}

@@ -1,64 +1,84 @@
 package mcp
 
 import (
-	"context"
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"os/exec"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// process is the child of a stdio connection. mcp-go starts and reaps it;
-// process builds its exec.Cmd (own process group, working directory, no
-// inherited environment) and makes sure the group is gone on Close.
+// process is the child of a stdio connection. patchbay starts and reaps it
+// itself (mcp-go only gets its pipes, through transport.NewIO), so that its
+// stdout can be guarded (see guard), its exit noticed at once, and its whole
+// process group killed on Close.
 type process struct {
 	dir string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the child has been reaped
+	err    error         // Wait's result, set before exited is closed
 }
 
-// command is mcp-go's CommandFunc. It uses exec.Command rather than
-// CommandContext: the context mcp-go passes is the one Start was given, and
-// the child must live until Close, not until some context ends.
-func (p *process) command(_ context.Context, command string, env, args []string) (*exec.Cmd, error) {
+// start runs command with exactly env (no inherited environment), in its
+// own process group, and returns its stdin and stdout.
+func (p *process) start(command string, args, env []string, stderr io.Writer) (io.WriteCloser, io.ReadCloser, error) {
 	cmd := exec.Command(command, args...)
 	cmd.Env = env
 	cmd.Dir = p.dir
 	cmd.SysProcAttr = sysProcAttr()
-	p.mu.Lock()
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s: %w", command, err)
+	}
 	p.cmd = cmd
-	p.mu.Unlock()
-	return cmd, nil
+	p.exited = make(chan struct{})
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return stdin, stdout, nil
 }
 
 // pid is the child's process id, which is also its process group id, or 0
 // when it never started.
 func (p *process) pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.Process == nil {
+	if p == nil || p.cmd == nil || p.cmd.Process == nil {
 		return 0
 	}
 	return p.cmd.Process.Pid
 }
 
-// stop waits for done (mcp-go's Close, which closes stdin and reaps the
-// child), signals the group with SIGTERM and then SIGKILL when the child
-// takes longer than grace each time, and finally kills what is left of the
-// group: processes the server started in the background do not exit with
-// it.
-func (p *process) stop(done <-chan error, grace time.Duration) error {
+// stop waits for the child to exit after its stdin was closed, signals the
+// group with SIGTERM and then SIGKILL when it takes longer than grace each
+// time, and finally kills what is left of the group: processes the server
+// started in the background do not exit with it.
+func (p *process) stop(grace time.Duration) error {
 	pid := p.pid()
 	if pid <= 0 {
-		<-done
 		return nil
 	}
 	wait := func() bool {
 		t := time.NewTimer(grace)
 		defer t.Stop()
 		select {
-		case <-done:
+		case <-p.exited:
 			return true
 		case <-t.C:
 			return false
@@ -68,8 +88,92 @@ func (p *process) stop(done <-chan error, grace time.Duration) error {
 		_ = signalGroup(pid, syscall.SIGTERM)
 		if !wait() {
 			_ = signalGroup(pid, syscall.SIGKILL)
-			<-done
+			<-p.exited
 		}
 	}
 	return signalGroup(pid, syscall.SIGKILL)
+}
+
+// Faults of a server's output, matched with errors.Is.
+var (
+	// ErrResponseTooLarge: one message from the server exceeded the
+	// connection's maxResponseBytes.
+	ErrResponseTooLarge = errors.New("response too large")
+	// ErrInvalidJSON: a stdio server wrote a line that is not JSON, which
+	// MCP forbids (stdout is for protocol messages only).
+	ErrInvalidJSON = errors.New("server wrote invalid JSON")
+)
+
+// guard copies a stdio server's stdout to the returned reader line by line,
+// and stops with a fault (reported once to fault) at the first line longer
+// than limit bytes or that is not JSON. mcp-go reads stdout with an
+// unbounded ReadString and silently skips lines it cannot parse, which would
+// let a server exhaust memory, or leave a call waiting for its timeout on a
+// response that was garbled; guarding ends the connection with the reason
+// instead.
+func guard(src io.Reader, limit int64, fault func(error)) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		br := bufio.NewReaderSize(src, 64<<10)
+		var line []byte
+		for {
+			chunk, err := br.ReadSlice('\n')
+			line = append(line, chunk...)
+			if int64(len(line)) > limit {
+				fault(fmt.Errorf("%w: a message exceeded the %d-byte limit (maxResponseBytes)", ErrResponseTooLarge, limit))
+				// A plain EOF for mcp-go, which would log any other error
+				// again; the fault is logged once, by the conn.
+				pw.Close()
+				return
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if len(line) > 0 {
+				if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 && !json.Valid(trimmed) {
+					fault(fmt.Errorf("%w on stdout: %q", ErrInvalidJSON, clip(trimmed, 80)))
+					pw.Close()
+					return
+				}
+				if _, werr := pw.Write(line); werr != nil {
+					return
+				}
+				line = line[:0]
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	return pr
+}
+
+func clip(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}
+
+// once keeps the first error it is given.
+type once struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (o *once) set(err error) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		return false
+	}
+	o.err = err
+	return true
+}
+
+func (o *once) get() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
 }

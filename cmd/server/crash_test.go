@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+)
+
+const crashSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// replica is one server process of the crash test.
+type replica struct {
+	bin, addr string
+	env       []string
+	logPath   string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+func (r *replica) start(t *testing.T) {
+	t.Helper()
+	logf, err := os.OpenFile(r.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(r.bin)
+	cmd.Env = r.env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); logf.Close() }()
+	r.mu.Lock()
+	r.cmd = cmd
+	r.mu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + r.addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out, _ := os.ReadFile(r.logPath)
+	t.Fatalf("replica on %s not ready:\n%s", r.addr, out)
+}
+
+// kill sends SIGKILL: no shutdown, no acknowledgements, nothing flushed.
+func (r *replica) kill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		for r.cmd.ProcessState == nil {
+			// Wait (in start's goroutine) sets ProcessState; the port
+			// is free once the process is gone.
+			r.mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			r.mu.Lock()
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestCrashExactlyOnce: two server processes on one Redis take 500 signed
+// webhooks spread over both while replicas are killed with SIGKILL (and
+// restarted) ten times; the sender retries like a real one. Every event
+// must end with exactly one execution, counted by message id.
+func TestCrashExactlyOnce(t *testing.T) {
+	if storetest.URL(t) == "" {
+		t.Skip("needs a real Redis (" + storetest.EnvURL + ") shared by two processes")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	st := storetest.New(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "server")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build server: %v\n%s", err, out)
+	}
+	const events = 500
+	cfg := writeConfig(t, fmt.Sprintf(`
+connections:
+  demo: { mcp: { command: %q } }
+  jobs:
+    source: { events: { job.done: { type: object } } }
+    webhooks: { secrets: [%q] }
+triggers:
+  - id: done
+    connection: jobs
+    event: job.done
+    input: { text: { $expr: "event.id" } }
+    workflow:
+      version: 1
+      connections: { demo: {} }
+      root: { kind: call, id: say, connection: demo, op: echo, args: { text: { $expr: "$input.text" } } }
+inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
+`, demoBin, crashSecret))
+	replicas := make([]*replica, 2)
+	for i := range replicas {
+		addr := freeAddr(t)
+		replicas[i] = &replica{bin: bin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: []string{
+			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
+			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=crash-key", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_WORKERS=4",
+		}}
+		replicas[i].start(t)
+	}
+	t.Cleanup(func() {
+		for _, r := range replicas {
+			r.kill()
+		}
+	})
+
+	wh, err := standardwebhooks.NewWebhook(crashSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	var accepted, duplicates, retries atomic.Int64
+	send := func(i int) {
+		id := fmt.Sprintf("msg-%d", i)
+		body := []byte(fmt.Sprintf(`{"type":"job.done","id":"evt-%d","payload":{"n":%d}}`, i, i))
+		for attempt := 0; ; attempt++ {
+			now := time.Now()
+			sig, _ := wh.Sign(id, now, body)
+			r := replicas[(i+attempt)%2]
+			req, _ := http.NewRequest("POST", "http://"+r.addr+"/hooks/jobs", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("webhook-id", id)
+			req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+			req.Header.Set("webhook-signature", sig)
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 204:
+					accepted.Add(1)
+					return
+				case 200:
+					duplicates.Add(1)
+					return
+				}
+				if resp.StatusCode < 500 {
+					t.Errorf("event %d: answer %d", i, resp.StatusCode)
+					return
+				}
+			}
+			retries.Add(1)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	start := time.Now()
+	var senders sync.WaitGroup
+	next := make(chan int)
+	for range 8 {
+		senders.Go(func() {
+			for i := range next {
+				send(i)
+			}
+		})
+	}
+	killerDone := make(chan struct{})
+	kills := 0
+	go func() {
+		defer close(killerDone)
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+		for kills < 10 {
+			time.Sleep(time.Duration(300+rng.IntN(500)) * time.Millisecond)
+			r := replicas[rng.IntN(2)]
+			r.kill()
+			kills++
+			r.start(t)
+		}
+	}()
+	for i := range events {
+		next <- i
+		time.Sleep(20 * time.Millisecond) // ~50 events/s: the kills land during the run
+	}
+	close(next)
+	senders.Wait()
+	<-killerDone
+	sent := time.Since(start)
+	if got := accepted.Load() + duplicates.Load(); got != events {
+		t.Fatalf("the sender saw %d of %d events accepted", got, events)
+	}
+
+	// Every event gets exactly one execution, whichever replica ingested
+	// it and whichever delivered it.
+	ctx := context.Background()
+	var recs []execRecord
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		recs = scanRecords(t, ctx, st.Client, st.Prefix)
+		if len(recs) >= events || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	byEvent := map[string]string{}
+	terminal := 0
+	for _, r := range recs {
+		if prev, dup := byEvent[r.Input.Event.ID]; dup {
+			t.Errorf("event %s has two executions: %s and %s", r.Input.Event.ID, prev, r.ID)
+		}
+		byEvent[r.Input.Event.ID] = r.ID
+		if r.Status == "succeeded" || r.Status == "failed" {
+			terminal++
+		}
+	}
+	// Counted by message id: each names the one execution of its event.
+	for i := range events {
+		ev := fmt.Sprintf("evt-%d", i)
+		id, err := st.Client.Get(ctx, st.Key("msg", "jobs:done:"+ev)).Result()
+		if err != nil {
+			t.Errorf("message jobs:done:%s: %v", ev, err)
+		} else if byEvent[ev] != id {
+			t.Errorf("message jobs:done:%s names %s, the execution of the event is %q", ev, id, byEvent[ev])
+		}
+	}
+	if len(recs) != events {
+		t.Errorf("%d executions for %d events", len(recs), events)
+	}
+	records := len(recs)
+	t.Logf("%d events over %s with %d kills: %d accepted, %d duplicate answers, %d sender retries; %d executions, %d terminal after %s",
+		events, sent.Round(time.Millisecond), kills, accepted.Load(), duplicates.Load(), retries.Load(), records, terminal, time.Since(start).Round(time.Millisecond))
+}
+
+type execRecord struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Input  struct {
+		Event struct {
+			ID string `json:"id"`
+		} `json:"connection_event"`
+	} `json:"input"`
+}
+
+// scanRecords reads every execution record under prefix.
+func scanRecords(t *testing.T, ctx context.Context, c redis.UniversalClient, prefix string) []execRecord {
+	t.Helper()
+	var out []execRecord
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, prefix+"{exec:*}:record", 1000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			data, err := c.Get(ctx, k).Bytes()
+			if err != nil {
+				continue
+			}
+			var r execRecord
+			if json.Unmarshal(data, &r) == nil && strings.HasPrefix(r.Input.Event.ID, "evt-") {
+				out = append(out, r)
+			}
+		}
+		if next == 0 {
+			return out
+		}
+		cursor = next
+	}
+}

@@ -1,0 +1,328 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/store"
+)
+
+// CodeConnectionNotAllowed: a document asks for more than its allowlist
+// grants.
+const CodeConnectionNotAllowed Code = "CONNECTION_NOT_ALLOWED"
+
+// Grant is what an allowlist lets documents use of one connection.
+type Grant struct {
+	// Ops are operation globs (path.Match syntax: "ui.*", "note_get").
+	Ops []string `json:"ops,omitempty"`
+	// Events are event globs a wait may listen for.
+	Events []string `json:"events,omitempty"`
+	// Setup holds, per setup field, the patterns a document's value must
+	// match (pooled connections).
+	Setup map[string][]string `json:"setup,omitempty"`
+	// Secrets binds each secret a document may use to exactly one
+	// operation field, "<op>.<field>", so a secret granted for a password
+	// box cannot be typed into a chat message.
+	Secrets map[string]string `json:"secrets,omitempty"`
+}
+
+// Allowlist is a named set of grants: what documents sent by the keys bound
+// to it may use. No allowlist, or an empty one, grants nothing.
+type Allowlist struct {
+	Name        string           `json:"name"`
+	Connections map[string]Grant `json:"connections"`
+	UpdatedAt   time.Time        `json:"updatedAt"`
+	UpdatedBy   string           `json:"updatedBy"`
+}
+
+var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// ParseAllowlist decodes and validates an allowlist body. Every problem is
+// reported with its JSON Pointer, as for documents, so the API and the
+// admin UI show the same messages.
+func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
+	var problems []FieldError
+	bad := func(p, format string, args ...any) {
+		problems = append(problems, FieldError{Path: p, Code: CodeValidationFailed, Message: fmt.Sprintf(format, args...)})
+	}
+	if !ValidName(name) {
+		bad("name", "an allowlist name is a letter followed by letters, digits, '_' or '-' (at most 64)")
+	}
+	var body struct {
+		Connections map[string]Grant `json:"connections"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		bad("", "not a valid allowlist: %v", err)
+		return nil, &ValidationError{Problems: problems}
+	}
+	for _, conn := range sortedKeys(body.Connections) {
+		g, at := body.Connections[conn], "/connections/"+escape(conn)
+		if !ValidName(conn) {
+			bad(at, "%q is not a valid connection name", conn)
+		}
+		checkGlobs(at+"/ops", g.Ops, bad)
+		checkGlobs(at+"/events", g.Events, bad)
+		for _, field := range sortedKeys(g.Setup) {
+			checkGlobs(at+"/setup/"+escape(field), g.Setup[field], bad)
+		}
+		for _, secret := range sortedKeys(g.Secrets) {
+			p := at + "/secrets/" + escape(secret)
+			if !secretNameRE.MatchString(secret) {
+				bad(p, "%q is not a valid secret name (letters, digits, '.', '_', '-')", secret)
+			}
+			if op, field, ok := cutField(g.Secrets[secret]); !ok || op == "" || field == "" {
+				bad(p, "must name one operation field as \"<op>.<field>\", not %q", g.Secrets[secret])
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &ValidationError{Problems: problems}
+	}
+	if body.Connections == nil {
+		body.Connections = map[string]Grant{}
+	}
+	return &Allowlist{Name: name, Connections: body.Connections}, nil
+}
+
+func checkGlobs(at string, globs []string, bad func(string, string, ...any)) {
+	for i, g := range globs {
+		if _, err := path.Match(g, ""); err != nil || g == "" {
+			bad(fmt.Sprintf("%s/%d", at, i), "%q is not a valid glob", g)
+		}
+	}
+}
+
+// cutField splits "<op>.<field>" at its last dot: operation names may hold
+// dots ("ui.fill.text" is field text of ui.fill).
+func cutField(binding string) (op, field string, ok bool) {
+	i := strings.LastIndexByte(binding, '.')
+	if i < 0 {
+		return "", "", false
+	}
+	return binding[:i], binding[i+1:], true
+}
+
+func matchAny(globs []string, name string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// allows reports whether al grants op on conn.
+func (al *Allowlist) allows(conn, op string) bool {
+	if al == nil {
+		return false
+	}
+	g, ok := al.Connections[conn]
+	return ok && matchAny(g.Ops, op)
+}
+
+// check reports what doc asks for beyond al.
+func (al *Allowlist) check(doc *Document, base string) []FieldError {
+	var problems []FieldError
+	deny := func(p, format string, args ...any) {
+		problems = append(problems, FieldError{Path: p, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
+	}
+	granted := func(conn string) bool {
+		if al == nil {
+			return false
+		}
+		_, ok := al.Connections[conn]
+		return ok
+	}
+	for _, name := range doc.Connections {
+		if !granted(name) {
+			deny(base+"/connections/"+escape(name), "the allowlist grants no access to connection %q", name)
+		}
+	}
+	doc.walk(func(n *Node) {
+		if n.Kind != KindCall || !granted(n.Connection) {
+			return
+		}
+		if !al.allows(n.Connection, n.Op) {
+			deny(n.Path+"/op", "the allowlist does not grant operation %q of connection %q (step %s)", n.Op, n.Connection, n.ID)
+		}
+		for _, s := range n.Secrets {
+			want := al.Connections[n.Connection].Secrets[s.Name]
+			if want != n.Op+"."+s.Field {
+				deny(s.Path, "secret %q is not granted for %s.%s (step %s)", s.Name, n.Op, s.Field, n.ID)
+			}
+		}
+	})
+	return problems
+}
+
+// ErrAllowlistNotFound is returned for an allowlist that does not exist.
+var ErrAllowlistNotFound = errors.New("allowlist not found")
+
+// Allowlists keeps allowlists in Redis, with a short history of changes.
+type Allowlists struct {
+	store *store.Store
+}
+
+// NewAllowlists returns the allowlist store over st.
+func NewAllowlists(st *store.Store) *Allowlists { return &Allowlists{store: st} }
+
+func (a *Allowlists) key(name string) string     { return a.store.Key("allowlist", name) }
+func (a *Allowlists) history(name string) string { return a.store.Key("allowlist-history", name) }
+func (a *Allowlists) indexKey() string           { return a.store.Key("allowlists") }
+
+// historyLen bounds the change history kept per allowlist.
+const historyLen = 50
+
+// Change is one entry of an allowlist's history.
+type Change struct {
+	At     time.Time  `json:"at"`
+	By     string     `json:"by"`
+	Action string     `json:"action"` // created, updated, deleted, seeded
+	After  *Allowlist `json:"after,omitempty"`
+}
+
+// Get returns the named allowlist, or ErrAllowlistNotFound.
+func (a *Allowlists) Get(ctx context.Context, name string) (*Allowlist, error) {
+	data, err := a.store.Client.Get(ctx, a.key(name)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("allowlist %s: %w", name, ErrAllowlistNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("allowlists: get %s: %w", name, err)
+	}
+	var al Allowlist
+	if err := json.Unmarshal(data, &al); err != nil {
+		return nil, fmt.Errorf("allowlists: decode %s: %w", name, err)
+	}
+	return &al, nil
+}
+
+// List returns every allowlist, by name.
+func (a *Allowlists) List(ctx context.Context) ([]*Allowlist, error) {
+	names, err := a.store.Client.SMembers(ctx, a.indexKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("allowlists: list: %w", err)
+	}
+	slices.Sort(names)
+	out := make([]*Allowlist, 0, len(names))
+	for _, n := range names {
+		al, err := a.Get(ctx, n)
+		if errors.Is(err, ErrAllowlistNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, al)
+	}
+	return out, nil
+}
+
+// Put creates or replaces an allowlist; created reports which.
+func (a *Allowlists) Put(ctx context.Context, al *Allowlist, by string) (created bool, err error) {
+	return a.write(ctx, al, by, false)
+}
+
+// Seed writes al only when no allowlist of that name exists, so edits made
+// through the API survive a restart with the same config file.
+func (a *Allowlists) Seed(ctx context.Context, al *Allowlist) (bool, error) {
+	return a.write(ctx, al, "config", true)
+}
+
+func (a *Allowlists) write(ctx context.Context, al *Allowlist, by string, onlyNew bool) (bool, error) {
+	al.UpdatedAt, al.UpdatedBy = time.Now().UTC(), by
+	data, err := json.Marshal(al)
+	if err != nil {
+		return false, fmt.Errorf("allowlists: encode %s: %w", al.Name, err)
+	}
+	var created bool
+	if onlyNew {
+		created, err = a.store.Client.SetNX(ctx, a.key(al.Name), data, 0).Result()
+	} else {
+		err = a.store.Client.SetArgs(ctx, a.key(al.Name), data, redis.SetArgs{Get: true}).Err()
+		created = errors.Is(err, redis.Nil)
+		if created {
+			err = nil
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("allowlists: put %s: %w", al.Name, err)
+	}
+	if onlyNew && !created {
+		return false, nil
+	}
+	action := map[bool]string{true: "created", false: "updated"}[created]
+	if onlyNew {
+		action = "seeded"
+	}
+	a.record(ctx, al.Name, Change{At: al.UpdatedAt, By: by, Action: action, After: al})
+	return created, a.store.Client.SAdd(ctx, a.indexKey(), al.Name).Err()
+}
+
+// Delete removes the named allowlist.
+func (a *Allowlists) Delete(ctx context.Context, name, by string) error {
+	n, err := a.store.Client.Del(ctx, a.key(name)).Result()
+	if err != nil {
+		return fmt.Errorf("allowlists: delete %s: %w", name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("allowlist %s: %w", name, ErrAllowlistNotFound)
+	}
+	a.store.Client.SRem(ctx, a.indexKey(), name)
+	a.record(ctx, name, Change{At: time.Now().UTC(), By: by, Action: "deleted"})
+	return nil
+}
+
+func (a *Allowlists) record(ctx context.Context, name string, c Change) {
+	data, _ := json.Marshal(c)
+	a.store.Client.LPush(ctx, a.history(name), data)
+	a.store.Client.LTrim(ctx, a.history(name), 0, historyLen-1)
+}
+
+// History returns the newest changes of an allowlist first.
+func (a *Allowlists) History(ctx context.Context, name string) ([]Change, error) {
+	items, err := a.store.Client.LRange(ctx, a.history(name), 0, historyLen-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("allowlists: history %s: %w", name, err)
+	}
+	out := make([]Change, 0, len(items))
+	for _, it := range items {
+		var c Change
+		if json.Unmarshal([]byte(it), &c) == nil {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// Describe lists what a planner may use under al: each granted connection's
+// granted operations with their argument schemas.
+func Describe(reg *Registry, al *Allowlist) map[string][]Operation {
+	out := map[string][]Operation{}
+	for _, conn := range sortedKeys(al.Connections) {
+		c, err := reg.Get(conn)
+		if err != nil {
+			continue
+		}
+		ops := []Operation{}
+		for _, op := range c.Manifest().Operations {
+			if al.allows(conn, op.Name) {
+				ops = append(ops, op)
+			}
+		}
+		out[conn] = ops
+	}
+	return out
+}

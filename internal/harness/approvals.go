@@ -1,0 +1,210 @@
+package harness
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/store"
+)
+
+// ApprovalState is where an approval is in its life.
+type ApprovalState string
+
+// Approval states.
+const (
+	ApprovalPending  ApprovalState = "pending"
+	ApprovalApproved ApprovalState = "approved"
+	ApprovalDenied   ApprovalState = "denied"
+	ApprovalExpired  ApprovalState = "expired"
+)
+
+// Approval is a guarded call waiting for, or decided by, a person.
+type Approval struct {
+	ID          string         `json:"id"`
+	State       ApprovalState  `json:"state"`
+	Execution   string         `json:"execution"`
+	Step        string         `json:"step"`
+	Connection  string         `json:"connection"`
+	Op          string         `json:"op"`
+	Args        map[string]any `json:"args"` // redacted; secrets shown as <redacted>
+	RequestedBy string         `json:"requestedBy"`
+	CreatedAt   time.Time      `json:"createdAt"`
+	ExpiresAt   time.Time      `json:"expiresAt"`
+	DecidedBy   string         `json:"decidedBy,omitempty"`
+	DecidedAt   *time.Time     `json:"decidedAt,omitempty"`
+	Note        string         `json:"note,omitempty"`
+}
+
+// Approval errors.
+var (
+	ErrApprovalNotFound = errors.New("approval not found")
+	// ErrApprovalDecided: the approval was already decided otherwise.
+	ErrApprovalDecided = errors.New("approval already decided")
+)
+
+// Approvals keeps approval records in Redis. Deciding is one script on the
+// approval's key, so two decisions racing on two replicas cannot both win.
+type Approvals struct {
+	store *store.Store
+	// resume enqueues the execution an approval belongs to once decided.
+	resume func(ctx context.Context, execution string) error
+}
+
+func (a *Approvals) key(id string) string { return a.store.Key("approval", "{"+id+"}") }
+func (a *Approvals) pendingKey() string   { return a.store.Key("approvals", "pending") }
+func (a *Approvals) allKey() string       { return a.store.Key("approvals", "all") }
+
+// approvalID is derived from the execution and the step's ledger key, so a
+// replayed step finds the approval it asked for instead of asking again.
+func approvalID(execution, stepKey string) string {
+	sum := sha256.Sum256([]byte(execution + "\x00" + stepKey))
+	return "ap_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
+}
+
+// request writes a pending approval unless one with its id exists, and
+// returns the stored one.
+func (a *Approvals) request(ctx context.Context, ap *Approval) (*Approval, error) {
+	data, err := json.Marshal(ap)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: encode %s: %w", ap.ID, err)
+	}
+	// Each write is idempotent, so a request repeated after a crash
+	// completes the first one rather than making a second approval.
+	fresh, err := a.store.Client.HSetNX(ctx, a.key(ap.ID), "data", data).Result()
+	if err == nil {
+		err = a.store.Client.HSetNX(ctx, a.key(ap.ID), "state", string(ApprovalPending)).Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approvals: request %s: %w", ap.ID, err)
+	}
+	if !fresh {
+		return a.Get(ctx, ap.ID)
+	}
+	score := float64(ap.CreatedAt.UnixMilli())
+	_, err = a.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, a.pendingKey(), redis.Z{Score: float64(ap.ExpiresAt.UnixMilli()), Member: ap.ID})
+		p.ZAdd(ctx, a.allKey(), redis.Z{Score: score, Member: ap.ID})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("approvals: index %s: %w", ap.ID, err)
+	}
+	return ap, nil
+}
+
+// Get returns one approval, or ErrApprovalNotFound.
+func (a *Approvals) Get(ctx context.Context, id string) (*Approval, error) {
+	fields, err := a.store.Client.HGetAll(ctx, a.key(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approvals: get %s: %w", id, err)
+	}
+	return decodeApproval(id, fields)
+}
+
+// decodeApproval reads the hash of an approval: the request as JSON in
+// "data", which never changes, and the decision in fields of its own.
+func decodeApproval(id string, fields map[string]string) (*Approval, error) {
+	if fields["data"] == "" {
+		return nil, fmt.Errorf("approval %s: %w", id, ErrApprovalNotFound)
+	}
+	var ap Approval
+	if err := json.Unmarshal([]byte(fields["data"]), &ap); err != nil {
+		return nil, fmt.Errorf("approvals: decode %s: %w", id, err)
+	}
+	ap.State = ApprovalState(fields["state"])
+	ap.DecidedBy, ap.Note = fields["decidedBy"], fields["note"]
+	if t, err := time.Parse(time.RFC3339Nano, fields["decidedAt"]); err == nil {
+		ap.DecidedAt = &t
+	}
+	return &ap, nil
+}
+
+// List returns approvals newest first, optionally only those in state.
+func (a *Approvals) List(ctx context.Context, state ApprovalState, limit int) ([]*Approval, error) {
+	if limit <= 0 || limit > 200 {
+		limit = 50
+	}
+	ids, err := a.store.Client.ZRevRange(ctx, a.allKey(), 0, 999).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approvals: list: %w", err)
+	}
+	out := []*Approval{}
+	for _, id := range ids {
+		ap, err := a.Get(ctx, id)
+		if err != nil {
+			continue
+		}
+		if state == "" || ap.State == state {
+			out = append(out, ap)
+		}
+		if len(out) == limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// decideScript moves a pending approval to a decided state, once. It
+// returns the stored record after the call; a second call with the same
+// decision is a no-op that returns the same record, so go-redis retrying
+// the script, or a person clicking twice, changes nothing.
+var decideScript = redis.NewScript(`
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return 0 end
+if state ~= 'pending' then return 2 end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'decidedBy', ARGV[2], 'decidedAt', ARGV[3], 'note', ARGV[4])
+return 1
+`)
+
+// Decide approves or denies (or expires) a pending approval. It returns
+// the approval; deciding an approval already in that state returns it
+// unchanged, one decided otherwise is ErrApprovalDecided. A decision
+// resumes the execution, which runs the call (approved) or fails the step
+// with steering_denied.
+func (a *Approvals) Decide(ctx context.Context, id string, state ApprovalState, by, note string) (*Approval, error) {
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	code, err := decideScript.Run(ctx, a.store.Client, []string{a.key(id)}, string(state), by, now, note).Int()
+	if err != nil {
+		return nil, fmt.Errorf("approvals: decide %s: %w", id, err)
+	}
+	if code == 0 {
+		return nil, fmt.Errorf("approval %s: %w", id, ErrApprovalNotFound)
+	}
+	ap, err := a.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if code == 2 {
+		if ap.State != state {
+			return ap, fmt.Errorf("approval %s is %s: %w", id, ap.State, ErrApprovalDecided)
+		}
+		return ap, nil
+	}
+	a.store.Client.ZRem(ctx, a.pendingKey(), id)
+	if err := a.resume(ctx, ap.Execution); err != nil {
+		return ap, err
+	}
+	return ap, nil
+}
+
+// expire decides every pending approval whose time has passed.
+func (a *Approvals) expire(ctx context.Context) {
+	ids, err := a.store.Client.ZRangeByScore(ctx, a.pendingKey(), &redis.ZRangeBy{
+		Min: "-inf", Max: fmt.Sprint(time.Now().UnixMilli()), Count: 100,
+	}).Result()
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		_, _ = a.Decide(ctx, id, ApprovalExpired, "patchbay", "no decision before the approval expired")
+		a.store.Client.ZRem(ctx, a.pendingKey(), id)
+	}
+}

@@ -1,0 +1,77 @@
+package harness
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// FuzzParseDocument: any bytes parse or fail with a ValidationError, never
+// a panic, in bounded time.
+func FuzzParseDocument(f *testing.F) {
+	for _, seed := range []string{
+		`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$input.x"}}}}`,
+		`{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[{"add":{"a":1}},{"kind":"verify","id":"v","of":"@/root/steps/0","claims":[{"equals":1,"at":"sum"}]}]}}`,
+		`{"version":1,"connections":{"mem":{}},"root":{"kind":"parallel","id":"p","over":["mem"],"steps":[{"echo":{"x":{"$secret":"s"}}}],"merge":"$results"}}`,
+		`{"version":1,"root":{"kind":"parallel","id":"p","paths":[[{"kind":"call"}]]}}`,
+		`[]`, `{`, `null`,
+	} {
+		f.Add([]byte(seed))
+	}
+	reg, _ := testRegistry(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		start := time.Now()
+		doc, err := ParseDocument(data, reg, "")
+		if err == nil && doc == nil {
+			t.Fatal("nil document without an error")
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("parsing took %s", d)
+		}
+	})
+}
+
+// FuzzExpression: any expression compiles or is refused, and evaluates or
+// fails, without a panic and within the size and memory bounds.
+func FuzzExpression(f *testing.F) {
+	for _, seed := range []string{`$input.a + 1`, `map($steps.a.tags, # + "x")`, `$input[0]`, `repeat("x", 1000000)`, `1..1000000`, `$item + $subject`} {
+		f.Add(seed, `{"a": 2, "tags": ["x"]}`)
+	}
+	reg, _ := testRegistry(f)
+	f.Fuzz(func(t *testing.T, src, input string) {
+		doc := []byte(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"echo","args":{"v":{"$expr":` + quote(src) + `}}}}`)
+		parsed, err := ParseDocument(doc, reg, "")
+		if err != nil {
+			return
+		}
+		r := &run{e: &Executions{}, rec: &record{Execution: Execution{Input: map[string]any{"a": input}}}}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = object(parsed.Root.Args).eval(r.scope(&frame{steps: map[string]any{"a": map[string]any{"tags": []any{"x"}}}}))
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatalf("expression %q ran longer than 2s", src)
+		}
+	})
+}
+
+func quote(s string) string {
+	out := []byte{'"'}
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			out = append(out, '\\', byte(r))
+		case r < 0x20:
+			out = append(out, []byte(`\u00`)...)
+			out = append(out, "0123456789abcdef"[r>>4], "0123456789abcdef"[r&15])
+		default:
+			out = append(out, string(r)...)
+		}
+	}
+	return string(append(out, '"'))
+}

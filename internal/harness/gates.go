@@ -1,0 +1,234 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Policy is a connection's call policy from the host's config.
+type Policy struct {
+	// Deny globs refuse matching operations at gate 4.
+	Deny []string
+	// Approve globs send matching operations to the approver (gate 5).
+	Approve []string
+}
+
+// Run-time failure kinds, the code of a failed execution or step.
+const (
+	KindStepFailed            = "step_failed"
+	KindSteeringDenied        = "steering_denied"
+	KindConnectionUnavailable = "connection_unavailable"
+	KindTimeout               = "timeout"
+	KindCancelled             = "cancelled"
+)
+
+// Gate numbers, in the order every call passes them.
+const (
+	GateDeclared = 1 // the operation exists and is declared
+	GateSchema   = 2 // the arguments match the operation's schema
+	GateRefs     = 3 // refs were issued to this thread by this connection
+	GatePolicy   = 4 // the connection's policy
+	GateApprover = 5 // a person approves
+	GateSecrets  = 6 // secrets filled in, then sent
+)
+
+// denied is a call refused at a gate.
+type denied struct {
+	gate   int
+	reason string
+}
+
+func (d *denied) Error() string { return fmt.Sprintf("refused at gate %d: %s", d.gate, d.reason) }
+
+// verdict is what gates 1–4 decide about a call.
+type verdict int
+
+const (
+	allow verdict = iota
+	needsApproval
+)
+
+// schemas caches compiled operation schemas by connection, identity
+// instance and operation, so a replaced server's new schema is compiled
+// anew.
+type schemas struct {
+	mu    sync.Mutex
+	cache map[string]*jsonschema.Schema
+}
+
+func (s *schemas) get(conn string, inst string, op Operation) (*jsonschema.Schema, error) {
+	key := conn + "\x00" + inst + "\x00" + op.Name
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sch, ok := s.cache[key]; ok {
+		return sch, nil
+	}
+	if s.cache == nil {
+		s.cache = map[string]*jsonschema.Schema{}
+	}
+	var sch *jsonschema.Schema
+	if len(op.InputSchema) > 0 {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(op.InputSchema))
+		if err != nil {
+			return nil, fmt.Errorf("schema of %s is not JSON: %w", op.Name, err)
+		}
+		c := jsonschema.NewCompiler()
+		url := "mem://" + conn + "/" + op.Name
+		if err := c.AddResource(url, doc); err != nil {
+			return nil, err
+		}
+		if sch, err = c.Compile(url); err != nil {
+			return nil, fmt.Errorf("schema of %s does not compile: %w", op.Name, err)
+		}
+	}
+	s.cache[key] = sch
+	return sch, nil
+}
+
+// gates runs gates 1 to 4 for a call with evaluated args (secrets still
+// placeholders). It returns the arguments with every sealed ref opened to
+// the raw id the server knows.
+//
+// Refs are opened before the schema check, since the schema describes the
+// raw ids; when a ref is refused, the schema cannot be judged and the call
+// is refused at gate 3.
+func (e *Executions) gates(ctx context.Context, conn *Connection, op string, args map[string]any, thread string) (verdict, map[string]any, error) {
+	operation, ok := conn.Manifest().Operation(op)
+	if !ok {
+		return 0, nil, &denied{GateDeclared, fmt.Sprintf("connection %s has no operation %q", conn.Name(), op)}
+	}
+	rc := RefContext{Thread: thread, Identity: conn.Identity()}
+	opened, refErr := e.openRefs(ctx, args, "", rc, conn.Name())
+	if refErr == nil {
+		sch, err := e.schemas.get(conn.Name(), conn.Identity().Instance, operation)
+		if err != nil {
+			return 0, nil, &denied{GateSchema, err.Error()}
+		}
+		if sch != nil {
+			if err := sch.Validate(jsonValue(opened)); err != nil {
+				return 0, nil, &denied{GateSchema, "arguments do not match the schema of " + op + ": " + err.Error()}
+			}
+		}
+	} else {
+		return 0, nil, &denied{GateRefs, refErr.Error()}
+	}
+	args = opened.(map[string]any)
+	pol := conn.Policy()
+	if matchAny(pol.Deny, op) {
+		return 0, nil, &denied{GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), op)}
+	}
+	if matchAny(pol.Approve, op) {
+		return needsApproval, args, nil
+	}
+	return allow, args, nil
+}
+
+// openRefs is gate 3: it replaces each sealed ref in v with its raw id,
+// refusing refs that are forged, from another thread, stale, or issued by
+// a connection other than the one called. Secret placeholders are kept for
+// gate 6.
+func (e *Executions) openRefs(ctx context.Context, v any, path string, rc RefContext, conn string) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		if token, ok := x["$ref"].(string); ok && (IsSealedRef(token) || refOnlyKeys(x, "$ref", "kind")) {
+			if !IsSealedRef(token) {
+				return nil, &RefError{Err: ErrRefForged, Path: refPathOrRoot(path)}
+			}
+			ref, err := e.sealer.Open(ctx, token, rc)
+			if err != nil {
+				return nil, fmt.Errorf("ref at %s: %w", refPathOrRoot(path), err)
+			}
+			if ref.Connection != conn {
+				return nil, fmt.Errorf("ref at %s was issued by %s, not %s: %w", refPathOrRoot(path), ref.Connection, conn, ErrRefRoute)
+			}
+			return ref.Raw, nil
+		}
+		out := make(map[string]any, len(x))
+		for k, item := range x {
+			opened, err := e.openRefs(ctx, item, path+"/"+escape(k), rc, conn)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = opened
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, item := range x {
+			opened, err := e.openRefs(ctx, item, fmt.Sprintf("%s/%d", path, i), rc, conn)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = opened
+		}
+		return out, nil
+	}
+	return v, nil
+}
+
+// present prepares a call's result to be stored and shown: refs sealed to
+// this thread and connection, sensitive blobs withheld, secrets redacted.
+func (e *Executions) present(ctx context.Context, out any, conn *Connection, thread string) (any, error) {
+	sealed, err := e.sealer.SealRefs(ctx, out, RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity()})
+	if err != nil {
+		return nil, err
+	}
+	return e.redact(WithholdSensitive(sealed)), nil
+}
+
+// jsonValue turns evaluated arguments into what the schema validator reads:
+// plain JSON values, with a secret's place standing as a string.
+func jsonValue(v any) any {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	out, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return v
+	}
+	return out
+}
+
+// fillSecrets is gate 6: it replaces every secret placeholder with its
+// value and registers the value for redaction.
+func (e *Executions) fillSecrets(ctx context.Context, v any) (any, error) {
+	switch x := v.(type) {
+	case secretArg:
+		if e.secrets == nil {
+			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", x.Name)}
+		}
+		val, err := e.secrets.Resolve(ctx, x.Name)
+		if err != nil {
+			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q could not be resolved", x.Name)}
+		}
+		e.redactor.Add(val)
+		return val, nil
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, item := range x {
+			filled, err := e.fillSecrets(ctx, item)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = filled
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, item := range x {
+			filled, err := e.fillSecrets(ctx, item)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = filled
+		}
+		return out, nil
+	}
+	return v, nil
+}

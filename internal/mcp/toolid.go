@@ -1,0 +1,104 @@
+package mcp
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+)
+
+// MaxToolIDLen is the longest tool id a model is shown (the tool-name limit
+// of the model APIs).
+const MaxToolIDLen = 128
+
+// ToolIDs names the tools of a connection for models: "<connection>_<tool>".
+// Characters outside [A-Za-z0-9_-] become '_' and ids are cut to 128
+// characters. An id that needed neither (the tool's name was already valid)
+// is kept as is; only reduced ids are ever suffixed (_2, _3, …) when they
+// collide, so adding a dotted tool to a server never moves an existing one.
+// The map goes from remote tool name to id; the remote tool is still called
+// by its own name.
+func ToolIDs(connection string, tools []string) map[string]string {
+	ids := make(map[string]string, len(tools))
+	taken := map[string]bool{}
+	var reduced []string
+	for _, name := range tools {
+		full := connection + "_" + name
+		if id := reduceID(full); id == full {
+			ids[name] = id
+			taken[id] = true
+		} else if _, dup := ids[name]; !dup {
+			reduced = append(reduced, name)
+		}
+	}
+	slices.Sort(reduced)
+	reduced = slices.Compact(reduced)
+	for _, name := range reduced {
+		base := reduceID(connection + "_" + name)
+		id := base
+		for n := 2; taken[id]; n++ {
+			suffix := "_" + strconv.Itoa(n)
+			cut := min(len(base), MaxToolIDLen-len(suffix))
+			id = base[:cut] + suffix
+		}
+		ids[name] = id
+		taken[id] = true
+	}
+	return ids
+}
+
+// reduceID replaces characters outside [A-Za-z0-9_-] with '_' and cuts the
+// result to MaxToolIDLen bytes.
+func reduceID(s string) string {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+			b = append(b, byte(r))
+		default:
+			b = append(b, '_')
+		}
+		if len(b) == MaxToolIDLen {
+			break
+		}
+	}
+	return string(b)
+}
+
+// ModelTool is one operation as a model sees it.
+type ModelTool struct {
+	// ID is the name the model calls it by (see ToolIDs).
+	ID string `json:"id"`
+	// Operation is the remote tool's own name, which the call is sent with.
+	Operation string `json:"operation"`
+	// Description is prefixed "[<connection>] " so a model can tell which
+	// server a tool comes from.
+	Description string              `json:"description"`
+	InputSchema []byte              `json:"inputSchema,omitempty"`
+	Annotations harness.Annotations `json:"annotations"`
+}
+
+// ModelTools lists a connection's operations for a model, in manifest
+// order, with ids from ToolIDs and annotations (title and hints) carried.
+func ModelTools(connection string, m harness.Manifest) []ModelTool {
+	names := make([]string, len(m.Operations))
+	for i, op := range m.Operations {
+		names[i] = op.Name
+	}
+	ids := ToolIDs(connection, names)
+	out := make([]ModelTool, 0, len(m.Operations))
+	for _, op := range m.Operations {
+		desc := "[" + connection + "]"
+		if op.Description != "" {
+			desc += " " + op.Description
+		}
+		out = append(out, ModelTool{
+			ID:          ids[op.Name],
+			Operation:   op.Name,
+			Description: desc,
+			InputSchema: op.InputSchema,
+			Annotations: op.Annotations,
+		})
+	}
+	return out
+}

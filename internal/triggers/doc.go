@@ -1,0 +1,48 @@
+// Package triggers owns what brings events in and turns them into turns:
+// sources (events pushed by host code or posted as signed webhooks), cron
+// sources (one tick per scheduled time), the triggers of the config file,
+// and the durable inbox in Redis between them.
+//
+// # Exactly one execution per event
+//
+// An event is ingested by one Lua script that, together: drops it when its
+// id (or webhook-id) was seen within the dedupe window or, for cron, when
+// its slot is not after the watermark; remembers the id; appends one inbox
+// entry per matching trigger; advances the cursor; counts it and logs the
+// delivery. Entries are read through a consumer group. For each entry the
+// reading replica calls Executions.SubmitOnce with the message id
+// "<connection>:<trigger>:<event id>", so however often an entry is
+// delivered — a crash, a reclaim, a redelivery from the dead-letter list —
+// it names one execution. The entry is acknowledged (and deleted) only
+// when that execution is terminal. While it waits, the replica renews its
+// claim on the entries it holds (XCLAIM JUSTID, which leaves the delivery
+// count alone); entries of a replica that stopped renewing for
+// ReclaimAfter are claimed by another. An entry claimed more than
+// MaxDeliveries times, or one that can never succeed (an input expression
+// that fails, a workflow that does not validate), goes to the connection's
+// dead-letter hash, from which the API can redeliver it.
+//
+// # Keys
+//
+// Every key of one connection's inbox shares the hash tag {in:<name>}, so
+// the ingest script works on Redis Cluster.
+//
+//	{in:C}:stream   inbox entries (fields t: trigger id, e: event JSON)
+//	{in:C}:seen:ID  a seen event id, until the dedupe window ends
+//	{in:C}:wh:ID    a seen webhook-id
+//	{in:C}:state    counters, cursor (cron watermark, Unix ms), lastEventAt
+//	{in:C}:log      the last LogSize deliveries, newest first (JSON)
+//	{in:C}:dead     dead letters by entry id (JSON)
+//
+// # Cron
+//
+// A cron connection's slots are evaluated in civil time of its zone. Every
+// replica runs the schedule; each slot is ingested with the slot as its
+// cursor and the script refuses a slot that is not after the watermark, so
+// a slot fires once across replicas with no leader. Slots missed while no
+// replica ran are caught up per the connection's policy (all, at most
+// MaxCatchUp of the latest; latest; none). Daylight saving: a slot that
+// falls in the spring-forward gap fires once at the moment the clocks jump
+// (slots that collapse onto the same instant fire once); a slot in the
+// repeated autumn hour fires once, at its first occurrence.
+package triggers

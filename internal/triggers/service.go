@@ -1,0 +1,488 @@
+package triggers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
+)
+
+// Options configure a Service; nil pointers and zero values mean defaults.
+type Options struct {
+	Store      *store.Store
+	Executions *harness.Executions
+	Registry   *harness.Registry
+	// File is the config file: its connections with source, cron or
+	// webhooks, its triggers and its inbox settings.
+	File *config.File
+	// Consumer names this replica in the inbox consumer groups. Default:
+	// a random name, so a restarted process never mistakes a dead one's
+	// entries for its own.
+	Consumer string
+	// Now is the clock cron reads. Default: Redis TIME, so replicas with
+	// skewed clocks agree on when a slot is due. Tests inject one.
+	Now func(ctx context.Context) (time.Time, error)
+	// MaxInFlight bounds the events one replica holds per connection.
+	// Default 1024.
+	MaxInFlight int
+	// Observer receives delivery figures; nil discards them.
+	Observer Observer
+	Logger   *slog.Logger
+}
+
+// Observer receives the figures the inbox produces. Implementations must
+// be safe for concurrent use.
+type Observer interface {
+	// Started is called when an event's execution was created, with the
+	// time since the event was received.
+	Started(connection, trigger string, sinceReceived time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Started(string, string, time.Duration) {}
+
+// Service runs the sources, the inbox and the triggers of one deployment.
+type Service struct {
+	st       *store.Store
+	execs    *harness.Executions
+	reg      *harness.Registry
+	consumer string
+	now      func(ctx context.Context) (time.Time, error)
+	logger   *slog.Logger
+	observer Observer
+
+	reclaimAfter  time.Duration
+	maxDeliveries int64
+	logSize       int
+	maxInFlight   int
+
+	sources  map[string]*source // by connection: every source, cron and webhook connection
+	crons    map[string]*cronSource
+	triggers map[string]*trigger // by id
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New compiles the sources and triggers of o.File. Its errors are
+// configuration errors: Validate has normally reported them already.
+func New(o Options) (*Service, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Consumer == "" {
+		o.Consumer = "replica-" + strings.ToLower(rand.Text()[:10])
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 1024
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	f := o.File
+	if f == nil {
+		f = &config.File{}
+	}
+	s := &Service{
+		st: o.Store, execs: o.Executions, reg: o.Registry, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
+		reclaimAfter: config.DefaultReclaimAfter, maxDeliveries: config.DefaultMaxDeliveries, logSize: config.DefaultLogSize,
+		maxInFlight: o.MaxInFlight,
+		sources:     map[string]*source{}, crons: map[string]*cronSource{}, triggers: map[string]*trigger{},
+	}
+	if s.now = o.Now; s.now == nil {
+		s.now = func(ctx context.Context) (time.Time, error) { return s.st.Client.Time(ctx).Result() }
+	}
+	if in := f.Inbox; in != nil {
+		if in.ReclaimAfter > 0 {
+			s.reclaimAfter = in.ReclaimAfter
+		}
+		if in.MaxDeliveries > 0 {
+			s.maxDeliveries = int64(in.MaxDeliveries)
+		}
+		if in.LogSize > 0 {
+			s.logSize = in.LogSize
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
+		c := f.Connections[name]
+		if c.Source == nil && c.Cron == nil && c.Webhooks == nil {
+			continue
+		}
+		src := &source{name: name, inbox: newInbox(o.Store, name), dedupe: config.DefaultDedupeFor}
+		if c.Webhooks != nil && c.Webhooks.DedupeFor > 0 {
+			src.dedupe = c.Webhooks.DedupeFor
+		}
+		switch {
+		case c.Source != nil:
+			src.schemas = map[string]*jsonschema.Schema{}
+			for typ, raw := range c.Source.Events {
+				sch, err := config.CompileEventSchema(raw)
+				if err != nil {
+					return nil, fmt.Errorf("triggers: connection %s: event %s: %w", name, typ, err)
+				}
+				src.schemas[typ] = sch
+			}
+		case c.Cron != nil:
+			cs, err := newCronSource(name, *c.Cron)
+			if err != nil {
+				return nil, fmt.Errorf("triggers: connection %s: %w", name, err)
+			}
+			s.crons[name] = cs
+			src.schemas = map[string]*jsonschema.Schema{config.CronEventTick: nil}
+		}
+		s.sources[name] = src
+	}
+	for _, t := range f.Triggers {
+		src, ok := s.sources[t.Connection]
+		if !ok {
+			return nil, fmt.Errorf("triggers: trigger %s: connection %q has no events", t.ID, t.Connection)
+		}
+		c, err := compileTrigger(t)
+		if err != nil {
+			return nil, fmt.Errorf("triggers: %w", err)
+		}
+		s.triggers[t.ID] = c
+		src.triggers = append(src.triggers, c)
+	}
+	return s, nil
+}
+
+// Via says how an event arrived.
+type Via struct {
+	// Kind is webhook, api or cron.
+	Kind string
+	// WebhookID is the webhook-id header, deduplicated with the event id.
+	WebhookID string
+	// cursor is the cron slot (Unix ms); a slot not after the watermark
+	// is a duplicate.
+	cursor string
+}
+
+// Result is what Emit did with an event.
+type Result struct {
+	// Duplicate: the event (or webhook-id) was seen within the dedupe
+	// window, or the cron slot was fired already; nothing was appended.
+	Duplicate bool
+	// Triggers are the ids of the triggers it matched.
+	Triggers []string
+}
+
+// HasSource reports whether connection takes events.
+func (s *Service) HasSource(connection string) bool {
+	_, ok := s.sources[connection]
+	return ok
+}
+
+// Emit validates ev for connection and ingests it: an *EventError for a
+// bad event, ErrUnknownSource for a connection that takes no events.
+func (s *Service) Emit(ctx context.Context, connection string, ev Event, via Via) (Result, error) {
+	src, ok := s.sources[connection]
+	if !ok || (via.Kind != "cron" && s.crons[connection] != nil) {
+		return Result{}, fmt.Errorf("%w: %q", ErrUnknownSource, connection)
+	}
+	if !ValidEventID(ev.ID) {
+		return Result{}, &EventError{Problems: []FieldProblem{{"/id", fmt.Sprintf("must be a string of 1 to %d printable characters", MaxEventIDLen)}}}
+	}
+	if via.Kind != "cron" {
+		if err := src.validate(ev); err != nil {
+			return Result{}, err
+		}
+	}
+	ev.Connection = connection
+	if ev.ReceivedAt.IsZero() {
+		ev.ReceivedAt = time.Now().UTC()
+	}
+	var matched []string
+	env := envOf(ev)
+	for _, t := range src.triggers {
+		if t.Event != ev.Type {
+			continue
+		}
+		ok, err := t.matches(env)
+		if err != nil {
+			s.logger.Warn("trigger filter failed; event not delivered to it", "trigger", t.ID, "event", ev.ID, "err", err)
+			src.inbox.count(ctx, "t:"+t.ID+":filterErrors")
+			continue
+		}
+		if ok {
+			matched = append(matched, t.ID)
+		}
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return Result{}, fmt.Errorf("triggers: encode event: %w", err)
+	}
+	receipt := Receipt{At: ev.ReceivedAt, Via: via.Kind, Outcome: "accepted", WebhookID: via.WebhookID, EventID: ev.ID, Type: ev.Type, Triggers: len(matched)}
+	acc, _ := json.Marshal(receipt)
+	receipt.Outcome, receipt.Triggers = "duplicate", 0
+	dup, _ := json.Marshal(receipt)
+	dedupe := []string{src.inbox.key("seen", ev.ID)}
+	if via.WebhookID != "" {
+		dedupe = append(dedupe, src.inbox.key("wh", via.WebhookID))
+	}
+	fresh, err := src.inbox.ingest(ctx, rand.Text(), ingestArgs{
+		event: data, dedupe: dedupe, ttl: src.dedupe, cursor: via.cursor, mustAdvance: via.cursor != "",
+		received: ev.ReceivedAt, accepted: acc, duplicate: dup, logSize: s.logSize, triggers: matched,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if !fresh {
+		return Result{Duplicate: true}, nil
+	}
+	return Result{Triggers: matched}, nil
+}
+
+// Reject counts and logs a delivery refused before it became an event (a
+// bad signature, a malformed body).
+func (s *Service) Reject(ctx context.Context, connection string, r Receipt) {
+	src, ok := s.sources[connection]
+	if !ok {
+		return
+	}
+	r.Outcome = "rejected"
+	if r.At.IsZero() {
+		r.At = time.Now().UTC()
+	}
+	data, _ := json.Marshal(r)
+	if err := src.inbox.reject(ctx, data, s.logSize); err != nil {
+		s.logger.Warn("could not record a rejected delivery", "connection", connection, "err", err)
+	}
+}
+
+// Deliveries returns the last n deliveries to connection, newest first.
+func (s *Service) Deliveries(ctx context.Context, connection string, n int) ([]Receipt, error) {
+	src, ok := s.sources[connection]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownSource, connection)
+	}
+	if n <= 0 || n > s.logSize {
+		n = s.logSize
+	}
+	return src.inbox.receipts(ctx, n)
+}
+
+// Start validates the triggers' workflows and starts delivery and cron.
+// It is idempotent; a second call does nothing.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return nil
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.triggers)) {
+		t := s.triggers[id]
+		if _, err := harness.ParseDocument(t.Document, s.reg, "/workflow"); err != nil {
+			s.logger.Warn("trigger workflow does not validate now; its events wait in the inbox until it does or they are dead-lettered", "trigger", id, "err", err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	for _, name := range slices.Sorted(maps.Keys(s.sources)) {
+		src := s.sources[name]
+		if len(src.triggers) == 0 {
+			continue
+		}
+		if err := src.inbox.ensureGroup(ctx); err != nil {
+			cancel()
+			return err
+		}
+		d := newDeliverer(s, src)
+		s.wg.Go(func() { d.run(runCtx) })
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.crons)) {
+		c := s.crons[name]
+		s.wg.Go(func() { s.runCron(runCtx, c) })
+	}
+	s.started, s.cancel = true, cancel
+	s.logger.Info("triggers started", "triggers", len(s.triggers), "sources", len(s.sources), "consumer", s.consumer)
+	return nil
+}
+
+// Started reports whether Start has run.
+func (s *Service) Started() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+// Close stops delivery and cron and waits for them. Events held are left
+// pending; another replica (or this one, restarted) reclaims them.
+func (s *Service) Close() {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.started, s.cancel = false, nil
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+}
+
+// DeadLetters lists the dead letters of every connection, oldest first.
+func (s *Service) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
+	var out []DeadLetter
+	for _, name := range slices.Sorted(maps.Keys(s.sources)) {
+		dls, err := s.sources[name].inbox.deadLetters(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dls...)
+	}
+	slices.SortFunc(out, func(a, b DeadLetter) int { return a.DeadAt.Compare(b.DeadAt) })
+	return out, nil
+}
+
+// Redeliver puts dead letter id ("<connection>:<entry id>") back in its
+// inbox. The event keeps its message id, so it still names at most one
+// execution. It returns the new entry id.
+func (s *Service) Redeliver(ctx context.Context, id string) (string, error) {
+	conn, entry, ok := strings.Cut(id, ":")
+	src, known := s.sources[conn]
+	if !ok || !known {
+		return "", ErrDeadLetterNotFound
+	}
+	return src.inbox.redeliver(ctx, entry)
+}
+
+// Counts are a trigger's figures. Duplicate and Rejected are those of its
+// connection (a delivery is refused before triggers are matched).
+type Counts struct {
+	Received    int64 `json:"received"`
+	Duplicate   int64 `json:"duplicate"`
+	Rejected    int64 `json:"rejected"`
+	Delivered   int64 `json:"delivered"`
+	Succeeded   int64 `json:"succeeded"`
+	Failed      int64 `json:"failed"`
+	Dead        int64 `json:"dead"`
+	Redelivered int64 `json:"redelivered"`
+}
+
+// TriggerStatus is one trigger as status shows it.
+type TriggerStatus struct {
+	ID          string     `json:"id"`
+	Connection  string     `json:"connection"`
+	Event       string     `json:"event"`
+	Counts      Counts     `json:"counts"`
+	LastEventAt *time.Time `json:"lastEventAt,omitempty"`
+}
+
+// InboxStatus is one connection's inbox.
+type InboxStatus struct {
+	Connection string `json:"connection"`
+	// Depth is the number of entries not yet done (pending or unread).
+	Depth int64 `json:"depth"`
+	// Pending is the number of entries held by a replica.
+	Pending     int64      `json:"pending"`
+	DeadLetters int64      `json:"deadLetters"`
+	Accepted    int64      `json:"accepted"`
+	Duplicate   int64      `json:"duplicate"`
+	Rejected    int64      `json:"rejected"`
+	LastEventAt *time.Time `json:"lastEventAt,omitempty"`
+	// Watermark is a cron connection's last fired (or skipped) slot.
+	Watermark *time.Time `json:"watermark,omitempty"`
+}
+
+// Status is the harness as GET /v1/harness/status shows it.
+type Status struct {
+	Started     bool             `json:"started"`
+	Connections []harness.Status `json:"connections"`
+	Triggers    []TriggerStatus  `json:"triggers"`
+	Inboxes     []InboxStatus    `json:"inboxes"`
+	LastEventAt *time.Time       `json:"lastEventAt,omitempty"`
+}
+
+// Status reads the figures of every source and trigger.
+func (s *Service) Status(ctx context.Context) (*Status, error) {
+	out := &Status{Started: s.Started(), Connections: []harness.Status{}, Triggers: []TriggerStatus{}, Inboxes: []InboxStatus{}}
+	if s.reg != nil {
+		for _, c := range s.reg.List() {
+			out.Connections = append(out.Connections, c.Status())
+		}
+	}
+	states := map[string]map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(s.sources)) {
+		in := s.sources[name].inbox
+		st, err := in.stateOf(ctx)
+		if err != nil {
+			return nil, err
+		}
+		states[name] = st
+		is := InboxStatus{Connection: name, Accepted: num(st, "accepted"), Duplicate: num(st, "duplicate"), Rejected: num(st, "rejected"), LastEventAt: msTime(st["lastEventAt"])}
+		if s.crons[name] != nil {
+			is.Watermark = msTime(st["cursor"])
+		}
+		if is.Depth, err = s.st.Client.XLen(ctx, in.stream()).Result(); err != nil {
+			return nil, fmt.Errorf("inbox %s: depth: %w", name, err)
+		}
+		if p, err := s.st.Client.XPending(ctx, in.stream(), group).Result(); err == nil {
+			is.Pending = p.Count
+		}
+		if is.DeadLetters, err = s.st.Client.HLen(ctx, in.dead()).Result(); err != nil {
+			return nil, fmt.Errorf("inbox %s: dead letters: %w", name, err)
+		}
+		if is.LastEventAt != nil && (out.LastEventAt == nil || is.LastEventAt.After(*out.LastEventAt)) {
+			out.LastEventAt = is.LastEventAt
+		}
+		out.Inboxes = append(out.Inboxes, is)
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.triggers)) {
+		t := s.triggers[id]
+		st := states[t.Connection]
+		f := func(k string) int64 { return num(st, "t:"+id+":"+k) }
+		out.Triggers = append(out.Triggers, TriggerStatus{
+			ID: id, Connection: t.Connection, Event: t.Event, LastEventAt: msTime(st["lastEventAt"]),
+			Counts: Counts{
+				Received: f("received"), Duplicate: num(st, "duplicate"), Rejected: num(st, "rejected"),
+				Delivered: f("delivered"), Succeeded: f("succeeded"), Failed: f("failed"), Dead: f("dead"), Redelivered: f("redelivered"),
+			},
+		})
+	}
+	return out, nil
+}
+
+func num(m map[string]string, k string) int64 {
+	n, _ := strconv.ParseInt(m[k], 10, 64)
+	return n
+}
+
+func msTime(v string) *time.Time {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return nil
+	}
+	t := time.UnixMilli(n).UTC()
+	return &t
+}
+
+// isPermanent reports whether a SubmitOnce failure will recur on every
+// delivery (the workflow does not validate for a reason other than a
+// connection that is not ready yet).
+func isPermanent(err error) bool {
+	var ve *harness.ValidationError
+	if !errors.As(err, &ve) {
+		return false
+	}
+	for _, p := range ve.Problems {
+		if p.Code == harness.CodeConnectionUnavailable {
+			return false
+		}
+	}
+	return true
+}
