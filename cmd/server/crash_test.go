@@ -32,54 +32,55 @@ type replica struct {
 	env       []string
 	logPath   string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
-func (r *replica) start(t *testing.T) {
-	t.Helper()
+// start runs the server and waits until it is ready. It is called from
+// the killer goroutine too, so it reports rather than calls t.Fatal.
+func (r *replica) start() error {
 	logf, err := os.OpenFile(r.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(r.bin)
 	cmd.Env = r.env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		logf.Close()
+		return err
 	}
-	go func() { _ = cmd.Wait(); logf.Close() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
 	r.mu.Lock()
-	r.cmd = cmd
+	r.cmd, r.exited = cmd, exited
 	r.mu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get("http://" + r.addr + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return nil
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	out, _ := os.ReadFile(r.logPath)
-	t.Fatalf("replica on %s not ready:\n%s", r.addr, out)
+	return fmt.Errorf("replica on %s not ready:\n%s", r.addr, out)
 }
 
-// kill sends SIGKILL: no shutdown, no acknowledgements, nothing flushed.
+// kill sends SIGKILL (no shutdown, no acknowledgements, nothing flushed)
+// and waits for the process to be gone, so its port is free.
 func (r *replica) kill() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd != nil && r.cmd.Process != nil {
-		_ = r.cmd.Process.Kill()
-		for r.cmd.ProcessState == nil {
-			// Wait (in start's goroutine) sets ProcessState; the port
-			// is free once the process is gone.
-			r.mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-			r.mu.Lock()
-		}
+	cmd, exited := r.cmd, r.exited
+	r.mu.Unlock()
+	if cmd == nil {
+		return
 	}
+	_ = cmd.Process.Kill()
+	<-exited
 }
 
 func freeAddr(t *testing.T) string {
@@ -135,7 +136,9 @@ inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
 			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=crash-key", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_WORKERS=4",
 		}}
-		replicas[i].start(t)
+		if err := replicas[i].start(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		for _, r := range replicas {
@@ -202,7 +205,10 @@ inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 			r := replicas[rng.IntN(2)]
 			r.kill()
 			kills++
-			r.start(t)
+			if err := r.start(); err != nil {
+				t.Error(err)
+				return
+			}
 		}
 	}()
 	for i := range events {
@@ -254,6 +260,17 @@ inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 		t.Errorf("%d executions for %d events", len(recs), events)
 	}
 	records := len(recs)
+	// Completion depends on the execution workers' own recovery; it is
+	// reported, not required, here.
+	for wait := time.Now().Add(20 * time.Second); terminal < records && time.Now().Before(wait); {
+		time.Sleep(250 * time.Millisecond)
+		terminal = 0
+		for _, r := range scanRecords(t, ctx, st.Client, st.Prefix) {
+			if r.Status == "succeeded" || r.Status == "failed" {
+				terminal++
+			}
+		}
+	}
 	t.Logf("%d events over %s with %d kills: %d accepted, %d duplicate answers, %d sender retries; %d executions, %d terminal after %s",
 		events, sent.Round(time.Millisecond), kills, accepted.Load(), duplicates.Load(), retries.Load(), records, terminal, time.Since(start).Round(time.Millisecond))
 }

@@ -74,10 +74,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err := reg.Add(name, p); err != nil {
 			return err
 		}
+		pol := harness.Policy{Determinism: spec.Determinism}
 		if p := spec.Policy; p != nil {
-			if err := reg.SetPolicy(name, harness.Policy{Approve: p.Approve, Deny: p.Deny}); err != nil {
-				return err
-			}
+			pol.Approve, pol.Deny = p.Approve, p.Deny
+		}
+		if err := reg.SetPolicy(name, pol); err != nil {
+			return err
 		}
 	}
 	defer func() {

@@ -43,6 +43,7 @@ var (
 func loadSpec(t testing.TB) *openapi3.T {
 	t.Helper()
 	specOnce.Do(func() {
+		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 		spec, specErr = openapi3.NewLoader().LoadFromFile("../../openapi.yaml")
 		if specErr == nil {
 			specErr = spec.Validate(context.Background())
@@ -239,6 +240,7 @@ func TestEveryRouteMatchesOpenAPI(t *testing.T) {
 
 	exerciseAllowlists(t, b)
 	exerciseApprovals(t, b)
+	exerciseLifecycle(t, b, id)
 	exerciseTriggers(t, b)
 	exerciseSecrets(t, b)
 
@@ -411,4 +413,69 @@ func exerciseApprovals(t *testing.T, b *bundle) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("guarded execution did not finish: %s", r.body)
+}
+
+// exerciseLifecycle reads a finished execution's events (from the start
+// and after a Last-Event-ID), cancels it (a no-op once terminal) and asks
+// to resume it (refused: it did not fail).
+func exerciseLifecycle(t *testing.T, b *bundle, id string) {
+	t.Helper()
+	r := b.do(t, "GET", "/v1/executions/"+id+"/events", "", "")
+	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("events = %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	events := parseSSE(string(r.body))
+	if len(events) < 5 || events[len(events)-1].event != "execution.finished" {
+		t.Fatalf("events = %+v", events)
+	}
+	r = b.do(t, "GET", "/v1/executions/"+id+"/events", "", "", "Last-Event-ID", events[1].id)
+	again := parseSSE(string(r.body))
+	if len(again) != len(events)-2 || again[0].id != events[2].id {
+		t.Fatalf("after Last-Event-ID %s: %+v, want the %d events after it", events[1].id, again, len(events)-2)
+	}
+	if r = b.do(t, "GET", "/v1/executions/ex_nope/events", "", ""); r.status != 404 {
+		t.Fatalf("events of a missing execution = %d", r.status)
+	}
+	if r = b.do(t, "POST", "/v1/executions/"+id+"/cancel", "", ""); r.status != 200 || r.json(t)["status"] != "succeeded" {
+		t.Fatalf("cancel finished = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "POST", "/v1/executions/"+id+"/resume", "application/json", `{"rerun":["mem"]}`); r.status != 409 {
+		t.Fatalf("resume succeeded execution = %d %s", r.status, r.body)
+	}
+	doc := `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"g","connection":"mem","op":"guarded"}}`
+	r = b.do(t, "POST", "/v1/executions", "application/json", `{"workflow":`+doc+`}`)
+	waiting := r.json(t)["id"].(string)
+	for range 200 {
+		if b.do(t, "GET", "/v1/executions/"+waiting, "", "").json(t)["status"] == "waiting" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r = b.do(t, "POST", "/v1/executions/"+waiting+"/cancel", "", ""); r.status != 200 || r.json(t)["status"] != "cancelled" {
+		t.Fatalf("cancel waiting = %d %s", r.status, r.body)
+	}
+}
+
+type sseEvent struct{ id, event, data string }
+
+func parseSSE(body string) []sseEvent {
+	var out []sseEvent
+	for _, block := range strings.Split(body, "\n\n") {
+		var ev sseEvent
+		for _, line := range strings.Split(block, "\n") {
+			k, v, _ := strings.Cut(line, ": ")
+			switch k {
+			case "id":
+				ev.id = v
+			case "event":
+				ev.event = v
+			case "data":
+				ev.data = v
+			}
+		}
+		if ev.event != "" {
+			out = append(out, ev)
+		}
+	}
+	return out
 }

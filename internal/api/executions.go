@@ -29,7 +29,8 @@ type createRequest struct {
 }
 
 type links struct {
-	Self string `json:"self"`
+	Self   string `json:"self"`
+	Events string `json:"events"`
 }
 
 type executionResponse struct {
@@ -48,7 +49,9 @@ type executionList struct {
 	Next  string              `json:"next,omitempty"`
 }
 
-func linksOf(id string) links { return links{Self: "/v1/executions/" + id} }
+func linksOf(id string) links {
+	return links{Self: "/v1/executions/" + id, Events: "/v1/executions/" + id + "/events"}
+}
 
 func (h *handlers) createExecution(c echo.Context) error {
 	body, err := readJSONBody(c)

@@ -72,13 +72,17 @@ type File struct {
 // Connection is one entry under connections. Only mcp is supported so far;
 // the other kinds are parsed so that they can be refused by name.
 type Connection struct {
-	MCP      *MCP           `yaml:"mcp"`
-	Auth     any            `yaml:"auth"`
-	Policy   *Policy        `yaml:"policy"`
-	Pool     map[string]any `yaml:"pool"`
-	Source   *Source        `yaml:"source"`
-	Webhooks *Webhooks      `yaml:"webhooks"`
-	Cron     *Cron          `yaml:"cron"`
+	MCP    *MCP    `yaml:"mcp"`
+	Auth   any     `yaml:"auth"`
+	Policy *Policy `yaml:"policy"`
+	// Determinism: replayable | costly | unsafe (default), what a resumed
+	// execution does with results recorded before this connection's
+	// server was replaced.
+	Determinism string         `yaml:"determinism"`
+	Pool        map[string]any `yaml:"pool"`
+	Source      *Source        `yaml:"source"`
+	Webhooks    *Webhooks      `yaml:"webhooks"`
+	Cron        *Cron          `yaml:"cron"`
 }
 
 // MCP describes an MCP server reached over stdio (command) or Streamable

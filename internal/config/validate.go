@@ -185,6 +185,11 @@ func (c Connection) validate(ps *problems, name string) {
 	if c.Policy != nil {
 		c.Policy.validate(ps, path+".policy")
 	}
+	switch c.Determinism {
+	case "", "replayable", "costly", "unsafe":
+	default:
+		ps.add(path+".determinism", "must be replayable, costly or unsafe")
+	}
 }
 
 func (p *Policy) validate(ps *problems, path string) {

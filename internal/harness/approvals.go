@@ -56,6 +56,8 @@ type Approvals struct {
 	store *store.Store
 	// resume enqueues the execution an approval belongs to once decided.
 	resume func(ctx context.Context, execution string) error
+	// emit puts the decision on the execution's event stream.
+	emit func(ctx context.Context, exec, typ string, data map[string]any)
 }
 
 func (a *Approvals) key(id string) string { return a.store.Key("approval", "{"+id+"}") }
@@ -189,6 +191,7 @@ func (a *Approvals) Decide(ctx context.Context, id string, state ApprovalState, 
 		return ap, nil
 	}
 	a.store.Client.ZRem(ctx, a.pendingKey(), id)
+	a.emit(ctx, ap.Execution, EventApprovalDecision, map[string]any{"approval": id, "state": ap.State, "by": by, "step": ap.Step})
 	if err := a.resume(ctx, ap.Execution); err != nil {
 		return ap, err
 	}

@@ -55,6 +55,9 @@ type Execution struct {
 	CreatedAt  time.Time    `json:"createdAt"`
 	StartedAt  *time.Time   `json:"startedAt,omitempty"`
 	FinishedAt *time.Time   `json:"finishedAt,omitempty"`
+	// Rerun names the connections whose replaced identity this run may
+	// run live (POST resume); it holds for that run only.
+	Rerun []string `json:"rerun,omitempty"`
 }
 
 // ExecError says why an execution or a step failed.
@@ -216,7 +219,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer,
 	}
-	e.approvals = &Approvals{store: st, resume: e.resume}
+	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit}
 	return e
 }
 
@@ -352,6 +355,7 @@ func (e *Executions) enqueue(ctx context.Context, id string, workflow json.RawMe
 		return nil, fmt.Errorf("executions: submit %s: %w", rec.ID, err)
 	}
 	e.observer.ExecutionEntered(ExecQueued)
+	e.emit(ctx, rec.ID, EventState, map[string]any{"status": ExecQueued})
 	return &rec.Execution, nil
 }
 

@@ -16,7 +16,20 @@ type Policy struct {
 	Deny []string
 	// Approve globs send matching operations to the approver (gate 5).
 	Approve []string
+	// Determinism says what a resumed run does with results recorded
+	// against a connection whose identity has since been replaced:
+	// replayable keeps them; costly runs live again from the first
+	// affected entry; unsafe (the default) refuses to resume unless the
+	// resume names the connection in rerun.
+	Determinism string
 }
+
+// Determinism values.
+const (
+	Replayable = "replayable"
+	Costly     = "costly"
+	Unsafe     = "unsafe"
+)
 
 // Run-time failure kinds, the code of a failed execution or step.
 const (

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,9 +98,16 @@ func (e *Executions) handle(ctx context.Context, msg redis.XMessage) {
 // claimScript takes an execution for one run. The owner key expires unless
 // renewed, so a dead runner's claim lapses; the epoch key only grows, so a
 // runner that lost its claim can never write again (see saveScript).
+//
+// A claim that fails leaves a note (KEYS[3]) for the holder: the work item
+// that lost is dropped, and the holder enqueues the execution again when it
+// releases (see releaseScript), so a resume that races a run is never lost.
 var claimScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then return 0 end
+if cur and cur ~= ARGV[1] then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  return 0
+end
 local epoch = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -113,9 +121,16 @@ end
 return 0
 `)
 
+// releaseScript drops the claim and reports (2) whether another claim
+// came in meanwhile and must be served by enqueueing again.
 var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[2]) then
+  redis.call('DEL', KEYS[2])
+  return 2
+end
+return 1
 `)
 
 // saveScript writes the record only for the current epoch: no zombie
@@ -133,10 +148,27 @@ var ErrFenced = errors.New("execution claimed by a newer run")
 var errClaimed = errors.New("execution is being run elsewhere")
 
 func (e *Executions) ownerKey(id string) string { return e.store.Key("{exec:"+id+"}", "owner") }
+func (e *Executions) againKey(id string) string { return e.store.Key("{exec:"+id+"}", "again") }
+
+// release drops a claim, enqueueing the execution again when a claim was
+// refused while it was held.
+func (e *Executions) release(ctx context.Context, id, token string) {
+	ctx = context.WithoutCancel(ctx)
+	n, err := releaseScript.Run(ctx, e.store.Client, []string{e.ownerKey(id), e.againKey(id)}, token).Int()
+	if err != nil {
+		e.logger.Warn("release claim", "execution", id, "err", err)
+		return
+	}
+	if n == 2 {
+		if err := e.resume(ctx, id); err != nil {
+			e.logger.Error("enqueue again", "execution", id, "err", err)
+		}
+	}
+}
 func (e *Executions) epochKey(id string) string { return e.store.Key("{exec:"+id+"}", "epoch") }
 
 func (e *Executions) claim(ctx context.Context, id, token string) (int64, error) {
-	epoch, err := claimScript.Run(ctx, e.store.Client, []string{e.ownerKey(id), e.epochKey(id)},
+	epoch, err := claimScript.Run(ctx, e.store.Client, []string{e.ownerKey(id), e.epochKey(id), e.againKey(id)},
 		token, e.visibility.Milliseconds(), e.retention.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("executions: claim %s: %w", id, err)
@@ -170,9 +202,11 @@ func (e *Executions) execute(ctx context.Context, id string) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stopRenew := e.renew(runCtx, cancel, id, token)
+	stopWatch := e.watchCancel(runCtx, cancel, id)
 	defer func() {
+		stopWatch()
 		stopRenew()
-		releaseScript.Run(context.WithoutCancel(ctx), e.store.Client, []string{e.ownerKey(id)}, token)
+		e.release(ctx, id, token)
 	}()
 
 	// Reload under the claim: the record may have moved on since.
@@ -231,6 +265,7 @@ func (r *run) execute(ctx context.Context) error {
 		return err
 	}
 	r.e.observer.ExecutionEntered(ExecRunning)
+	r.e.emit(ctx, r.rec.ID, EventState, map[string]any{"status": ExecRunning, "epoch": r.epoch})
 	r.e.logger.Info("execution running", "execution", r.rec.ID, "epoch", r.epoch)
 
 	doc, err := ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
@@ -239,12 +274,15 @@ func (r *run) execute(ctx context.Context) error {
 		out, err = r.node(ctx, &frame{steps: map[string]any{}}, doc.Root)
 	}
 	switch {
+	case errors.Is(context.Cause(ctx), errCancelled):
+		return r.finish(ctx, nil, errCancelled)
 	case errors.Is(err, errWaiting):
-		r.rec.Status = ExecWaiting
+		r.rec.Status, r.rec.Rerun = ExecWaiting, nil
 		if err := r.save(ctx); err != nil {
 			return err
 		}
 		r.e.observer.ExecutionEntered(ExecWaiting)
+		r.e.emit(ctx, r.rec.ID, EventState, map[string]any{"status": ExecWaiting})
 		return nil
 	case errors.Is(err, ErrFenced), errors.Is(context.Cause(ctx), ErrFenced), isStorage(err):
 		return err
@@ -253,10 +291,15 @@ func (r *run) execute(ctx context.Context) error {
 }
 
 func (r *run) finish(ctx context.Context, out any, runErr error) error {
+	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
-	r.rec.FinishedAt = &now
+	r.rec.FinishedAt, r.rec.Rerun = &now, nil
 	r.rec.Status, r.rec.Output = ExecSucceeded, r.e.redact(out)
-	if runErr != nil {
+	switch {
+	case errors.Is(runErr, errCancelled):
+		r.rec.Status, r.rec.Output = ExecCancelled, nil
+		r.rec.Error = &ExecError{Code: KindCancelled, Message: "cancelled on request"}
+	case runErr != nil:
 		r.rec.Status, r.rec.Output, r.rec.Error = ExecFailed, nil, asExecError(runErr)
 		r.rec.Error.Message = r.e.redactor.String(r.rec.Error.Message)
 	}
@@ -264,8 +307,17 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 		return err
 	}
 	r.e.observer.ExecutionEntered(r.rec.Status)
+	data := map[string]any{"status": r.rec.Status}
+	if r.rec.Error != nil {
+		data["error"] = r.rec.Error
+	}
+	r.e.emit(ctx, r.rec.ID, EventFinished, data)
 	r.e.store.Client.Publish(ctx, r.e.doneKey(r.rec.ID), string(r.rec.Status))
-	r.e.logger.Info("execution finished", "execution", r.rec.ID, "status", r.rec.Status, "duration", now.Sub(*r.rec.StartedAt))
+	started := now
+	if r.rec.StartedAt != nil {
+		started = *r.rec.StartedAt
+	}
+	r.e.logger.Info("execution finished", "execution", r.rec.ID, "status", r.rec.Status, "duration", now.Sub(started))
 	return nil
 }
 
@@ -358,6 +410,14 @@ func (r *run) replayed(key string, n *Node) (out any, err error, ok bool) {
 		return nil, nil, false
 	}
 	st := r.rec.Steps[i]
+	if st.Status == StepDone {
+		if err := r.checkIdentity(i); err != nil {
+			return nil, err, true
+		}
+		if r.entry(key) < 0 {
+			return nil, nil, false // discarded: run live
+		}
+	}
 	switch st.Status {
 	case StepDone:
 		return st.Output, nil, true
@@ -365,6 +425,39 @@ func (r *run) replayed(key string, n *Node) (out any, err error, ok bool) {
 		return nil, &stepError{step: n.ID, code: st.Error.Code, err: errors.New(st.Error.Message), gate: st.Error.Gate}, true
 	}
 	return nil, nil, false
+}
+
+// errIdentityChanged refuses to resume over results recorded against a
+// connection that has been replaced.
+var errIdentityChanged = errors.New("connection replaced since its results were recorded")
+
+// checkIdentity applies the connection's determinism when the done entry i
+// was recorded against another instance of its connection. Callers hold
+// r.mu.
+func (r *run) checkIdentity(i int) error {
+	st := r.rec.Steps[i]
+	if st.Identity == nil || st.Connection == "" {
+		return nil
+	}
+	conn, err := r.e.reg.Get(st.Connection)
+	if err != nil {
+		return nil
+	}
+	now := conn.Identity()
+	if now.Instance == "" || now.Instance == st.Identity.Instance {
+		return nil // same thing, or an epoch-only change: results stand
+	}
+	mode := conn.Policy().Determinism
+	switch {
+	case mode == Replayable:
+		return nil
+	case mode == Costly || slices.Contains(r.rec.Rerun, st.Connection):
+		// Everything from the first affected entry on runs live.
+		r.rec.Steps = r.rec.Steps[:i]
+		return nil
+	}
+	return &stepError{step: st.ID, code: "resume_refused", err: fmt.Errorf(
+		"%w: %s (was instance %s, now %s); resume with rerun [%q] to run it live", errIdentityChanged, st.Connection, st.Identity.Instance, now.Instance, st.Connection)}
 }
 
 // begin makes sure the step has a ledger entry.
@@ -378,6 +471,7 @@ func (r *run) begin(n *Node, key, conn string) {
 		Key: key, ID: n.ID, Kind: n.Kind, Connection: conn, Op: n.Op,
 		IdempotencyKey: r.rec.ID + ":" + key, StartedAt: time.Now().UTC(),
 	})
+	r.e.emit(context.Background(), r.rec.ID, EventStepStarted, map[string]any{"key": key, "id": n.ID, "connection": conn, "op": n.Op})
 }
 
 func (r *run) done(ctx context.Context, key string, n *Node, out any) (any, error) {
@@ -388,6 +482,7 @@ func (r *run) done(ctx context.Context, key string, n *Node, out any) (any, erro
 	if err := r.save(ctx); err != nil {
 		return nil, err
 	}
+	r.e.emit(ctx, r.rec.ID, EventStepFinished, map[string]any{"key": key, "id": n.ID, "status": StepDone})
 	return out, nil
 }
 
@@ -402,6 +497,7 @@ func (r *run) fail(ctx context.Context, key string, n *Node, err error) error {
 	if serr := r.save(ctx); serr != nil {
 		return serr
 	}
+	r.e.emit(ctx, r.rec.ID, EventStepFinished, map[string]any{"key": key, "id": n.ID, "status": StepFailed, "error": asExecError(se)})
 	return se
 }
 
@@ -509,6 +605,7 @@ func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[s
 		if err := r.save(ctx); err != nil {
 			return err
 		}
+		r.e.emit(ctx, r.rec.ID, EventApprovalRequest, map[string]any{"approval": ap.ID, "step": n.ID, "connection": conn, "op": n.Op})
 		return errWaiting
 	}
 	return &denied{GateApprover, fmt.Sprintf("approval %s was %s", ap.ID, ap.State)}

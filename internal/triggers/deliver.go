@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,7 +68,7 @@ func (d *deliverer) run(ctx context.Context) {
 }
 
 func isNoGroup(err error) bool {
-	return err != nil && len(err.Error()) >= 7 && err.Error()[:7] == "NOGROUP"
+	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
 func (d *deliverer) start(ctx context.Context, wg *sync.WaitGroup, m redis.XMessage, deliveries int64) {

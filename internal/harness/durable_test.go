@@ -1,0 +1,198 @@
+package harness_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+)
+
+// replaceable is a server that can be replaced: each Connect makes a new
+// instance (a new identity), and Replace drops the current one, as a crashed
+// server process would.
+type replaceable struct {
+	ops  []harness.MemoryOp
+	mu   sync.Mutex
+	cur  *lossy
+	made atomic.Int32
+}
+
+type lossy struct {
+	*harness.Memory
+	done chan struct{}
+}
+
+func (l *lossy) Done() <-chan struct{} { return l.done }
+func (l *lossy) Err() error            { return errors.New("server replaced") }
+
+func (p *replaceable) Connect(context.Context) (harness.Conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cur = &lossy{Memory: harness.NewMemory(p.ops...), done: make(chan struct{})}
+	p.made.Add(1)
+	return p.cur, nil
+}
+
+// Replace drops the current instance and waits for the reconnect.
+func (p *replaceable) Replace(t *testing.T, c *harness.Connection) {
+	t.Helper()
+	before := c.Identity().Instance
+	p.mu.Lock()
+	close(p.cur.done)
+	p.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if id := c.Identity().Instance; id != "" && id != before && c.Status().State == harness.StateReady {
+			return
+		}
+	}
+	t.Fatal("connection was not replaced")
+}
+
+func TestResumeAfterIdentityChange(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		determinism string
+		rerun       []string
+		status      harness.ExecState
+		marks       int64 // calls of "mark" in all
+	}{
+		{"unsafe refuses", "", nil, harness.ExecFailed, 1},
+		{"unsafe with rerun runs live", "", []string{"x"}, harness.ExecSucceeded, 2},
+		{"replayable keeps results", harness.Replayable, nil, harness.ExecSucceeded, 1},
+		{"costly runs live", harness.Costly, nil, harness.ExecSucceeded, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var marks atomic.Int64
+			var broken atomic.Bool
+			broken.Store(true)
+			prov := &replaceable{ops: []harness.MemoryOp{
+				{Operation: harness.Operation{Name: "mark"}, Fn: func(context.Context, map[string]any) (any, error) {
+					return map[string]any{"n": marks.Add(1)}, nil
+				}},
+				{Operation: harness.Operation{Name: "flaky"}, Fn: func(context.Context, map[string]any) (any, error) {
+					if broken.Load() {
+						return nil, &harness.CallError{Op: "flaky", Message: "not yet"}
+					}
+					return "ok", nil
+				}},
+			}}
+			reg := harness.NewRegistry(nil)
+			must(t, reg.Add("x", prov))
+			must(t, reg.SetPolicy("x", harness.Policy{Determinism: tt.determinism}))
+			must(t, reg.Start(context.Background()))
+			t.Cleanup(func() { _ = reg.Close() })
+			st := storetest.New(t)
+			als := harness.NewAllowlists(st)
+			al, err := harness.ParseAllowlist("all", []byte(`{"connections":{"x":{"ops":["*"]}}}`))
+			must(t, err)
+			_, err = als.Put(context.Background(), al, "t")
+			must(t, err)
+			execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { _ = execs.Run(ctx, 1); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+
+			doc := `{"version":1,"connections":{"x":{}},"root":{"kind":"sequence","id":"m","steps":[{"mark":{}},{"flaky":{}}]}}`
+			ex := runDocAs(t, execs, doc, "all")
+			if ex.Status != harness.ExecFailed || ex.Error.Step == "" {
+				t.Fatalf("first run: %s %+v", ex.Status, ex.Error)
+			}
+			conn, _ := reg.Get("x")
+			prov.Replace(t, conn)
+			broken.Store(false)
+
+			_, err = execs.Resume(context.Background(), ex.ID, tt.rerun)
+			must(t, err)
+			ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
+			must(t, err)
+			if ex.Status != tt.status {
+				t.Fatalf("after resume: %s %+v", ex.Status, ex.Error)
+			}
+			if tt.status == harness.ExecFailed && ex.Error.Code != "resume_refused" {
+				t.Fatalf("error = %+v, want resume_refused", ex.Error)
+			}
+			if got := marks.Load(); got != tt.marks {
+				t.Fatalf("mark called %d times, want %d", got, tt.marks)
+			}
+			if len(ex.Rerun) != 0 {
+				t.Fatalf("rerun outlived its run: %v", ex.Rerun)
+			}
+		})
+	}
+}
+
+func runDocAs(t *testing.T, execs *harness.Executions, doc, allowlist string) *harness.Execution {
+	t.Helper()
+	ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: allowlist})
+	must(t, err)
+	ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
+	must(t, err)
+	return ex
+}
+
+func TestCancelStopsTheCallInFlight(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	var sawCancel atomic.Bool
+	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "hang"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		sawCancel.Store(true)
+		return nil, ctx.Err()
+	}})
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("x", mem))
+	must(t, reg.Start(context.Background()))
+	st := storetest.New(t)
+	als := harness.NewAllowlists(st)
+	al, _ := harness.ParseAllowlist("all", []byte(`{"connections":{"x":{"ops":["*"]}}}`))
+	_, err := als.Put(context.Background(), al, "t")
+	must(t, err)
+	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = execs.Run(ctx, 1); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(`{"version":1,"connections":{"x":{}},"root":{"kind":"call","id":"h","connection":"x","op":"hang"}}`), Allowlist: "all"})
+	must(t, err)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("call never started")
+	}
+	begun := time.Now()
+	got, err := execs.Cancel(context.Background(), ex.ID)
+	must(t, err)
+	if got.Status != harness.ExecCancelled || got.Error.Code != "cancelled" {
+		t.Fatalf("after cancel: %s %+v", got.Status, got.Error)
+	}
+	if !sawCancel.Load() {
+		t.Fatal("the call in flight was not cancelled")
+	}
+	if d := time.Since(begun); d > 3*time.Second {
+		t.Fatalf("cancel took %s", d)
+	}
+	// The record is written before the last event: give it a moment.
+	var last harness.Event
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		events, err := execs.Events(context.Background(), ex.ID, "", 0)
+		must(t, err)
+		if last = events[len(events)-1]; last.Type == harness.EventFinished {
+			break
+		}
+	}
+	if last.Type != harness.EventFinished || last.Data["status"] != "cancelled" {
+		t.Fatalf("last event = %+v", last)
+	}
+}

@@ -1,0 +1,205 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Event types on an execution's stream.
+const (
+	EventState            = "execution.state"    // {status}
+	EventStepStarted      = "step.started"       // {key, id, connection, op}
+	EventStepFinished     = "step.finished"      // {key, id, status, error?}
+	EventApprovalRequest  = "approval.requested" // {approval, step, op}
+	EventApprovalDecision = "approval.decided"   // {approval, state, by}
+	EventFinished         = "execution.finished" // {status, error?}: the last event
+)
+
+// maxEvents bounds an execution's event stream (approximate trimming).
+const maxEvents = 1000
+
+// Event is one entry of an execution's event stream.
+type Event struct {
+	ID   string         `json:"id"` // the Redis stream id: resume after it
+	Type string         `json:"type"`
+	Data map[string]any `json:"data"`
+}
+
+func (e *Executions) eventsKey(id string) string { return e.store.Key("{exec:"+id+"}", "events") }
+
+// emit appends a redacted event to the execution's stream. Events are
+// progress reports: a failure to write one is logged, not fatal.
+func (e *Executions) emit(ctx context.Context, exec, typ string, data map[string]any) {
+	raw, err := json.Marshal(e.redact(data))
+	if err != nil {
+		return
+	}
+	key := e.eventsKey(exec)
+	_, err = e.store.Client.Pipelined(context.WithoutCancel(ctx), func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: maxEvents, Approx: true, Values: map[string]any{"type": typ, "data": raw}})
+		p.PExpire(ctx, key, e.retention)
+		return nil
+	})
+	if err != nil {
+		e.logger.Warn("execution event not written", "execution", exec, "type", typ, "err", err)
+	}
+}
+
+// Events returns the events after the stream id `after` ("" or "0": from
+// the start), waiting up to block for new ones when there are none. An
+// unknown execution is ErrNotFound.
+func (e *Executions) Events(ctx context.Context, exec, after string, block time.Duration) ([]Event, error) {
+	if after == "" {
+		after = "0"
+	}
+	if n, err := e.store.Client.Exists(ctx, e.recordKey(exec)).Result(); err != nil {
+		return nil, fmt.Errorf("executions: events %s: %w", exec, err)
+	} else if n == 0 {
+		return nil, fmt.Errorf("execution %s: %w", exec, ErrNotFound)
+	}
+	streams, err := e.store.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{e.eventsKey(exec), after}, Count: 100, Block: block}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("executions: events %s: %w", exec, err)
+	}
+	var out []Event
+	for _, s := range streams {
+		for _, m := range s.Messages {
+			ev := Event{ID: m.ID}
+			ev.Type, _ = m.Values["type"].(string)
+			if raw, ok := m.Values["data"].(string); ok {
+				_ = json.Unmarshal([]byte(raw), &ev.Data)
+			}
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+// ErrNotResumable: resume was asked of an execution that is not failed.
+var ErrNotResumable = errors.New("execution cannot be resumed")
+
+// errCancelled is the cause of a run stopped by Cancel.
+var errCancelled = errors.New("execution cancelled")
+
+func (e *Executions) cancelKey(id string) string { return e.store.Key("{exec:"+id+"}", "cancel") }
+
+// Cancel stops an execution promptly: a run in flight is told through Redis
+// and cancels its in-flight call; an execution nobody runs (queued or
+// waiting) is marked cancelled here. It returns the execution as it stands
+// after at most a few seconds.
+func (e *Executions) Cancel(ctx context.Context, id string) (*Execution, error) {
+	ex, err := e.Get(ctx, id)
+	if err != nil || ex.Status.Terminal() {
+		return ex, err
+	}
+	if err := e.store.Client.Set(ctx, e.cancelKey(id), "1", e.retention).Err(); err != nil {
+		return nil, fmt.Errorf("executions: cancel %s: %w", id, err)
+	}
+	e.store.Client.Publish(ctx, e.cancelKey(id), "cancel")
+	// Nobody holds the execution: take it and write the cancellation.
+	if err := e.cancelIdle(ctx, id); err != nil && !errors.Is(err, errClaimed) {
+		return nil, err
+	}
+	return e.Wait(ctx, id, 5*time.Second)
+}
+
+func (e *Executions) cancelIdle(ctx context.Context, id string) error {
+	token := "cancel-" + newExecutionID()
+	epoch, err := e.claim(ctx, id, token)
+	if err != nil {
+		return err
+	}
+	defer e.release(ctx, id, token)
+	rec, err := e.load(ctx, id)
+	if err != nil || rec.Status.Terminal() {
+		return err
+	}
+	r := &run{e: e, rec: rec, epoch: epoch}
+	return r.finish(ctx, nil, errCancelled)
+}
+
+// cancelled reports whether Cancel was asked for the execution.
+func (e *Executions) cancelled(ctx context.Context, id string) bool {
+	n, err := e.store.Client.Exists(ctx, e.cancelKey(id)).Result()
+	return err == nil && n > 0
+}
+
+// watchCancel cancels a run when Cancel is asked while it runs.
+func (e *Executions) watchCancel(ctx context.Context, cancel context.CancelCauseFunc, id string) (stop func()) {
+	sub := e.store.Client.Subscribe(ctx, e.cancelKey(id))
+	// Wait for the subscription before reading the flag, so a Cancel is
+	// seen either by the flag or by the message. The wait is bounded: a
+	// slow Redis must not hold up the run.
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	_, _ = sub.Receive(rctx)
+	rcancel()
+	if e.cancelled(ctx, id) {
+		cancel(errCancelled)
+	}
+	msgs := sub.Channel()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-msgs:
+			cancel(errCancelled)
+		case <-done:
+		case <-ctx.Done():
+		}
+	}()
+	return func() { close(done); sub.Close() }
+}
+
+// Resume runs a failed execution again from its ledger: done steps keep
+// their results, the failed step and everything after it run anew. rerun
+// names connections whose replaced identity may be run live for this run
+// only (see the determinism rules).
+func (e *Executions) Resume(ctx context.Context, id string, rerun []string) (*Execution, error) {
+	token := "resume-" + newExecutionID()
+	epoch, err := e.claim(ctx, id, token)
+	if errors.Is(err, errClaimed) {
+		return nil, fmt.Errorf("execution %s is running: %w", id, ErrNotResumable)
+	}
+	if err != nil {
+		return nil, err
+	}
+	released := false
+	defer func() {
+		if !released {
+			e.release(ctx, id, token)
+		}
+	}()
+	rec, err := e.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Status != ExecFailed {
+		return nil, fmt.Errorf("execution %s is %s, not failed: %w", id, rec.Status, ErrNotResumable)
+	}
+	kept := rec.Steps[:0]
+	for _, st := range rec.Steps {
+		if st.Status == StepDone {
+			kept = append(kept, st)
+		}
+	}
+	rec.Steps, rec.Status, rec.Error, rec.Output, rec.FinishedAt, rec.Rerun = kept, ExecQueued, nil, nil, nil, rerun
+	r := &run{e: e, rec: rec, epoch: epoch}
+	if err := r.save(ctx); err != nil {
+		return nil, err
+	}
+	e.emit(ctx, id, EventState, map[string]any{"status": ExecQueued, "resumed": true})
+	// Released before the work item goes out, so its worker can claim it.
+	released = true
+	e.release(ctx, id, token)
+	if err := e.resume(ctx, id); err != nil {
+		return nil, err
+	}
+	return &rec.Execution, nil
+}
