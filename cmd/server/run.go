@@ -27,6 +27,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
+	"github.com/patchbay-dev/patchbay/internal/web"
 )
 
 // shutdownGrace bounds how long a SIGTERM waits for requests and executions
@@ -99,7 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	metrics := api.NewMetrics()
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{
 		Retention: cfg.Retention, Logger: logger, Observer: metrics, Allowlists: als,
-		Secrets: secrets, Redactor: redactor,
+		Secrets: secrets, Redactor: redactor, Visibility: cfg.ClaimTimeout,
 	})
 	keys := apiKeys(cfg, stdout)
 	trig, hooks, err := newTriggers(st, execs, reg, cfg, logger)
@@ -118,6 +119,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return st.Ping(ctx)
 		},
 	})
+
+	if err := web.Mount(handler, web.Options{
+		AdminToken: adminToken(cfg, stdout), Store: st, Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Logger: logger,
+	}); err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -189,6 +196,17 @@ func apiKeys(cfg *config.Config, stdout io.Writer) []api.Key {
 		keys = append(keys, api.Key{SHA256: sha256.Sum256([]byte(key)), Name: "generated", Allowlist: config.DefaultAllowlist})
 	}
 	return keys
+}
+
+// adminToken is the token that signs operators in to /admin; with none
+// configured it makes one for this run and prints it once, as apiKeys does.
+func adminToken(cfg *config.Config, stdout io.Writer) string {
+	if cfg.AdminToken != "" {
+		return cfg.AdminToken
+	}
+	tok := "pba_" + rand.Text()
+	fmt.Fprintf(stdout, "No PATCHBAY_ADMIN_TOKEN set; this run's admin token (sign in at /admin) is: %s\n", tok)
+	return tok
 }
 
 // seedAllowlists writes the config file's allowlists that Redis does not

@@ -7,19 +7,23 @@ import "time"
 
 // Config is everything the server needs to start.
 type Config struct {
-	Addr         string        // PATCHBAY_ADDR, default 127.0.0.1:8080
-	RedisURL     string        // REDIS_URL; empty means the embedded store
-	RedisPrefix  string        // PATCHBAY_REDIS_PREFIX, default "pb:"
-	ConfigPath   string        // PATCHBAY_CONFIG; empty means no connections
-	SecretKey    string        // PATCHBAY_SECRET_KEY
-	SecretsDir   string        // PATCHBAY_SECRETS_DIR: a directory with one file per secret; empty means none
-	APIKeys      []APIKey      // PATCHBAY_API_KEYS, comma separated
-	AdminToken   string        // PATCHBAY_ADMIN_TOKEN
-	LogLevel     string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
-	LogFormat    string        // PATCHBAY_LOG_FORMAT: text|json, default text
-	Workers      int           // PATCHBAY_WORKERS, default 4
-	Retention    time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
-	MaxBodyBytes int64         // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
+	Addr        string        // PATCHBAY_ADDR, default 127.0.0.1:8080
+	RedisURL    string        // REDIS_URL; empty means the embedded store
+	RedisPrefix string        // PATCHBAY_REDIS_PREFIX, default "pb:"
+	ConfigPath  string        // PATCHBAY_CONFIG; empty means no connections
+	SecretKey   string        // PATCHBAY_SECRET_KEY
+	SecretsDir  string        // PATCHBAY_SECRETS_DIR: a directory with one file per secret; empty means none
+	APIKeys     []APIKey      // PATCHBAY_API_KEYS, comma separated
+	AdminToken  string        // PATCHBAY_ADMIN_TOKEN
+	LogLevel    string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
+	LogFormat   string        // PATCHBAY_LOG_FORMAT: text|json, default text
+	Workers     int           // PATCHBAY_WORKERS, default 4
+	Retention   time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
+	// ClaimTimeout (PATCHBAY_CLAIM_TIMEOUT, default 60s) is how long a
+	// replica may hold an execution without renewing its claim before
+	// another replica takes it over and resumes it from the ledger.
+	ClaimTimeout time.Duration
+	MaxBodyBytes int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
 	// StartTriggers starts trigger delivery and cron at boot
 	// (PATCHBAY_START_TRIGGERS, default true); when false, POST
 	// /v1/harness/start does.

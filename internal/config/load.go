@@ -27,6 +27,7 @@ const (
 	DefaultLogFormat    = "text"
 	DefaultWorkers      = 4
 	DefaultRetention    = 168 * time.Hour
+	DefaultClaimTimeout = time.Minute
 	DefaultMaxBodyBytes = 1 << 20
 )
 
@@ -47,6 +48,7 @@ func Default() *Config {
 		LogFormat:     DefaultLogFormat,
 		Workers:       DefaultWorkers,
 		Retention:     DefaultRetention,
+		ClaimTimeout:  DefaultClaimTimeout,
 		MaxBodyBytes:  DefaultMaxBodyBytes,
 		StartTriggers: true,
 	}
@@ -122,6 +124,13 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 			ps.add("PATCHBAY_WORKERS", "must be a whole number, not %q", v)
 		} else {
 			c.Workers = n
+		}
+	}
+	if v := strings.TrimSpace(getenv("PATCHBAY_CLAIM_TIMEOUT")); v != "" {
+		if d, err := time.ParseDuration(v); err != nil {
+			ps.add("PATCHBAY_CLAIM_TIMEOUT", "must be a Go duration such as 60s, not %q", v)
+		} else {
+			c.ClaimTimeout = d
 		}
 	}
 	if v := strings.TrimSpace(getenv("PATCHBAY_RETENTION")); v != "" {

@@ -120,6 +120,9 @@ func (c *Config) validateEnv(ps *problems) {
 	if c.Workers < MinWorkers || c.Workers > MaxWorkers {
 		ps.add("PATCHBAY_WORKERS", "must be between %d and %d, not %d", MinWorkers, MaxWorkers, c.Workers)
 	}
+	if c.ClaimTimeout < time.Second || c.ClaimTimeout > time.Hour {
+		ps.add("PATCHBAY_CLAIM_TIMEOUT", "must be from 1s to 1h, not %s", c.ClaimTimeout)
+	}
 	if c.Retention < MinRetention {
 		ps.add("PATCHBAY_RETENTION", "must be at least %s, not %s", MinRetention, c.Retention)
 	}

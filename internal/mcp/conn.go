@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -207,9 +206,9 @@ func isNetwork(err error) bool {
 	return errors.As(err, &uerr) || errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// reinit runs the handshake again after the server expired the session,
-// and gives the conn a new identity instance: what the old session held is
-// gone.
+// reinit runs the handshake again after the server expired the session.
+// The server is the same, so only the epoch moves: recorded results and
+// refs stand.
 func (c *conn) reinit(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -218,7 +217,6 @@ func (c *conn) reinit(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	c.identity.Instance = rand.Text()
 	c.identity.Epoch++
 	c.logger.Info("mcp: session expired; re-initialized")
 	return nil

@@ -65,6 +65,8 @@ package mcp
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -228,7 +230,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 		requestTimeout: millis(p.spec.RequestTimeoutMs, DefaultRequestTimeout),
 		limit:          p.maxResponse(),
 		logger:         p.opts.Logger,
-		identity:       harness.Identity{Surface: "mcp", Instance: rand.Text(), Epoch: 1},
+		identity:       harness.Identity{Surface: "mcp", Instance: instanceOf(kind, p.spec), Epoch: 1},
 		done:           make(chan struct{}),
 		invalid:        map[string]string{},
 	}
@@ -494,4 +496,22 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "dev"
+}
+
+// instanceOf names the thing a connection drives. A stdio server is a
+// child process of this replica: each connect starts a new one, whose
+// state starts empty, so each gets a fresh instance. A remote server is the
+// same server whichever replica or session reaches it, so its instance is
+// derived from its URL (without credentials): a replica that takes an
+// execution over keeps its recorded results.
+func instanceOf(kind string, spec config.MCP) string {
+	if kind == "stdio" {
+		return rand.Text()
+	}
+	u, err := url.Parse(spec.URL)
+	if err != nil {
+		return rand.Text()
+	}
+	sum := sha256.Sum256([]byte(u.Scheme + "://" + u.Host + u.Path))
+	return "url-" + hex.EncodeToString(sum[:10])
 }

@@ -228,8 +228,10 @@ func TestIdentityAndInfo(t *testing.T) {
 			if ia.Surface != "mcp" || ia.Epoch != 1 || ia.Instance == "" {
 				t.Errorf("identity = %+v", ia)
 			}
-			if ia.Instance == ib.Instance {
-				t.Errorf("two connects share instance %q", ia.Instance)
+			// Two stdio connects start two server processes; two HTTP
+			// connects reach one server.
+			if stdio := spec.Transport() == "stdio"; stdio == (ia.Instance == ib.Instance) {
+				t.Errorf("%s: instances %q and %q", spec.Transport(), ia.Instance, ib.Instance)
 			}
 			info := a.Info()
 			want := map[string]any{"transport": spec.Transport(), "serverName": demo.Name, "serverVersion": demo.Version}

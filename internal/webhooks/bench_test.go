@@ -189,10 +189,10 @@ func BenchmarkEventToStart(b *testing.B) {
 	for i, r := range reqs {
 		idx[r.id] = i
 	}
-	var lat []time.Duration
+	var lat, created []time.Duration
 	deadline := time.Now().Add(30 * time.Second)
 	for len(lat) < n && time.Now().Before(deadline) {
-		lat = lat[:0]
+		lat, created = lat[:0], created[:0]
 		cursor := ""
 		for {
 			page, err := s.execs.List(context.Background(), harness.ListOptions{Limit: 100, Cursor: cursor})
@@ -207,6 +207,7 @@ func BenchmarkEventToStart(b *testing.B) {
 				i, ok := idx[fmt.Sprint(in["text"])]
 				if ok {
 					lat = append(lat, ex.StartedAt.Sub(sent[i]))
+					created = append(created, ex.CreatedAt.Sub(sent[i]))
 				}
 			}
 			if cursor = page.Next; cursor == "" {
@@ -218,8 +219,15 @@ func BenchmarkEventToStart(b *testing.B) {
 		b.Fatalf("%d of %d executions started", len(lat), n)
 	}
 	slices.Sort(lat)
-	p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(p(0.50), "p50-ms")
-	b.ReportMetric(p(0.99), "p99-ms")
-	b.ReportMetric(p(1), "max-ms")
+	slices.Sort(created)
+	p := func(d []time.Duration, q float64) float64 {
+		return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000
+	}
+	// start: the execution's startedAt (a worker took it); created: the
+	// execution record written by the inbox delivery (SubmitOnce).
+	b.ReportMetric(p(lat, 0.50), "start-p50-ms")
+	b.ReportMetric(p(lat, 0.99), "start-p99-ms")
+	b.ReportMetric(p(lat, 1), "start-max-ms")
+	b.ReportMetric(p(created, 0.50), "created-p50-ms")
+	b.ReportMetric(p(created, 0.99), "created-p99-ms")
 }

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+)
+
+// counter is an MCP server whose "effect" tool acts once per idempotency
+// key: a repeated key gets the original outcome back, as a server that
+// honours patchbay's keys does. It counts sends and effects per key.
+type counter struct {
+	mu      sync.Mutex
+	sends   map[string]int
+	effects map[string]int
+	results map[string]*mcp.CallToolResult
+}
+
+func newCounter() (*counter, *httptest.Server) {
+	c := &counter{sends: map[string]int{}, effects: map[string]int{}, results: map[string]*mcp.CallToolResult{}}
+	s := server.NewMCPServer("counter", "1.0.0", server.WithToolCapabilities(false))
+	s.AddTool(mcp.NewTool("effect", mcp.WithString("step", mcp.Required())), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		key, _ := req.Params.Meta.GetMetaField("io.patchbay/idempotency-key").(string)
+		// A little latency widens the window in which a kill lands
+		// between the call and its ledger entry.
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.sends[key]++
+		if res, ok := c.results[key]; ok {
+			return res, nil
+		}
+		c.effects[key]++
+		res := mcp.NewToolResultStructured(map[string]any{"step": req.GetString("step", ""), "effect": len(c.effects)}, "done")
+		c.results[key] = res
+		return res, nil
+	})
+	return c, httptest.NewServer(server.NewStreamableHTTPServer(s))
+}
+
+// TestKillNineExactlyOnceEffects runs 100 three-step executions on two
+// server processes sharing one Redis while one or the other is killed
+// with SIGKILL (and restarted) every few hundred milliseconds. Every
+// execution must finish with the right output, and every step's effect
+// must have happened exactly once, however often a call was re-sent.
+func TestKillNineExactlyOnceEffects(t *testing.T) {
+	if storetest.URL(t) == "" {
+		t.Skip("needs a real Redis (" + storetest.EnvURL + ") shared by two processes")
+	}
+	st := storetest.New(t)
+	count, mcpSrv := newCounter()
+	t.Cleanup(mcpSrv.Close)
+	cfg := writeConfig(t, fmt.Sprintf(`
+connections:
+  counter: { mcp: { type: http, url: %q } }
+allowlists:
+  default: { connections: { counter: { ops: ["*"] } } }
+`, mcpSrv.URL+"/mcp"))
+	dir := t.TempDir()
+	replicas := make([]*replica, 2)
+	for i := range replicas {
+		addr := freeAddr(t)
+		replicas[i] = &replica{bin: serverBin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: []string{
+			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
+			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=kill-key", "PATCHBAY_LOG_LEVEL=warn",
+			"PATCHBAY_WORKERS=4", "PATCHBAY_CLAIM_TIMEOUT=2s",
+		}}
+		if err := replicas[i].start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, r := range replicas {
+			r.kill()
+		}
+	})
+
+	const executions = 100
+	doc := map[string]any{"workflow": map[string]any{
+		"version": 1, "connections": map[string]any{"counter": map[string]any{}},
+		"root": map[string]any{"kind": "sequence", "id": "m", "steps": []any{
+			map[string]any{"effect": map[string]any{"step": "one"}},
+			map[string]any{"effect": map[string]any{"step": "two"}},
+			map[string]any{"kind": "call", "id": "three", "connection": "counter", "op": "effect", "args": map[string]any{"step": map[string]any{"$expr": "$steps['@/root/steps/1'].step + '-three'"}}},
+		}},
+	}}
+	body, _ := json.Marshal(doc)
+
+	// The killer: SIGKILL one replica, restart it, repeat.
+	stop := make(chan struct{})
+	var kills atomic.Int32
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(150+rand.IntN(250)) * time.Millisecond):
+			}
+			r := replicas[rand.IntN(len(replicas))]
+			r.kill()
+			kills.Add(1)
+			if err := r.start(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+
+	ids := make([]string, 0, executions)
+	for len(ids) < executions {
+		r := replicas[rand.IntN(len(replicas))]
+		status, ex := post2(r.addr, "kill-key", body)
+		if status != http.StatusAccepted {
+			time.Sleep(20 * time.Millisecond) // that replica is down; try again
+			continue
+		}
+		ids = append(ids, ex["id"].(string))
+	}
+	// Keep killing while the work drains, then let it finish.
+	time.Sleep(3 * time.Second)
+	close(stop)
+	killer.Wait()
+
+	start := time.Now()
+	pending := map[string]bool{}
+	for _, id := range ids {
+		pending[id] = true
+	}
+	for len(pending) > 0 && time.Since(start) < 90*time.Second {
+		for id := range pending {
+			status, ex := get2(replicas[0].addr, "kill-key", "/v1/executions/"+id)
+			if status != 200 {
+				continue
+			}
+			switch ex["status"] {
+			case "succeeded":
+				out, _ := ex["output"].(map[string]any)
+				if out["step"] != "two-three" {
+					t.Errorf("%s output = %v", id, ex["output"])
+				}
+				delete(pending, id)
+			case "failed", "cancelled":
+				t.Errorf("%s ended %s: %v", id, ex["status"], ex["error"])
+				delete(pending, id)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(pending) > 0 {
+		logs, _ := os.ReadFile(replicas[0].logPath)
+		t.Fatalf("%d executions not finished after 90s; replica 0 log:\n%s", len(pending), logs)
+	}
+
+	count.mu.Lock()
+	defer count.mu.Unlock()
+	resent := 0
+	for _, id := range ids {
+		for _, key := range []string{id + ":@/root/steps/0", id + ":@/root/steps/1", id + ":three"} {
+			if n := count.effects[key]; n != 1 {
+				t.Errorf("effect of %s happened %d times, want exactly once", key, n)
+			}
+			if count.sends[key] > 1 {
+				resent++
+			}
+		}
+	}
+	t.Logf("%d executions, %d kills, %d effects, %d calls re-sent after a kill (the server answered them from its idempotency record), %s to drain",
+		len(ids), kills.Load(), len(count.effects), resent, time.Since(start).Round(time.Millisecond))
+}
+
+func post2(addr, key string, body []byte) (int, map[string]any) {
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/executions", bytesReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	return do2(req)
+}
+
+func get2(addr, key, path string) (int, map[string]any) {
+	req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	return do2(req)
+}
+
+func do2(req *http.Request) (int, map[string]any) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&m)
+	return resp.StatusCode, m
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

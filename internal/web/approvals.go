@@ -1,0 +1,145 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+)
+
+// maxNote matches the API's bound on a decision's note.
+const maxNote = 2000
+
+var approvalStates = []harness.ApprovalState{harness.ApprovalPending, harness.ApprovalApproved, harness.ApprovalDenied, harness.ApprovalExpired}
+
+type approvalsData struct {
+	Pending []*harness.Approval
+	// Version fingerprints the pending list, so the live stream only
+	// signals real changes.
+	Version string
+	Filter  string
+	History []*harness.Approval
+}
+
+func fingerprint(aps []*harness.Approval) string {
+	ids := make([]string, len(aps))
+	for i, ap := range aps {
+		ids[i] = ap.ID
+	}
+	return fmt.Sprintf("%d-%x", len(ids), hashString(strings.Join(ids, ",")))
+}
+
+func hashString(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	return h
+}
+
+func (h *handler) pending(c echo.Context) ([]*harness.Approval, error) {
+	return h.Executions.Approvals().List(bg(c), harness.ApprovalPending, 200)
+}
+
+func (h *handler) approvals(c echo.Context) error {
+	pending, err := h.pending(c)
+	if err != nil {
+		return err
+	}
+	d := approvalsData{Pending: pending, Version: fingerprint(pending), Filter: c.QueryParam("state")}
+	state := harness.ApprovalState(d.Filter)
+	switch state {
+	case "", harness.ApprovalApproved, harness.ApprovalDenied, harness.ApprovalExpired, harness.ApprovalPending:
+	default:
+		state, d.Filter = "", ""
+	}
+	if d.History, err = h.Executions.Approvals().List(bg(c), state, 100); err != nil {
+		return err
+	}
+	return h.render(c, http.StatusOK, approvalsPage(h.page(c, "Approvals", "approvals"), d))
+}
+
+// pendingFragment is the pending list alone, fetched by htmx when the
+// stream says it changed.
+func (h *handler) pendingFragment(c echo.Context) error {
+	pending, err := h.pending(c)
+	if err != nil {
+		return err
+	}
+	return h.render(c, http.StatusOK, pendingList(sessionOf(c).CSRF, pending, fingerprint(pending)))
+}
+
+// approvalsStream is a Server-Sent Events stream with one "changed" event
+// whenever the set of pending approvals differs from the version the page
+// was rendered with (?v=). It looks every PollInterval: approvals are
+// written by any replica, and a short poll of one sorted set is cheaper
+// than a second notification path through Redis.
+func (h *handler) approvalsStream(c echo.Context) error {
+	ctx := bg(c)
+	last := c.QueryParam("v")
+	w := c.Response()
+	w.Header().Set(echo.HeaderContentType, "text/event-stream")
+	w.Header().Set(echo.HeaderCacheControl, "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 2000\n\n")
+	w.Flush()
+	tick := time.NewTicker(h.PollInterval)
+	defer tick.Stop()
+	idle := 0
+	for {
+		pending, err := h.pending(c)
+		if err == nil {
+			if v := fingerprint(pending); v != last {
+				last = v
+				fmt.Fprintf(w, "event: changed\ndata: %d\n\n", len(pending))
+				w.Flush()
+				idle = 0
+			}
+		}
+		if idle++; time.Duration(idle)*h.PollInterval >= 15*time.Second {
+			fmt.Fprint(w, ": keep-alive\n\n")
+			w.Flush()
+			idle = 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func (h *handler) approve(c echo.Context) error { return h.decide(c, harness.ApprovalApproved) }
+func (h *handler) deny(c echo.Context) error    { return h.decide(c, harness.ApprovalDenied) }
+
+func (h *handler) decide(c echo.Context, state harness.ApprovalState) error {
+	note := strings.TrimSpace(c.FormValue("note"))
+	if len(note) > maxNote {
+		note = note[:maxNote]
+	}
+	back := "/admin/approvals"
+	if next := c.FormValue("next"); strings.HasPrefix(next, "/admin/executions/") {
+		back = safeNext(next)
+	}
+	sep := "?"
+	if strings.Contains(back, "?") {
+		sep = "&"
+	}
+	_, err := h.Executions.Approvals().Decide(bg(c), c.Param("id"), state, by(c), note)
+	switch {
+	case errors.Is(err, harness.ErrApprovalNotFound):
+		return c.Redirect(http.StatusSeeOther, back+sep+"flash=gone")
+	case errors.Is(err, harness.ErrApprovalDecided):
+		return c.Redirect(http.StatusSeeOther, back+sep+"flash=decided")
+	case err != nil:
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, back+sep+"flash="+url.QueryEscape(string(state)))
+}

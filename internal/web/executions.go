@@ -1,0 +1,157 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+)
+
+type executionsData struct {
+	Filter string
+	Items  []*harness.Execution
+	Next   string
+}
+
+func (h *handler) executions(c echo.Context) error {
+	d := executionsData{Filter: c.QueryParam("status")}
+	opts := harness.ListOptions{Cursor: c.QueryParam("cursor"), Limit: 50}
+	if harness.ValidExecState(d.Filter) {
+		opts.Status = harness.ExecState(d.Filter)
+	} else {
+		d.Filter = ""
+	}
+	pg, err := h.Executions.List(bg(c), opts)
+	if errors.Is(err, harness.ErrBadCursor) {
+		pg, err = h.Executions.List(bg(c), harness.ListOptions{Status: opts.Status, Limit: 50})
+	}
+	if err != nil {
+		return err
+	}
+	d.Items, d.Next = pg.Items, pg.Next
+	return h.render(c, http.StatusOK, executionsPage(h.page(c, "Executions", "executions"), d))
+}
+
+type executionData struct {
+	Ex        *harness.Execution
+	Approvals []*harness.Approval // pending approvals of this execution
+	Events    []harness.Event
+}
+
+func (d executionData) live() bool { return !d.Ex.Status.Terminal() }
+
+func (h *handler) loadExecution(c echo.Context) (executionData, error) {
+	ctx := bg(c)
+	ex, err := h.Executions.Get(ctx, c.Param("id"))
+	if errors.Is(err, harness.ErrNotFound) {
+		return executionData{}, &notFound{"No execution has that id (it may have expired)."}
+	}
+	if err != nil {
+		return executionData{}, err
+	}
+	d := executionData{Ex: ex}
+	for _, st := range ex.Steps {
+		if st.ApprovalID == "" || st.Status != harness.StepWaiting {
+			continue
+		}
+		if ap, err := h.Executions.Approvals().Get(ctx, st.ApprovalID); err == nil && ap.State == harness.ApprovalPending {
+			d.Approvals = append(d.Approvals, ap)
+		}
+	}
+	after := ""
+	for range 10 { // at most the last 1000 events (the stream keeps about that many)
+		evs, err := h.Executions.Events(ctx, ex.ID, after, 0)
+		if err != nil || len(evs) == 0 {
+			break
+		}
+		d.Events = append(d.Events, evs...)
+		after = evs[len(evs)-1].ID
+	}
+	return d, nil
+}
+
+func (h *handler) execution(c echo.Context) error {
+	d, err := h.loadExecution(c)
+	if err != nil {
+		return err
+	}
+	return h.render(c, http.StatusOK, executionPage(h.page(c, "Execution "+d.Ex.ID, "executions"), d))
+}
+
+// executionBody is the live part of the execution page, fetched by htmx
+// each time the event stream moves.
+func (h *handler) executionBody(c echo.Context) error {
+	d, err := h.loadExecution(c)
+	if err != nil {
+		return err
+	}
+	return h.render(c, http.StatusOK, executionBody(h.page(c, "", "executions"), d))
+}
+
+// executionStream relays the execution's event stream as SSE: "update"
+// for every event, then "finished" once it ends (the page closes the
+// stream on it). It reads harness.Executions.Events, as the API's
+// /v1/executions/{id}/events does, under the session instead of an API key.
+func (h *handler) executionStream(c echo.Context) error {
+	ctx := bg(c)
+	id := c.Param("id")
+	after := c.Request().Header.Get("Last-Event-ID")
+	events, err := h.Executions.Events(ctx, id, after, 0)
+	if err != nil {
+		return &notFound{"No execution has that id."}
+	}
+	w := c.Response()
+	w.Header().Set(echo.HeaderContentType, "text/event-stream")
+	w.Header().Set(echo.HeaderCacheControl, "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	w.Flush()
+	for {
+		for _, ev := range events {
+			data, _ := json.Marshal(map[string]any{"type": ev.Type, "data": ev.Data})
+			fmt.Fprintf(w, "id: %s\nevent: update\ndata: %s\n\n", ev.ID, data)
+			after = ev.ID
+			if ev.Type == harness.EventFinished {
+				fmt.Fprintf(w, "event: finished\ndata: %s\n\n", data)
+				w.Flush()
+				return nil
+			}
+		}
+		if len(events) == 0 {
+			fmt.Fprint(w, ": keep-alive\n\n")
+		}
+		w.Flush()
+		if events, err = h.Executions.Events(ctx, id, after, 15*time.Second); err != nil {
+			return nil
+		}
+	}
+}
+
+func (h *handler) cancel(c echo.Context) error {
+	id := c.Param("id")
+	if _, err := h.Executions.Cancel(bg(c), id); errors.Is(err, harness.ErrNotFound) {
+		return &notFound{"No execution has that id."}
+	} else if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/admin/executions/"+id+"?flash=cancelled")
+}
+
+func (h *handler) resume(c echo.Context) error {
+	id := c.Param("id")
+	_, err := h.Executions.Resume(bg(c), id, nil)
+	switch {
+	case errors.Is(err, harness.ErrNotResumable):
+		return c.Redirect(http.StatusSeeOther, "/admin/executions/"+id+"?flash=not-resumable")
+	case errors.Is(err, harness.ErrNotFound):
+		return &notFound{"No execution has that id."}
+	case err != nil:
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/admin/executions/"+id+"?flash=resumed")
+}

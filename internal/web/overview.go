@@ -1,0 +1,80 @@
+package web
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/triggers"
+)
+
+var execStates = []harness.ExecState{harness.ExecQueued, harness.ExecRunning, harness.ExecWaiting, harness.ExecSucceeded, harness.ExecFailed, harness.ExecCancelled}
+
+type stateCount struct {
+	State harness.ExecState
+	Count string
+}
+
+type overviewData struct {
+	Connections []harness.Status
+	Executions  []stateCount
+	Pending     int
+	Triggers    *triggers.Status
+}
+
+func (h *handler) overview(c echo.Context) error {
+	ctx := bg(c)
+	d := overviewData{}
+	for _, conn := range h.Registry.List() {
+		d.Connections = append(d.Connections, conn.Status())
+	}
+	for _, s := range execStates {
+		// One page of up to 100 per state: "100+" says there are more.
+		pg, err := h.Executions.List(ctx, harness.ListOptions{Status: s, Limit: 100})
+		if err != nil {
+			return err
+		}
+		n := itoa(int64(len(pg.Items)))
+		if pg.Next != "" {
+			n += "+"
+		}
+		d.Executions = append(d.Executions, stateCount{State: s, Count: n})
+	}
+	pending, err := h.Executions.Approvals().List(ctx, harness.ApprovalPending, 200)
+	if err != nil {
+		return err
+	}
+	d.Pending = len(pending)
+	if h.Triggers != nil {
+		st, err := h.Triggers.Status(ctx)
+		if err != nil {
+			return err
+		}
+		d.Triggers = st
+	}
+	return h.render(c, http.StatusOK, overviewPage(h.page(c, "Overview", "overview"), d))
+}
+
+type connectionData struct {
+	Status     harness.Status
+	Operations []harness.Operation
+	Policy     harness.Policy
+	Deliveries []triggers.Receipt
+	HasSource  bool
+}
+
+func (h *handler) connection(c echo.Context) error {
+	conn, err := h.Registry.Get(c.Param("name"))
+	if err != nil {
+		return &notFound{"No connection is named " + c.Param("name") + "."}
+	}
+	d := connectionData{Status: conn.Status(), Operations: conn.Manifest().Operations, Policy: conn.Policy()}
+	if h.Triggers != nil && h.Triggers.HasSource(conn.Name()) {
+		d.HasSource = true
+		if d.Deliveries, err = h.Triggers.Deliveries(bg(c), conn.Name(), 50); err != nil {
+			return err
+		}
+	}
+	return h.render(c, http.StatusOK, connectionPage(h.page(c, "Connection "+conn.Name(), "overview"), d))
+}

@@ -1,0 +1,140 @@
+package web
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/a-h/templ"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+)
+
+func csrfHeaders(token string) string {
+	if token == "" {
+		return ""
+	}
+	b, _ := json.Marshal(map[string]string{csrfHeader: token})
+	return string(b)
+}
+
+// pretty renders a value (already redacted by the harness) as indented
+// JSON; raw JSON is re-indented.
+func pretty(v any) string {
+	if raw, ok := v.(json.RawMessage); ok {
+		var x any
+		if json.Unmarshal(raw, &x) != nil {
+			return string(raw)
+		}
+		v = x
+	}
+	if v == nil {
+		return "null"
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+func whenPtr(t *time.Time) string {
+	if t == nil {
+		return "—"
+	}
+	return when(*t)
+}
+
+func info(s harness.Status, key string) string {
+	if v, ok := s.Info[key]; ok && v != nil && v != "" {
+		return fmt.Sprint(v)
+	}
+	return "—"
+}
+
+// hints lists the annotations an operation declares, in words.
+func hints(a harness.Annotations) []string {
+	var out []string
+	add := func(p *bool, yes, no string) {
+		if p == nil {
+			return
+		}
+		if *p {
+			out = append(out, yes)
+		} else if no != "" {
+			out = append(out, no)
+		}
+	}
+	add(a.ReadOnlyHint, "read-only", "writes")
+	add(a.DestructiveHint, "destructive", "not destructive")
+	add(a.IdempotentHint, "idempotent", "")
+	add(a.OpenWorldHint, "open world", "closed world")
+	return out
+}
+
+func itoa(n int64) string { return fmt.Sprint(n) }
+
+func shortID(s string) string {
+	if len(s) > 16 {
+		return s[:16] + "…"
+	}
+	return s
+}
+
+func joinList(s []string) string {
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += v
+	}
+	return out
+}
+
+func grantSummary(al *harness.Allowlist) string {
+	var parts []string
+	for _, conn := range slices.Sorted(maps.Keys(al.Connections)) {
+		parts = append(parts, conn+" ("+strings.Join(al.Connections[conn].Ops, ", ")+")")
+	}
+	if len(parts) == 0 {
+		return "grants nothing"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func hasRowErrors(rows []grantRow) bool {
+	for _, r := range rows {
+		for _, m := range r.Errors {
+			if len(m) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func formAction(f allowlistForm) templ.SafeURL {
+	if f.IsNew {
+		return "/admin/allowlists"
+	}
+	return templ.URL("/admin/allowlists/" + f.Name)
+}
+
+func compact(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}

@@ -1,0 +1,280 @@
+// Package web is patchbay's admin UI: templ components rendered by echo
+// handlers under /admin, with htmx (vendored, embedded from web/static)
+// for live and partial updates. Every page works without JavaScript:
+// forms post, and the handler redirects back (POST/redirect/GET).
+//
+// Operators sign in with the admin token (PATCHBAY_ADMIN_TOKEN) and get a
+// session kept in Redis (any replica serves it) behind an HttpOnly,
+// SameSite=Lax cookie scoped to /admin, Secure under https. Sessions
+// record how and as whom the operator signed in (Session.Method and
+// Subject) so an OIDC sign-in can be added beside the token without
+// touching the pages. Every state-changing request carries the session's
+// CSRF token (a hidden form field, or the X-CSRF-Token header htmx sends),
+// compared in constant time; without it the request is refused with 403.
+//
+// The UI changes nothing itself: allowlists are parsed with
+// harness.ParseAllowlist and saved through harness.Allowlists, decisions
+// go through harness.Approvals.Decide, cancel and resume through
+// harness.Executions, redelivery through triggers.Service — the same
+// calls, and so the same validation messages, as the JSON API. Values
+// shown come from the harness already redacted; the UI shows no secret,
+// API key or token.
+package web
+
+//go:generate go tool templ generate
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/triggers"
+	"github.com/patchbay-dev/patchbay/web/static"
+)
+
+// Options wire the admin UI to the rest of patchbay.
+type Options struct {
+	// AdminToken signs operators in. Required: the server generates one
+	// when PATCHBAY_ADMIN_TOKEN is unset, so the UI is never open.
+	AdminToken string
+	// Store keeps the sessions (under its key prefix).
+	Store      *store.Store
+	Executions *harness.Executions
+	Registry   *harness.Registry
+	Allowlists *harness.Allowlists
+	// Triggers supplies trigger and inbox figures, webhook deliveries and
+	// dead letters; nil hides those parts.
+	Triggers *triggers.Service
+	// SessionTTL is how long a session lasts after sign-in. Default 12h.
+	SessionTTL time.Duration
+	// PollInterval is how often the live approvals stream looks for
+	// changes. Default 1s.
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// ErrNoAdminToken is returned by Mount without Options.AdminToken.
+var ErrNoAdminToken = errors.New("web: an admin token is required")
+
+type handler struct {
+	Options
+	token    [32]byte
+	sessions *sessions
+}
+
+// Mount adds the admin UI's routes under /admin to e.
+func Mount(e *echo.Echo, o Options) error {
+	if o.AdminToken == "" {
+		return ErrNoAdminToken
+	}
+	if o.Store == nil || o.Executions == nil || o.Registry == nil || o.Allowlists == nil {
+		return errors.New("web: Store, Executions, Registry and Allowlists are required")
+	}
+	if o.SessionTTL <= 0 {
+		o.SessionTTL = 12 * time.Hour
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{Options: o, token: sha256.Sum256([]byte(o.AdminToken)), sessions: &sessions{store: o.Store, ttl: o.SessionTTL}}
+
+	assets, _ := fs.Sub(static.FS, ".")
+	fileServer := http.StripPrefix("/admin/static/", http.FileServerFS(assets))
+	e.GET("/admin/static/*", echo.WrapHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		fileServer.ServeHTTP(w, r)
+	})))
+	e.GET("/admin/sign-in", h.wrap(h.signInPage))
+	e.POST("/admin/sign-in", h.wrap(h.signIn))
+
+	auth := func(f func(echo.Context) error) echo.HandlerFunc { return h.wrap(h.requireSession(f)) }
+	e.GET("/admin", auth(h.overview))
+	e.GET("/admin/", auth(h.overview))
+	e.POST("/admin/sign-out", auth(h.signOut))
+	e.GET("/admin/connections/:name", auth(h.connection))
+	e.GET("/admin/allowlists", auth(h.allowlists))
+	e.GET("/admin/allowlists/new", auth(h.newAllowlist))
+	e.POST("/admin/allowlists", auth(h.createAllowlist))
+	e.GET("/admin/allowlists/:name", auth(h.editAllowlist))
+	e.POST("/admin/allowlists/:name", auth(h.saveAllowlist))
+	e.GET("/admin/allowlists/:name/delete", auth(h.confirmDeleteAllowlist))
+	e.POST("/admin/allowlists/:name/delete", auth(h.deleteAllowlist))
+	e.GET("/admin/approvals", auth(h.approvals))
+	e.GET("/admin/approvals/pending", auth(h.pendingFragment))
+	e.GET("/admin/approvals/stream", auth(h.approvalsStream))
+	e.POST("/admin/approvals/:id/approve", auth(h.approve))
+	e.POST("/admin/approvals/:id/deny", auth(h.deny))
+	e.GET("/admin/executions", auth(h.executions))
+	e.GET("/admin/executions/:id", auth(h.execution))
+	e.GET("/admin/executions/:id/body", auth(h.executionBody))
+	e.GET("/admin/executions/:id/stream", auth(h.executionStream))
+	e.POST("/admin/executions/:id/cancel", auth(h.cancel))
+	e.POST("/admin/executions/:id/resume", auth(h.resume))
+	e.GET("/admin/deadletters", auth(h.deadLetters))
+	e.POST("/admin/deadletters/:id/redeliver", auth(h.redeliver))
+	return nil
+}
+
+// wrap renders any error a handler returns as an HTML page here, so the
+// API's problem+json error handler never answers an admin page.
+func (h *handler) wrap(f echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set("X-Frame-Options", "DENY")
+		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+		c.Response().Header().Set("Referrer-Policy", "same-origin")
+		c.Response().Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+		err := f(c)
+		if err == nil || c.Response().Committed {
+			if err != nil {
+				h.Logger.Warn("admin request failed after the response started", "path", c.Request().URL.Path, "err", err)
+			}
+			return nil
+		}
+		var nf *notFound
+		if errors.As(err, &nf) {
+			return h.render(c, http.StatusNotFound, errorPage(h.page(c, "Not found", ""), nf.what))
+		}
+		var he *echo.HTTPError
+		if errors.As(err, &he) && he.Code < 500 {
+			return h.render(c, he.Code, errorPage(h.page(c, http.StatusText(he.Code), ""), http.StatusText(he.Code)))
+		}
+		h.Logger.Error("admin request failed", "path", c.Request().URL.Path, "err", err)
+		return h.render(c, http.StatusInternalServerError, errorPage(h.page(c, "Something went wrong", ""), "The server could not complete this request; the details are in the server log."))
+	}
+}
+
+type notFound struct{ what string }
+
+func (n *notFound) Error() string { return n.what }
+
+func (h *handler) forbidden(c echo.Context, msg string) error {
+	return h.render(c, http.StatusForbidden, errorPage(h.page(c, "Forbidden", ""), msg))
+}
+
+// render writes a component as an HTML response: the one way pages leave.
+func (h *handler) render(c echo.Context, status int, comp templ.Component) error {
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
+	c.Response().Header().Set("Cache-Control", "no-store")
+	c.Response().WriteHeader(status)
+	return comp.Render(c.Request().Context(), c.Response())
+}
+
+// page is what the layout needs of every page.
+type page struct {
+	Title   string
+	Nav     string
+	CSRF    string
+	Subject string
+	Flash   string
+	Bad     bool
+}
+
+func (h *handler) page(c echo.Context, title, nav string) page {
+	p := page{Title: title, Nav: nav}
+	if s := sessionOf(c); s != nil {
+		p.CSRF, p.Subject = s.CSRF, s.Subject
+	}
+	if msg, ok := flashes[c.QueryParam("flash")]; ok {
+		p.Flash = msg
+	}
+	if msg, ok := badFlashes[c.QueryParam("flash")]; ok {
+		p.Flash, p.Bad = msg, true
+	}
+	return p
+}
+
+// Flash messages are chosen by key, so nothing from the query string is
+// echoed into a page.
+var flashes = map[string]string{
+	"approved":    "Approved. The execution continues.",
+	"denied":      "Denied. The step fails with steering_denied.",
+	"saved":       "Allowlist saved.",
+	"created":     "Allowlist created.",
+	"deleted":     "Allowlist deleted.",
+	"cancelled":   "Cancellation requested.",
+	"resumed":     "Execution resumed.",
+	"redelivered": "Dead letter put back in its inbox.",
+}
+
+var badFlashes = map[string]string{
+	"decided":       "That approval was already decided by someone else.",
+	"gone":          "That item no longer exists.",
+	"not-resumable": "That execution cannot be resumed now (it is running, or finished).",
+}
+
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }
+
+// safeNext keeps a post-sign-in redirect inside /admin.
+func safeNext(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.IsAbs() || u.Host != "" || len(u.Path) < 6 || u.Path[:6] != "/admin" || (len(next) > 1 && next[1] == '/') {
+		return "/admin"
+	}
+	return u.RequestURI()
+}
+
+func (h *handler) signInPage(c echo.Context) error {
+	if ck, err := c.Cookie(sessionCookie); err == nil {
+		if _, err := h.sessions.get(c.Request().Context(), ck.Value); err == nil {
+			return c.Redirect(http.StatusSeeOther, safeNext(c.QueryParam("next")))
+		}
+	}
+	tok := randomToken()
+	setCookie(c, preCSRFCookie, tok, 600)
+	return h.render(c, http.StatusOK, signInPage(page{Title: "Sign in"}, tok, safeNext(c.QueryParam("next")), ""))
+}
+
+func (h *handler) signIn(c echo.Context) error {
+	pre, err := c.Cookie(preCSRFCookie)
+	if err != nil || !csrfEqual(c.FormValue(csrfField), pre.Value) {
+		return h.forbidden(c, "The sign-in form expired or is missing its security token. Open the sign-in page again.")
+	}
+	next := safeNext(c.FormValue("next"))
+	if !tokenMatches(c.FormValue("token"), h.token) {
+		h.Logger.Warn("admin sign-in refused: wrong token", "remote", c.RealIP())
+		time.Sleep(250 * time.Millisecond) // slows guessing a little
+		tok := randomToken()
+		setCookie(c, preCSRFCookie, tok, 600)
+		return h.render(c, http.StatusUnauthorized, signInPage(page{Title: "Sign in"}, tok, next, "That admin token is not valid."))
+	}
+	id, _, err := h.sessions.create(c.Request().Context(), "admin", "token")
+	if err != nil {
+		return err
+	}
+	setCookie(c, preCSRFCookie, "", -1)
+	setCookie(c, sessionCookie, id, int(h.SessionTTL/time.Second))
+	h.Logger.Info("admin signed in", "method", "token", "remote", c.RealIP())
+	return c.Redirect(http.StatusSeeOther, next)
+}
+
+func (h *handler) signOut(c echo.Context) error {
+	id, _ := c.Get(sessionIDKey).(string)
+	if err := h.sessions.delete(c.Request().Context(), id); err != nil {
+		return err
+	}
+	setCookie(c, sessionCookie, "", -1)
+	return c.Redirect(http.StatusSeeOther, "/admin/sign-in")
+}
+
+// by names the operator in records (allowlist history, decisions).
+func by(c echo.Context) string {
+	if s := sessionOf(c); s != nil {
+		return s.Subject
+	}
+	return "admin"
+}
+
+func bg(c echo.Context) context.Context { return c.Request().Context() }
