@@ -109,7 +109,7 @@ func start(t *testing.T, env map[string]string) *server_ {
 	return nil
 }
 
-func writeConfig(t *testing.T, body string) string {
+func writeConfig(t testing.TB, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "patchbay.yaml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
