@@ -62,11 +62,12 @@ func TestResumeAfterIdentityChange(t *testing.T) {
 		rerun       []string
 		status      harness.ExecState
 		marks       int64 // calls of "mark" in all
+		instances   int32 // server instances made: start, replace, and a costly reset
 	}{
-		{"unsafe refuses", "", nil, harness.ExecFailed, 1},
-		{"unsafe with rerun runs live", "", []string{"x"}, harness.ExecSucceeded, 2},
-		{"replayable keeps results", harness.Replayable, nil, harness.ExecSucceeded, 1},
-		{"costly runs live", harness.Costly, nil, harness.ExecSucceeded, 2},
+		{"unsafe refuses", "", nil, harness.ExecFailed, 1, 2},
+		{"unsafe with rerun runs live", "", []string{"x"}, harness.ExecSucceeded, 2, 2},
+		{"replayable keeps results", harness.Replayable, nil, harness.ExecSucceeded, 1, 2},
+		{"costly resets and runs live", harness.Costly, nil, harness.ExecSucceeded, 2, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,6 +124,9 @@ func TestResumeAfterIdentityChange(t *testing.T) {
 			}
 			if got := marks.Load(); got != tt.marks {
 				t.Fatalf("mark called %d times, want %d", got, tt.marks)
+			}
+			if got := prov.made.Load(); got != tt.instances {
+				t.Fatalf("%d server instances, want %d", got, tt.instances)
 			}
 			if len(ex.Rerun) != 0 {
 				t.Fatalf("rerun outlived its run: %v", ex.Rerun)

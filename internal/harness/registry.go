@@ -233,6 +233,19 @@ func (c *Connection) connect(ctx context.Context) error {
 	return c.attempt(ctx)
 }
 
+// Reset replaces the live Conn with a new one: a costly connection's world
+// is rebuilt before the steps recorded against the old one run again.
+func (c *Connection) Reset(ctx context.Context) error {
+	c.mu.Lock()
+	old := c.conn
+	c.conn, c.state, c.since = nil, StateConnecting, time.Now()
+	c.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+	return c.attempt(ctx)
+}
+
 // attempt connects once; on failure the connection is unavailable.
 func (c *Connection) attempt(ctx context.Context) error {
 	conn, err := c.provider.Connect(ctx)

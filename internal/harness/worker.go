@@ -250,6 +250,8 @@ type run struct {
 	rec   *record
 	epoch int64
 	mu    sync.Mutex
+	// resets names costly connections to rebuild before their next call.
+	resets map[string]bool
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -452,8 +454,15 @@ func (r *run) checkIdentity(i int) error {
 	case mode == Replayable:
 		return nil
 	case mode == Costly || slices.Contains(r.rec.Rerun, st.Connection):
-		// Everything from the first affected entry on runs live.
+		// Everything from the first affected entry on runs live; a costly
+		// connection is reset first, so it starts from a clean world.
 		r.rec.Steps = r.rec.Steps[:i]
+		if mode == Costly {
+			if r.resets == nil {
+				r.resets = map[string]bool{}
+			}
+			r.resets[st.Connection] = true
+		}
 		return nil
 	}
 	return &stepError{step: st.ID, code: "resume_refused", err: fmt.Errorf(
@@ -546,6 +555,16 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	conn, err := r.e.reg.Get(name)
 	if err != nil {
 		return nil, Identity{}, err
+	}
+	r.mu.Lock()
+	reset := r.resets[name]
+	delete(r.resets, name)
+	r.mu.Unlock()
+	if reset {
+		r.e.logger.Info("resetting a costly connection before running live", "execution", r.rec.ID, "connection", name)
+		if err := conn.Reset(ctx); err != nil {
+			return nil, Identity{}, err
+		}
 	}
 	if conn.Status().State != StateReady {
 		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), conn.Status().State, ErrUnavailable)
