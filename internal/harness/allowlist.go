@@ -151,6 +151,9 @@ func (al *Allowlist) check(doc *Document, base string) []FieldError {
 		}
 	}
 	doc.walk(func(n *Node) {
+		if n.Kind == KindWait && granted(n.Connection) && !matchAny(al.Connections[n.Connection].Events, n.Event) {
+			deny(n.Path+"/event", "the allowlist does not grant event %q of connection %q (step %s)", n.Event, n.Connection, n.ID)
+		}
 		if n.Kind != KindCall || !granted(n.Connection) {
 			return
 		}

@@ -19,9 +19,9 @@ const (
 )
 
 // kinds that later issues add; refused by name so the message is useful.
-var laterKinds = []string{"wait", "model"}
+var laterKinds = []string{"model"}
 
-const kindList = "sequence, call, parallel or verify"
+const kindList = "sequence, call, parallel, verify or wait"
 
 // Document is a parsed and validated workflow document, ready to run.
 type Document struct {
@@ -50,6 +50,11 @@ type Node struct {
 	Paths []*Node // each a sequence
 	Over  []string
 	Merge *expression
+
+	// wait
+	Event  string      // the event type waited for
+	Filter *expression // over $event
+	Around *Node       // run once listening has started
 
 	// verify
 	Subject *Node  // a read: a call whose output the claims judge
@@ -81,6 +86,7 @@ func (d *Document) walk(fn func(*Node)) {
 			visit(c)
 		}
 		visit(n.Subject)
+		visit(n.Around)
 	}
 	visit(d.Root)
 }
@@ -112,10 +118,11 @@ type parser struct {
 	field    string      // dotted argument path while parsing a call's args
 	secrets  []secretUse // $secrets found in the current call's args
 
-	base         string   // the document's JSON Pointer in the request
-	declaredList []string // the document's connections, in order
-	enclosing    string   // the connection shorthand calls go to
-	over         []string // the fan-out's connections while parsing its steps
+	events       map[string][]string // event types each manifest entry declares
+	base         string              // the document's JSON Pointer in the request
+	declaredList []string            // the document's connections, in order
+	enclosing    string              // the connection shorthand calls go to
+	over         []string            // the fan-out's connections while parsing its steps
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -195,6 +202,8 @@ func (p *parser) node(v any, path string) *Node {
 		return p.parallel(obj, path)
 	case kind == KindVerify:
 		return p.verify(obj, path)
+	case kind == KindWait:
+		return p.wait(obj, path)
 	case slices.Contains(laterKinds, kind):
 		p.fail(path+"/kind", CodeNotSupported, "kind %q is not yet supported", kind)
 	case obj["kind"] == nil && len(obj) == 1:

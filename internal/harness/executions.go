@@ -81,20 +81,24 @@ const (
 // the idempotency key it sent and the identity of the connection it used.
 // A resumed run replays done entries instead of calling again.
 type StepRecord struct {
-	Key            string     `json:"key"`
-	ID             string     `json:"id"`
-	Kind           string     `json:"kind"`
-	Connection     string     `json:"connection,omitempty"`
-	Op             string     `json:"op,omitempty"`
-	Status         string     `json:"status"` // pending, waiting, done, failed
-	IdempotencyKey string     `json:"idempotencyKey,omitempty"`
-	Identity       *Identity  `json:"identity,omitempty"`
-	ApprovalID     string     `json:"approval,omitempty"`
-	Output         any        `json:"output,omitempty"`
-	Error          *ExecError `json:"error,omitempty"`
-	StartedAt      time.Time  `json:"startedAt"`
-	FinishedAt     *time.Time `json:"finishedAt,omitempty"`
-	DurationMs     int64      `json:"durationMs"`
+	Key            string    `json:"key"`
+	ID             string    `json:"id"`
+	Kind           string    `json:"kind"`
+	Connection     string    `json:"connection,omitempty"`
+	Op             string    `json:"op,omitempty"`
+	Status         string    `json:"status"` // pending, waiting, done, failed
+	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
+	Identity       *Identity `json:"identity,omitempty"`
+	ApprovalID     string    `json:"approval,omitempty"`
+	// Cursor and Deadline of a wait: a resumed run listens again from the
+	// cursor until the deadline.
+	Cursor     string     `json:"cursor,omitempty"`
+	Deadline   *time.Time `json:"deadline,omitempty"`
+	Output     any        `json:"output,omitempty"`
+	Error      *ExecError `json:"error,omitempty"`
+	StartedAt  time.Time  `json:"startedAt"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	DurationMs int64      `json:"durationMs"`
 }
 
 // record is what is stored in Redis: the execution and the document it runs,

@@ -137,7 +137,13 @@ func TestApprovalFlow(t *testing.T) {
 		if ap.Step != "s" || ap.Op != "send" || ap.RequestedBy != "alice" || ap.Args["auth"] != "<redacted>" || ap.Args["to"] != "ops" {
 			t.Fatalf("approval = %+v", ap)
 		}
-		got, err := g.execs.Get(ctx, ex.ID)
+		// The approval is written just before the execution turns waiting.
+		var got *harness.Execution
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if got, err = g.execs.Get(ctx, ex.ID); err == nil && got.Status == harness.ExecWaiting {
+				break
+			}
+		}
 		must(t, err)
 		if got.Status != harness.ExecWaiting {
 			t.Fatalf("status while pending = %s", got.Status)

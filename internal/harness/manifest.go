@@ -35,9 +35,15 @@ func (p *parser) entry(name string, e map[string]any, at string) {
 			p.fail(at+"/events", CodeValidationFailed, "must be an array of event types")
 		}
 		for i, ev := range events {
-			if s, ok := ev.(string); !ok || s == "" {
+			s, ok := ev.(string)
+			if !ok || s == "" {
 				p.fail(fmt.Sprintf("%s/events/%d", at, i), CodeValidationFailed, "must be an event type")
+				continue
 			}
+			if p.events == nil {
+				p.events = map[string][]string{}
+			}
+			p.events[name] = append(p.events[name], s)
 		}
 	}
 	_, from := e["from"]

@@ -25,6 +25,7 @@ type scope struct {
 	Item    string         `expr:"$item"`    // a fan-out's connection
 	Results []any          `expr:"$results"` // a parallel node's path outputs, for merge
 	Subject any            `expr:"$subject"` // what a verify claim judges
+	Event   any            `expr:"$event"`   // the event a wait's filter judges
 }
 
 // value is an argument template: literals, objects and arrays of values,

@@ -370,6 +370,8 @@ func (r *run) node(ctx context.Context, f *frame, n *Node) (any, error) {
 		out, err = r.parallel(ctx, f, n)
 	case KindVerify:
 		out, err = r.verify(ctx, f, n)
+	case KindWait:
+		out, err = r.wait(ctx, f, n)
 	default:
 		err = &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
 	}

@@ -247,6 +247,14 @@ func (s *Service) Emit(ctx context.Context, connection string, ev Event, via Via
 	if !fresh {
 		return Result{Duplicate: true}, nil
 	}
+	// Wait nodes listening on this connection see each accepted event
+	// once; a failure here loses no trigger (the inbox has the event).
+	if s.execs != nil {
+		err := s.execs.AppendEvent(ctx, harness.ConnEvent{Connection: connection, Type: ev.Type, ID: ev.ID, Payload: ev.Payload, ReceivedAt: ev.ReceivedAt})
+		if err != nil {
+			s.logger.Warn("event not recorded for waits", "connection", connection, "event", ev.ID, "err", err)
+		}
+	}
 	return Result{Triggers: matched}, nil
 }
 

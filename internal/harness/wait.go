@@ -1,0 +1,207 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// KindWait waits for an event of a connection.
+const KindWait = "wait"
+
+// Wait limits.
+const (
+	defaultWaitTimeout = time.Minute
+	maxWaitTimeout     = 24 * time.Hour
+	// maxConnEvents bounds each connection's event log (approximately).
+	maxConnEvents = 10000
+)
+
+// ConnEvent is an event a connection delivered (a webhook, a push, a cron
+// tick), as wait nodes see it.
+type ConnEvent struct {
+	Connection string         `json:"connection"`
+	Type       string         `json:"type"`
+	ID         string         `json:"id"`
+	Payload    any            `json:"payload,omitempty"`
+	ReceivedAt time.Time      `json:"receivedAt"`
+	Meta       map[string]any `json:"meta,omitempty"`
+}
+
+func (e *Executions) connEventsKey(conn string) string { return e.store.Key("{ev:"+conn+"}", "log") }
+
+// AppendEvent records an accepted event of a connection so that wait nodes
+// listening on it see it. Sources call it once per accepted event (after
+// dedupe), so a redelivered webhook is not seen twice.
+func (e *Executions) AppendEvent(ctx context.Context, ev ConnEvent) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("executions: encode event: %w", err)
+	}
+	key := e.connEventsKey(ev.Connection)
+	err = e.store.Client.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: maxConnEvents, Approx: true, Values: map[string]any{"event": data}}).Err()
+	if err != nil {
+		return fmt.Errorf("executions: append event of %s: %w", ev.Connection, err)
+	}
+	return nil
+}
+
+// cursorOf returns the id of the newest event of conn ("0-0" when none):
+// listening from it sees every event appended after this moment.
+func (e *Executions) cursorOf(ctx context.Context, conn string) (string, error) {
+	msgs, err := e.store.Client.XRevRangeN(ctx, e.connEventsKey(conn), "+", "-", 1).Result()
+	if err != nil {
+		return "", fmt.Errorf("executions: cursor of %s: %w", conn, err)
+	}
+	if len(msgs) == 0 {
+		return "0-0", nil
+	}
+	return msgs[0].ID, nil
+}
+
+func (p *parser) wait(obj map[string]any, at string) *Node {
+	p.checkFields(obj, at, "kind", "id", "connection", "event", "filter", "around", "timeoutMs")
+	n := &Node{Kind: KindWait, ID: p.id(obj["id"], at), Path: at}
+	n.Connection, _ = obj["connection"].(string)
+	n.Event, _ = obj["event"].(string)
+	switch _, err := p.reg.Get(n.Connection); {
+	case n.Connection == "":
+		p.fail(at+"/connection", CodeValidationFailed, "is required and must be a connection name")
+	case err != nil:
+		p.fail(at+"/connection", CodeConnectionUnknown, "no connection named %q", n.Connection)
+	case !p.declared[n.Connection]:
+		p.fail(at+"/connection", CodeValidationFailed, "connection %q is not declared in the document's connections", n.Connection)
+	}
+	if n.Event == "" {
+		p.fail(at+"/event", CodeValidationFailed, "is required and must be an event type")
+	} else if p.declared[n.Connection] && !matchAny(p.events[n.Connection], n.Event) {
+		p.fail(at+"/event", CodeValidationFailed, "event %q is not declared in the events of connection %q's entry", n.Event, n.Connection)
+	}
+	n.Timeout = p.millis(obj, "timeoutMs", at, defaultWaitTimeout, maxWaitTimeout)
+	if f, ok := obj["filter"]; ok {
+		if e, ok := p.expression(f, at+"/filter").(*expression); ok {
+			n.Filter = e
+		}
+	}
+	if a, ok := obj["around"]; ok {
+		steps, isArray := a.([]any)
+		if !isArray {
+			steps = []any{a}
+		}
+		seq := &Node{Kind: KindSequence, ID: n.ID + "/around", Path: at + "/around"}
+		for i, s := range steps {
+			stepAt := at + "/around"
+			if isArray {
+				stepAt += "/" + strconv.Itoa(i)
+			}
+			if child := p.node(s, stepAt); child != nil {
+				seq.Steps = append(seq.Steps, child)
+			}
+		}
+		n.Around = seq
+	}
+	p.done[n.ID] = true
+	return n
+}
+
+// wait listens for the event, runs the around steps once listening has
+// started (so the event they cause cannot slip past), then waits for the
+// first matching event until the timeout. The cursor and the deadline are
+// in the ledger entry: a resumed run listens again from the same cursor
+// until the same deadline. Its output is {event, around}.
+func (r *run) wait(ctx context.Context, f *frame, n *Node) (any, error) {
+	key := n.ID + f.suffix
+	if out, err, ok := r.replayed(key, n); ok {
+		return out, err
+	}
+	r.begin(n, key, n.Connection)
+	var cursor string
+	var deadline time.Time
+	r.mu.Lock()
+	if i := r.entry(key); i >= 0 && r.rec.Steps[i].Cursor != "" {
+		cursor, deadline = r.rec.Steps[i].Cursor, *r.rec.Steps[i].Deadline
+	}
+	r.mu.Unlock()
+	if cursor == "" {
+		c, err := r.e.cursorOf(ctx, n.Connection)
+		if err != nil {
+			return nil, &storageError{err}
+		}
+		cursor, deadline = c, time.Now().Add(n.Timeout).UTC()
+		r.update(key, func(st *StepRecord) { st.Status, st.Cursor, st.Deadline = StepPending, cursor, &deadline })
+		if err := r.save(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var around any
+	if n.Around != nil {
+		var err error
+		if around, err = r.node(ctx, f, n.Around); err != nil {
+			return nil, err
+		}
+	}
+	ev, err := r.listen(ctx, f, n, cursor, deadline)
+	if err != nil {
+		if errors.Is(err, ErrFenced) || isStorage(err) {
+			return nil, err
+		}
+		return nil, r.fail(ctx, key, n, err)
+	}
+	return r.done(ctx, key, n, map[string]any{"event": ev, "around": around})
+}
+
+// listen reads the connection's events after cursor until one matches or
+// the deadline passes.
+func (r *run) listen(ctx context.Context, f *frame, n *Node, cursor string, deadline time.Time) (any, error) {
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("no %s event of %s arrived within %s", n.Event, n.Connection, n.Timeout)}
+		}
+		block := min(left, 5*time.Second)
+		streams, err := r.e.store.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{r.e.connEventsKey(n.Connection), cursor}, Count: 100, Block: block}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, &storageError{fmt.Errorf("executions: listen on %s: %w", n.Connection, err)}
+		}
+		for _, m := range streams[0].Messages {
+			cursor = m.ID
+			var ev map[string]any
+			raw, _ := m.Values["event"].(string)
+			if json.Unmarshal([]byte(raw), &ev) != nil || ev["type"] != n.Event {
+				continue
+			}
+			if ok, err := r.matches(f, n, ev); err != nil {
+				return nil, &stepError{step: n.ID, code: KindStepFailed, err: err}
+			} else if ok {
+				return r.e.redact(ev), nil
+			}
+		}
+	}
+}
+
+func (r *run) matches(f *frame, n *Node, ev map[string]any) (bool, error) {
+	if n.Filter == nil {
+		return true, nil
+	}
+	r.mu.Lock()
+	sc := r.scope(f)
+	r.mu.Unlock()
+	sc.Event = ev
+	out, err := n.Filter.eval(sc)
+	if err != nil {
+		return false, err
+	}
+	ok, _ := out.(bool)
+	return ok, nil
+}
