@@ -106,10 +106,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	}
 	st := storetest.New(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "server")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build server: %v\n%s", err, out)
-	}
+	bin := serverBin // built by TestMain
 	const events = 500
 	cfg := writeConfig(t, fmt.Sprintf(`
 connections:
@@ -135,6 +132,7 @@ inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
 			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=crash-key", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_WORKERS=4",
+			"PATCHBAY_CLAIM_TIMEOUT=3s", // work items of a killed replica are taken over quickly
 		}}
 		if err := replicas[i].start(); err != nil {
 			t.Fatal(err)
@@ -262,14 +260,20 @@ inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 	records := len(recs)
 	// Completion depends on the execution workers' own recovery; it is
 	// reported, not required, here.
+	var open []string
 	for wait := time.Now().Add(20 * time.Second); terminal < records && time.Now().Before(wait); {
 		time.Sleep(250 * time.Millisecond)
-		terminal = 0
+		terminal, open = 0, nil
 		for _, r := range scanRecords(t, ctx, st.Client, st.Prefix) {
 			if r.Status == "succeeded" || r.Status == "failed" {
 				terminal++
+			} else {
+				open = append(open, r.ID+" "+r.Status+" ("+r.Input.Event.ID+")")
 			}
 		}
+	}
+	if len(open) > 0 {
+		t.Logf("not finished after 20 s: %s", strings.Join(open, ", "))
 	}
 	t.Logf("%d events over %s with %d kills: %d accepted, %d duplicate answers, %d sender retries; %d executions, %d terminal after %s",
 		events, sent.Round(time.Millisecond), kills, accepted.Load(), duplicates.Load(), retries.Load(), records, terminal, time.Since(start).Round(time.Millisecond))

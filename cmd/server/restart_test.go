@@ -139,4 +139,3 @@ allowlists:
 	}
 	t.Logf("%d accepted (%d refused while Redis was down), all succeeded; drained in %s", len(accepted), refused, time.Since(start).Round(time.Millisecond))
 }
-

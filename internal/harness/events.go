@@ -138,9 +138,7 @@ func (e *Executions) watchCancel(ctx context.Context, cancel context.CancelCause
 	// Wait for the subscription before reading the flag, so a Cancel is
 	// seen either by the flag or by the message. The wait is bounded: a
 	// slow Redis must not hold up the run.
-	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-	_, _ = sub.Receive(rctx)
-	rcancel()
+	_, _ = sub.ReceiveTimeout(ctx, 2*time.Second)
 	if e.cancelled(ctx, id) {
 		cancel(errCancelled)
 	}

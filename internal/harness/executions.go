@@ -312,7 +312,15 @@ func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.R
 		if id, err = e.store.Client.Get(ctx, msgKey).Result(); err != nil {
 			return nil, false, fmt.Errorf("executions: read message %s: %w", key, err)
 		}
-		if ex, err := e.Get(ctx, id); err == nil || !errors.Is(err, ErrNotFound) {
+		ex, err := e.Get(ctx, id)
+		if err == nil && ex.Status == ExecQueued {
+			// Its first submitter may have died between the record and
+			// the work item: enqueue again (a second item is harmless).
+			if err := e.resume(ctx, id); err != nil {
+				return nil, false, err
+			}
+		}
+		if err == nil || !errors.Is(err, ErrNotFound) {
 			return ex, false, err
 		}
 	}
@@ -497,15 +505,18 @@ func (e *Executions) trim(ctx context.Context) {
 
 // Wait returns the execution once it is terminal or when d has passed,
 // whichever comes first; it works whichever replica runs the execution.
+// The finish is announced on a channel; a slow poll backs it up, so a
+// subscription that failed only makes Wait slower, never wrong.
 func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Execution, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	sub := e.store.Client.Subscribe(ctx, e.doneKey(id))
 	defer sub.Close()
 	// Subscribe before reading, so a finish between the two is not missed.
-	if _, err := sub.Receive(ctx); err != nil && ctx.Err() == nil {
-		return nil, fmt.Errorf("executions: wait %s: %w", id, err)
-	}
+	_, _ = sub.ReceiveTimeout(ctx, min(d, 2*time.Second))
+	done := sub.Channel()
+	poll := time.NewTicker(500 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		ex, err := e.Get(context.WithoutCancel(ctx), id)
 		if err != nil || ex.Status.Terminal() {
@@ -514,7 +525,8 @@ func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Exe
 		select {
 		case <-ctx.Done():
 			return ex, nil
-		case <-sub.Channel():
+		case <-done:
+		case <-poll.C:
 		}
 	}
 }
