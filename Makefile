@@ -19,6 +19,8 @@ run: build ## run the server on the embedded Redis with the demo connection (API
 	PATCHBAY_CONFIG=$${PATCHBAY_CONFIG:-examples/patchbay.yaml} ./$(BIN)/server
 
 test: lint ## vet, format check and every test (CI=true: nothing may skip, and the fuzz targets run briefly)
+	@# CI: the committed templ output must be what `make generate` makes.
+	@if [ "$${CI:-}" = true ]; then $(MAKE) --no-print-directory generate && git diff --exit-code -- '*_templ.go'; fi
 	$(GO) test -race -count=1 ./...
 	@if [ "$${CI:-}" = true ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=10s; fi
 
@@ -47,7 +49,7 @@ bench: ## run the benchmarks and print their figures
 	@# Webhook ingest rate and event→execution-start latency at 500 events/s, on the real Redis (127.0.0.1:6379 unless set).
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./internal/webhooks/
 
-generate: ## regenerate generated code (templ components, once the admin UI exists)
+generate: ## regenerate generated code (the admin UI's templ components, with the templ pinned in go.mod's tool directive)
 	$(GO) generate ./...
 
 clean: ## remove build output

@@ -433,6 +433,10 @@ func exerciseLifecycle(t *testing.T, b *bundle, id string) {
 	if len(again) != len(events)-2 || again[0].id != events[2].id {
 		t.Fatalf("after Last-Event-ID %s: %+v, want the %d events after it", events[1].id, again, len(events)-2)
 	}
+	// Resuming after the last event of a finished execution ends at once.
+	if r = b.do(t, "GET", "/v1/executions/"+id+"/events", "", "", "Last-Event-ID", events[len(events)-1].id); r.status != 200 || len(parseSSE(string(r.body))) != 0 {
+		t.Fatalf("after the last event: %d %q", r.status, r.body)
+	}
 	if r = b.do(t, "GET", "/v1/executions/ex_nope/events", "", ""); r.status != 404 {
 		t.Fatalf("events of a missing execution = %d", r.status)
 	}

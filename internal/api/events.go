@@ -47,6 +47,11 @@ func (h *handlers) streamEvents(c echo.Context) error {
 			}
 		}
 		if len(events) == 0 {
+			// Resumed after the last event of a finished execution: nothing
+			// more will come.
+			if ex, err := h.Executions.Get(ctx, id); err == nil && ex.Status.Terminal() {
+				return nil
+			}
 			fmt.Fprint(w, ": keep-alive\n\n")
 		}
 		w.Flush()

@@ -62,6 +62,9 @@ func (e *Executions) Events(ctx context.Context, exec, after string, block time.
 	} else if n == 0 {
 		return nil, fmt.Errorf("execution %s: %w", exec, ErrNotFound)
 	}
+	if block <= 0 {
+		block = -1 // go-redis sends no BLOCK for a negative value; BLOCK 0 would wait forever
+	}
 	streams, err := e.store.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{e.eventsKey(exec), after}, Count: 100, Block: block}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil

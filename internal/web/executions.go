@@ -65,7 +65,8 @@ func (h *handler) loadExecution(c echo.Context) (executionData, error) {
 	}
 	after := ""
 	for range 10 { // at most the last 1000 events (the stream keeps about that many)
-		evs, err := h.Executions.Events(ctx, ex.ID, after, 0)
+		// A block of 0 would wait forever at the tail; 1ms reads what is there.
+		evs, err := h.Executions.Events(ctx, ex.ID, after, time.Millisecond)
 		if err != nil || len(evs) == 0 {
 			break
 		}
@@ -101,7 +102,7 @@ func (h *handler) executionStream(c echo.Context) error {
 	ctx := bg(c)
 	id := c.Param("id")
 	after := c.Request().Header.Get("Last-Event-ID")
-	events, err := h.Executions.Events(ctx, id, after, 0)
+	events, err := h.Executions.Events(ctx, id, after, time.Millisecond)
 	if err != nil {
 		return &notFound{"No execution has that id."}
 	}

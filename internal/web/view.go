@@ -5,9 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/a-h/templ"
 	"encoding/json"
 	"fmt"
+	"github.com/a-h/templ"
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"

@@ -1,0 +1,175 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+)
+
+// screenshots is where the browser tests leave a picture of each page
+// (gitignored; the README's come from here).
+var screenshots = filepath.Join("..", "..", "artifacts", "screenshots")
+
+// browser starts Debian's headless chromium. Under CI=true a missing
+// chromium fails the test; elsewhere it skips.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI requires chromium for the admin UI's browser tests (apt-get install -y chromium)")
+		}
+		t.Skip("chromium is not installed")
+	}
+	must(t, os.MkdirAll(screenshots, 0o755))
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
+	must(t, chromedp.Run(ctx))
+	return ctx
+}
+
+// clear empties a form field as a select-all and delete would.
+func clear(sel string) chromedp.Action {
+	return chromedp.Evaluate(`document.querySelector('`+sel+`').value = ''`, nil)
+}
+
+// shot writes a full-page PNG (quality 100; below that chromedp writes JPEG).
+func shot(name string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		var buf []byte
+		if err := chromedp.FullScreenshot(&buf, 100).Do(ctx); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(screenshots, name+".png"), buf, 0o644)
+	})
+}
+
+// both takes a page's screenshot at 1280 and at 390 px wide.
+func both(name string) chromedp.Action {
+	return chromedp.Tasks{
+		chromedp.EmulateViewport(1280, 900), shot(name),
+		chromedp.EmulateViewport(390, 844), shot(name + "-390"),
+		chromedp.EmulateViewport(1280, 900),
+	}
+}
+
+func TestBrowser(t *testing.T) {
+	ctx := browser(t)
+	b := setup(t)
+	run := func(actions ...chromedp.Action) {
+		t.Helper()
+		if err := chromedp.Run(ctx, actions...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit := func() *harness.Execution {
+		ex, err := b.execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(guardedDoc), Principal: "ci-bot", Allowlist: "ops"})
+		must(t, err)
+		return ex
+	}
+
+	// Sign in.
+	run(chromedp.Navigate(b.url+"/admin"), chromedp.WaitVisible(`#token`, chromedp.ByQuery), shot("sign-in"),
+		chromedp.SendKeys(`#token`, adminToken, chromedp.ByQuery), chromedp.Submit(`#token`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#connections`, chromedp.ByQuery), both("overview"))
+
+	// A call that needs approval appears on the open Approvals page without
+	// a reload, is approved there, and the execution succeeds on its page.
+	run(chromedp.Navigate(b.url+"/admin/approvals"), chromedp.WaitVisible(`#no-pending`, chromedp.ByQuery))
+	ex := submit()
+	ap := waitPending(t, b)
+	card := `#pending article[data-approval="` + ap.ID + `"]`
+	run(chromedp.WaitVisible(card, chromedp.ByQuery), both("approvals"),
+		chromedp.Navigate(b.url+"/admin/executions/"+ex.ID), chromedp.WaitVisible(`#execution-body[data-status="waiting"]`, chromedp.ByQuery),
+		shot("execution-waiting"),
+		chromedp.Navigate(b.url+"/admin/approvals"), chromedp.WaitVisible(card, chromedp.ByQuery),
+		chromedp.SendKeys(card+` input[name="note"]`, "ship it", chromedp.ByQuery),
+		chromedp.Click(card+` button.primary`, chromedp.ByQuery),
+		chromedp.WaitVisible(`.flash`, chromedp.ByQuery), chromedp.WaitVisible(`#no-pending`, chromedp.ByQuery),
+		chromedp.Navigate(b.url+"/admin/executions/"+ex.ID),
+		chromedp.WaitVisible(`#execution-body[data-status="succeeded"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#ledger li[data-step="ship"][data-status="done"]`, chromedp.ByQuery), both("execution"))
+
+	// Live: an execution page open while it waits moves to succeeded when
+	// the approval is decided elsewhere.
+	ex = submit()
+	ap = waitPending(t, b)
+	run(chromedp.Navigate(b.url+"/admin/executions/"+ex.ID), chromedp.WaitVisible(`#execution-body[data-status="waiting"]`, chromedp.ByQuery),
+		chromedp.Sleep(300*time.Millisecond))
+	_, err := b.execs.Approvals().Decide(context.Background(), ap.ID, harness.ApprovalApproved, "other-operator", "")
+	must(t, err)
+	run(chromedp.WaitVisible(`#execution-body[data-status="succeeded"]`, chromedp.ByQuery))
+
+	// Keyboard only: Tab to the Approve button, press Enter.
+	submit()
+	ap = waitPending(t, b)
+	card = `#pending article[data-approval="` + ap.ID + `"]`
+	run(chromedp.Navigate(b.url+"/admin/approvals"), chromedp.WaitVisible(card, chromedp.ByQuery))
+	var focused string
+	for range 40 {
+		run(chromedp.KeyEvent(kb.Tab),
+			chromedp.Evaluate(`(document.activeElement.closest('article')?.dataset.approval || '') + '|' + document.activeElement.textContent.trim()`, &focused))
+		if focused == ap.ID+"|Approve" {
+			break
+		}
+	}
+	if focused != ap.ID+"|Approve" {
+		t.Fatalf("Tab never reached the Approve button (last focus %q)", focused)
+	}
+	run(chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(`.flash`, chromedp.ByQuery))
+	got, err := b.execs.Approvals().Get(context.Background(), ap.ID)
+	must(t, err)
+	if got.State != harness.ApprovalApproved {
+		t.Fatalf("keyboard approval: %s", got.State)
+	}
+
+	// An allowlist edit with an invalid glob shows the API's message next
+	// to the field; fixing it saves.
+	_, perr := harness.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["ui.["]}}}`))
+	want := perr.(*harness.ValidationError).Problems[0].Message
+	var msg string
+	run(chromedp.Navigate(b.url+"/admin/allowlists/ops"), chromedp.WaitVisible(`#ops-0`, chromedp.ByQuery),
+		clear(`#ops-0`), chromedp.SendKeys(`#ops-0`, "ui.[", chromedp.ByQuery),
+		chromedp.Click(`#allowlist-form button.primary`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#ops-0-err`, chromedp.ByQuery), chromedp.Text(`#ops-0-err .field-error`, &msg, chromedp.ByQuery),
+		both("allowlist-error"))
+	if strings.TrimSpace(msg) != want {
+		t.Fatalf("field error %q, want %q", msg, want)
+	}
+	run(clear(`#ops-0`), chromedp.SendKeys(`#ops-0`, "echo\nguard*", chromedp.ByQuery),
+		chromedp.Click(`#allowlist-form button.primary`, chromedp.ByQuery), chromedp.WaitVisible(`.flash`, chromedp.ByQuery), shot("allowlist"))
+	al, err := b.als.Get(context.Background(), "ops")
+	must(t, err)
+	if strings.Join(al.Connections["mem"].Ops, ",") != "echo,guard*" {
+		t.Fatalf("saved ops %v", al.Connections["mem"].Ops)
+	}
+
+	// A POST without the CSRF token is refused, even from a signed-in page.
+	var status int
+	run(chromedp.Evaluate(`fetch('/admin/allowlists/ops/delete', {method: 'POST'}).then(r => r.status)`, &status,
+		func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
+	if status != 403 {
+		t.Fatalf("CSRF-less POST: %d", status)
+	}
+	run(chromedp.Navigate(b.url+"/admin/executions"), chromedp.WaitVisible(`#executions`, chromedp.ByQuery), both("executions"),
+		chromedp.Navigate(b.url+"/admin/connections/mem"), chromedp.WaitVisible(`#operations`, chromedp.ByQuery), shot("connection"),
+		chromedp.Navigate(b.url+"/admin/deadletters"), chromedp.WaitVisible(`#deadletters`, chromedp.ByQuery), shot("deadletters"))
+}
