@@ -43,19 +43,7 @@ func setup(t *testing.T, st *store.Store) bundle {
 	if err := reg.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := als.Put(context.Background(), al, "tester"); err != nil {
-		t.Fatal(err)
-	}
-	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = execs.Run(ctx, 2); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	execs := startWorkers(t, st, reg, 2, "test", `{"connections":{"mem":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 	return bundle{execs: execs, mem: mem, reg: reg}
 }
 
@@ -196,4 +184,25 @@ func TestListPagesNewestFirstAndFilters(t *testing.T) {
 			t.Fatalf("bad cursor = %v", err)
 		}
 	})
+}
+
+// startWorkers returns executions over reg on st, with the allowlist name
+// (body as PUT /v1/allowlists takes it) and n workers running until the
+// test ends.
+func startWorkers(t *testing.T, st *store.Store, reg *harness.Registry, n int, name, body string, opts harness.ExecutionsOptions) *harness.Executions {
+	t.Helper()
+	opts.Allowlists = harness.NewAllowlists(st)
+	al, err := harness.ParseAllowlist(name, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := opts.Allowlists.Put(context.Background(), al, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	execs := harness.NewExecutions(st, reg, &opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = execs.Run(ctx, n); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return execs
 }

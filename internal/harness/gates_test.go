@@ -53,17 +53,8 @@ func setupGates(t *testing.T, st *store.Store) gateBundle {
 	must(t, reg.Add("svc", mem))
 	must(t, reg.SetPolicy("svc", harness.Policy{Deny: []string{"drop*"}, Approve: []string{"send"}}))
 	must(t, reg.Start(context.Background()))
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"svc":{"ops":["*"],"secrets":{"svc.token":"send.auth"}}}}`))
-	must(t, err)
-	_, err = als.Put(context.Background(), al, "tester")
-	must(t, err)
 	secrets := &fakeSecrets{values: map[string]string{"svc.token": "tok-very-secret-value"}}
-	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als, Secrets: secrets})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = execs.Run(ctx, 2); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	execs := startWorkers(t, st, reg, 2, "ops", `{"connections":{"svc":{"ops":["*"],"secrets":{"svc.token":"send.auth"}}}}`, harness.ExecutionsOptions{Secrets: secrets})
 	return gateBundle{execs: execs, mem: mem, secrets: secrets}
 }
 

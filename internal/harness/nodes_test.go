@@ -48,16 +48,7 @@ func setupNodes(t *testing.T) *harness.Executions {
 	}
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("all", []byte(`{"connections":{"a":{"ops":["*"]},"b":{"ops":["*"]}}}`))
-	must(t, err)
-	_, err = als.Put(context.Background(), al, "t")
-	must(t, err)
-	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = execs.Run(ctx, 2); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	execs := startWorkers(t, st, reg, 2, "all", `{"connections":{"a":{"ops":["*"]},"b":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 	return execs
 }
 

@@ -27,16 +27,7 @@ func setupWait(t *testing.T) *harness.Executions {
 	must(t, reg.Add("app", mem))
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("all", []byte(`{"connections":{"app":{"ops":["*"],"events":["deploy.*"]}}}`))
-	must(t, err)
-	_, err = als.Put(context.Background(), al, "t")
-	must(t, err)
-	execs = harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = execs.Run(ctx, 2); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	execs = startWorkers(t, st, reg, 2, "all", `{"connections":{"app":{"ops":["*"],"events":["deploy.*"]}}}`, harness.ExecutionsOptions{})
 	return execs
 }
 
