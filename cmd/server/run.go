@@ -101,6 +101,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{
 		Retention: cfg.Retention, Logger: logger, Observer: metrics, Allowlists: als,
 		Secrets: secrets, Redactor: redactor, Visibility: cfg.ClaimTimeout,
+		Attacher: mcpAttacher{logger: logger, redactor: redactor},
 	})
 	keys := apiKeys(cfg, stdout)
 	trig, hooks, err := newTriggers(st, execs, reg, cfg, logger)

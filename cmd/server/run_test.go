@@ -244,3 +244,31 @@ func TestGeneratedKeyIsPrinted(t *testing.T) {
 type envMap map[string]string
 
 func (e envMap) get(k string) string { return e[k] }
+
+// TestDocumentBringsAServer: a document attaches the demo MCP server over
+// Streamable HTTP, granted by its exact URL, with a header from a secret.
+func TestDocumentBringsAServer(t *testing.T) {
+	t.Parallel()
+	mcpHTTP := httptest.NewServer(server.NewStreamableHTTPServer(demo.NewServer()))
+	t.Cleanup(mcpHTTP.Close)
+	url := mcpHTTP.URL + "/mcp"
+	cfg := writeConfig(t, fmt.Sprintf(`
+allowlists:
+  default:
+    mcp:
+      - { name: notes, url: %q, secrets: [notes.token], ops: ["echo"] }
+`, url))
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
+		"PATCHBAY_SECRET_NOTES_TOKEN": "tok-attached-0123456789",
+	})
+	doc := fmt.Sprintf(`{"wait":"10s","workflow":{"version":1,"connections":{"notes":{"mcp":{"name":"notes","type":"http","url":%q,
+		"headers":{"X-Token":{"$secret":"notes.token"}}}}},"root":{"echo":{"text":"from an attached server"}}}}`, url)
+	ex := post(t, srv.url, "k1", []byte(doc))
+	if ex["status"] != "succeeded" || ex["output"].(map[string]any)["text"] != "from an attached server" {
+		t.Fatalf("execution: %v", ex)
+	}
+	if strings.Contains(srv.output.String(), "tok-attached-0123456789") {
+		t.Fatal("the attached server's secret reached the log")
+	}
+}

@@ -36,11 +36,24 @@ type Grant struct {
 	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
+// MCPGrant lets documents bring their own MCP server: the exact URL, or the
+// exact command and arguments, the secrets its headers or environment may
+// use, and the operations documents may call on it.
+type MCPGrant struct {
+	Name    string   `json:"name"`
+	URL     string   `json:"url,omitempty"`
+	Command string   `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	Secrets []string `json:"secrets,omitempty"`
+	Ops     []string `json:"ops,omitempty"`
+}
+
 // Allowlist is a named set of grants: what documents sent by the keys bound
 // to it may use. No allowlist, or an empty one, grants nothing.
 type Allowlist struct {
 	Name        string           `json:"name"`
 	Connections map[string]Grant `json:"connections"`
+	MCP         []MCPGrant       `json:"mcp,omitempty"`
 	UpdatedAt   time.Time        `json:"updatedAt"`
 	UpdatedBy   string           `json:"updatedBy"`
 }
@@ -60,6 +73,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 	}
 	var body struct {
 		Connections map[string]Grant `json:"connections"`
+		MCP         []MCPGrant       `json:"mcp"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -87,13 +101,42 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 			}
 		}
 	}
+	for i, g := range body.MCP {
+		at := fmt.Sprintf("/mcp/%d", i)
+		if !ValidName(g.Name) {
+			bad(at+"/name", "%q is not a valid connection name", g.Name)
+		}
+		if (g.URL == "") == (g.Command == "") {
+			bad(at, "needs exactly one of url and command")
+		}
+		for j, sec := range g.Secrets {
+			if !secretNameRE.MatchString(sec) {
+				bad(fmt.Sprintf("%s/secrets/%d", at, j), "%q is not a valid secret name", sec)
+			}
+		}
+		checkGlobs(at+"/ops", g.Ops, bad)
+	}
 	if len(problems) > 0 {
 		return nil, &ValidationError{Problems: problems}
 	}
 	if body.Connections == nil {
 		body.Connections = map[string]Grant{}
 	}
-	return &Allowlist{Name: name, Connections: body.Connections}, nil
+	return &Allowlist{Name: name, Connections: body.Connections, MCP: body.MCP}, nil
+}
+
+// mcpGrant returns the grant for an attached server, if the allowlist has
+// one for exactly that URL or command line.
+func (al *Allowlist) mcpGrant(spec AttachSpec) (MCPGrant, bool) {
+	if al == nil {
+		return MCPGrant{}, false
+	}
+	for _, g := range al.MCP {
+		if g.Name == spec.Name && g.URL == spec.URL && g.Command == spec.Command && slices.Equal(g.Args, spec.Args) {
+			return g, true
+		}
+	}
+	return MCPGrant{}, false
 }
 
 func checkGlobs(at string, globs []string, bad func(string, string, ...any)) {
@@ -146,11 +189,34 @@ func (al *Allowlist) check(doc *Document, base string) []FieldError {
 		return ok
 	}
 	for _, name := range doc.Connections {
+		at := base + "/connections/" + escape(name)
+		if spec, ok := doc.Attached[name]; ok {
+			g, ok := al.mcpGrant(spec)
+			if !ok {
+				deny(at+"/mcp", "the allowlist grants no server %q at that exact url or command", name)
+				continue
+			}
+			for _, sec := range spec.secrets() {
+				if !slices.Contains(g.Secrets, sec) {
+					deny(at+"/mcp", "the allowlist does not grant secret %q to server %q", sec, name)
+				}
+			}
+			continue
+		}
 		if !granted(name) {
-			deny(base+"/connections/"+escape(name), "the allowlist grants no access to connection %q", name)
+			deny(at, "the allowlist grants no access to connection %q", name)
 		}
 	}
 	doc.walk(func(n *Node) {
+		if spec, ok := doc.Attached[n.Connection]; ok && n.Kind == KindCall {
+			if g, ok := al.mcpGrant(spec); ok && !matchAny(g.Ops, n.Op) {
+				deny(n.Path+"/op", "the allowlist does not grant operation %q of server %q (step %s)", n.Op, n.Connection, n.ID)
+			}
+			for _, s := range n.Secrets {
+				deny(s.Path, "secret %q: arguments to a server the document brings may not carry secrets (step %s)", s.Name, n.ID)
+			}
+			return
+		}
 		if n.Kind == KindWait && granted(n.Connection) && !matchAny(al.Connections[n.Connection].Events, n.Event) {
 			deny(n.Path+"/event", "the allowlist does not grant event %q of connection %q (step %s)", n.Event, n.Connection, n.ID)
 		}

@@ -28,6 +28,8 @@ type Document struct {
 	Version     int
 	Connections []string
 	Root        *Node
+	// Attached are the MCP servers the document brings itself, by name.
+	Attached map[string]AttachSpec
 }
 
 // Node is one step of a document.
@@ -118,11 +120,12 @@ type parser struct {
 	field    string      // dotted argument path while parsing a call's args
 	secrets  []secretUse // $secrets found in the current call's args
 
-	events       map[string][]string // event types each manifest entry declares
-	base         string              // the document's JSON Pointer in the request
-	declaredList []string            // the document's connections, in order
-	enclosing    string              // the connection shorthand calls go to
-	over         []string            // the fan-out's connections while parsing its steps
+	events        map[string][]string   // event types each manifest entry declares
+	attachedSpecs map[string]AttachSpec // servers the document brings
+	base          string                // the document's JSON Pointer in the request
+	declaredList  []string              // the document's connections, in order
+	enclosing     string                // the connection shorthand calls go to
+	over          []string              // the fan-out's connections while parsing its steps
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -149,6 +152,7 @@ func (p *parser) document(v any, path string) *Document {
 		p.declared[name] = true
 	}
 	p.declaredList = d.Connections
+	d.Attached = p.attachedSpecs
 	if obj["root"] == nil {
 		p.fail(path+"/root", CodeValidationFailed, "is required")
 		return d
@@ -170,13 +174,14 @@ func (p *parser) connections(v any, path string) []string {
 	for _, name := range sortedKeys(obj) {
 		at := path + "/" + escape(name)
 		names = append(names, name)
+		entry, ok := obj[name].(map[string]any)
+		_, attaches := entry["mcp"]
 		switch _, err := p.reg.Get(name); {
 		case !ValidName(name):
 			p.fail(at, CodeConnectionInvalid, "%q is not a valid connection name", name)
-		case err != nil:
+		case err != nil && !attaches:
 			p.fail(at, CodeConnectionUnknown, "no connection named %q", name)
 		}
-		entry, ok := obj[name].(map[string]any)
 		if !ok {
 			p.fail(at, CodeValidationFailed, "must be an object")
 			continue
@@ -297,6 +302,14 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 func (p *parser) target(n *Node, obj map[string]any, path string) {
 	if n.Connection == "" {
 		p.fail(path+"/connection", CodeValidationFailed, "is required and must be a connection name")
+		return
+	}
+	if _, ok := p.attachedSpecs[n.Connection]; ok {
+		// Its operations are known once it is attached; gate 1 checks
+		// them then.
+		if n.Op == "" {
+			p.fail(path+"/op", CodeValidationFailed, "is required and must be an operation name")
+		}
 		return
 	}
 	conn, err := p.reg.Get(n.Connection)

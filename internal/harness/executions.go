@@ -154,9 +154,18 @@ type ExecutionsOptions struct {
 	// Sealer seals the refs calls return and opens them at gate 3; nil:
 	// one over the same store.
 	Sealer *Sealer
+	// Attacher connects the MCP servers documents bring themselves; nil:
+	// such documents fail at their first call.
+	Attacher Attacher
 	// Allowlists bound what submitted documents may use; nil grants
 	// nothing to untrusted submissions.
 	Allowlists *Allowlists
+}
+
+// Attacher connects an MCP server a document brings, for one run. secrets
+// holds the resolved values of the spec's header and env secrets.
+type Attacher interface {
+	Attach(ctx context.Context, spec AttachSpec, secrets map[string]string) (Conn, error)
 }
 
 // Redactor registers secret values and scrubs them from text and values.
@@ -180,6 +189,7 @@ type Executions struct {
 	sweepEvery  time.Duration
 	secrets     SecretStore
 	sealer      *Sealer
+	attacher    Attacher
 	redactor    Redactor
 	allowlists  *Allowlists
 	approvals   *Approvals
@@ -221,7 +231,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 	e := &Executions{
 		store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
-		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer,
+		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher,
 	}
 	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit}
 	return e

@@ -98,10 +98,32 @@ func (p *parser) versionRange(v any, at string) *semver.Constraints {
 	return c
 }
 
-// attached validates an entry that brings its own MCP server. Its key must
-// equal mcp.name and its header and environment values may only be
-// secrets. Running such servers is not built yet, so a valid one is still
-// refused as not supported.
+// AttachSpec is an MCP server a document brings itself. Header and env
+// values name secrets, resolved only when the server is attached.
+type AttachSpec struct {
+	Name    string            `json:"name"`
+	Type    string            `json:"type,omitempty"`
+	URL     string            `json:"url,omitempty"`
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"` // header → secret name
+	Env     map[string]string `json:"env,omitempty"`     // variable → secret name
+}
+
+// secrets lists the secret names the spec uses.
+func (a AttachSpec) secrets() []string {
+	var out []string
+	for _, m := range []map[string]string{a.Headers, a.Env} {
+		for _, k := range sortedKeys(m) {
+			out = append(out, m[k])
+		}
+	}
+	return out
+}
+
+// attached validates an entry that brings its own MCP server: its key must
+// equal mcp.name, it must not shadow a connection of the host, and its
+// header and env values may only be secrets.
 func (p *parser) attached(key string, v any, at string) {
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -110,22 +132,54 @@ func (p *parser) attached(key string, v any, at string) {
 	}
 	at += "/mcp"
 	p.checkFields(m, at, "name", "type", "url", "headers", "command", "args", "env")
+	spec := AttachSpec{Name: key}
 	if m["name"] != key {
 		p.fail(at+"/name", CodeValidationFailed, "must equal the entry's key %q", key)
 	}
-	_, hasURL := m["url"]
-	_, hasCmd := m["command"]
-	if hasURL == hasCmd {
+	if _, err := p.reg.Get(key); err == nil {
+		p.fail(at+"/name", CodeConnectionNameTaken, "the host already has a connection named %q", key)
+	}
+	spec.URL, _ = m["url"].(string)
+	spec.Command, _ = m["command"].(string)
+	spec.Type, _ = m["type"].(string)
+	if (spec.URL == "") == (spec.Command == "") {
 		p.fail(at, CodeValidationFailed, "needs exactly one of url and command")
+	}
+	if args, ok := m["args"].([]any); ok {
+		for i, a := range args {
+			s, ok := a.(string)
+			if !ok {
+				p.fail(fmt.Sprintf("%s/args/%d", at, i), CodeValidationFailed, "must be a string")
+			}
+			spec.Args = append(spec.Args, s)
+		}
 	}
 	for _, field := range []string{"headers", "env"} {
 		vals, _ := m[field].(map[string]any)
 		for _, k := range sortedKeys(vals) {
 			s, ok := vals[k].(map[string]any)
-			if _, isSecret := s["$secret"]; !ok || !isSecret || len(s) != 1 {
+			name, isSecret := s["$secret"].(string)
+			if !ok || !isSecret || len(s) != 1 || !secretNameRE.MatchString(name) {
 				p.fail(at+"/"+field+"/"+escape(k), CodeValidationFailed, "may only be a {\"$secret\": name}")
+				continue
+			}
+			if field == "headers" {
+				spec.Headers = setKey(spec.Headers, k, name)
+			} else {
+				spec.Env = setKey(spec.Env, k, name)
 			}
 		}
 	}
-	p.fail(at, CodeNotSupported, "servers attached by a document are not yet supported")
+	if p.attachedSpecs == nil {
+		p.attachedSpecs = map[string]AttachSpec{}
+	}
+	p.attachedSpecs[key] = spec
+}
+
+func setKey(m map[string]string, k, v string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	return m
 }

@@ -252,6 +252,10 @@ type run struct {
 	mu    sync.Mutex
 	// resets names costly connections to rebuild before their next call.
 	resets map[string]bool
+	// doc is the document being run; attached are the servers it brought,
+	// connected on first use and closed when the run ends.
+	doc      *Document
+	attached map[string]*Connection
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -273,6 +277,8 @@ func (r *run) execute(ctx context.Context) error {
 	doc, err := ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
 	var out any
 	if err == nil {
+		r.doc = doc
+		defer r.detach()
 		out, err = r.node(ctx, &frame{steps: map[string]any{}}, doc.Root)
 	}
 	switch {
@@ -554,7 +560,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	if n.ConnFromItem {
 		name = f.item
 	}
-	conn, err := r.e.reg.Get(name)
+	conn, err := r.conn(ctx, name)
 	if err != nil {
 		return nil, Identity{}, err
 	}
@@ -603,6 +609,61 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	}
 	out, err = r.e.present(ctx, out, conn, r.rec.ID)
 	return out, id, err
+}
+
+// conn returns the named connection: a server the document brought
+// (attached on first use), else the host's.
+func (r *run) conn(ctx context.Context, name string) (*Connection, error) {
+	var spec AttachSpec
+	ok := false
+	if r.doc != nil {
+		spec, ok = r.doc.Attached[name]
+	}
+	if !ok {
+		return r.e.reg.Get(name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.attached[name]; ok {
+		return c, nil
+	}
+	if r.e.attacher == nil {
+		return nil, &denied{GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", name)}
+	}
+	values := map[string]string{}
+	for _, sec := range spec.secrets() {
+		if r.e.secrets == nil {
+			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", sec)}
+		}
+		v, err := r.e.secrets.Resolve(ctx, sec)
+		if err != nil {
+			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q could not be resolved", sec)}
+		}
+		r.e.redactor.Add(v)
+		values[sec] = v
+	}
+	conn, err := r.e.attacher.Attach(ctx, spec, values)
+	if err != nil {
+		return nil, fmt.Errorf("attach %s: %s", name, r.e.redactor.String(err.Error()))
+	}
+	c := &Connection{name: name, conn: conn, manifest: conn.Manifest(), state: StateReady, since: time.Now()}
+	if r.attached == nil {
+		r.attached = map[string]*Connection{}
+	}
+	r.attached[name] = c
+	return c, nil
+}
+
+// detach closes the servers the document brought.
+func (r *run) detach() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, c := range r.attached {
+		if err := c.close(); err != nil {
+			r.e.logger.Warn("closing an attached server", "execution", r.rec.ID, "connection", name, "err", err)
+		}
+	}
+	r.attached = nil
 }
 
 // approve is gate 5: it asks for (or finds) the step's approval. It returns
