@@ -214,3 +214,17 @@ func TestSealedRefs(t *testing.T) {
 		})
 	}
 }
+
+func TestRefIDInExpressions(t *testing.T) {
+	t.Parallel()
+	execs := setupNodes(t)
+	ex := runDoc(t, execs, `{"version":1,"connections":{"a":{}},"root":{"kind":"sequence","id":"m","steps":[
+		{"kind":"call","id":"r","connection":"a","op":"mkref"},
+		{"kind":"call","id":"u","connection":"a","op":"use","args":{"same":{"$expr":"$refId($steps.r.button) == 'el-a'"},"raw":{"$expr":"$refId('plain')"}}}]}}`)
+	if ex.Status != harness.ExecSucceeded {
+		t.Fatalf("status %s %+v", ex.Status, ex.Error)
+	}
+	if out := ex.Output.(map[string]any); out["same"] != true || out["raw"] != "plain" {
+		t.Fatalf("output = %v", out)
+	}
+}

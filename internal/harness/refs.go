@@ -553,3 +553,31 @@ func rewriteJSONDepth(v any, path string, visit func(map[string]any, string) (an
 	}
 	return rewriteJSONDepth(plain, path, visit, depth+1)
 }
+
+// refID is $refId(x) in expressions: the raw id of a ref object (sealed or
+// not), or of a token string, so documents can compare refs. Reading an id
+// grants nothing: a ref is verified when a call passes it, at gate 3.
+func refID(params ...any) (any, error) {
+	if len(params) != 1 {
+		return nil, fmt.Errorf("$refId takes one ref")
+	}
+	v := params[0]
+	if m, ok := v.(map[string]any); ok {
+		v = m["$ref"]
+	}
+	s, ok := v.(string)
+	if !ok {
+		return nil, fmt.Errorf("$refId: %T is not a ref", params[0])
+	}
+	body, sealed := strings.CutPrefix(s, tokenPrefix)
+	if !sealed {
+		return s, nil
+	}
+	enc, _, _ := strings.Cut(body, ".")
+	payload, err := base64.RawURLEncoding.DecodeString(enc)
+	var p refPayload
+	if err != nil || json.Unmarshal(payload, &p) != nil || p.Raw == "" {
+		return nil, fmt.Errorf("$refId: not a ref")
+	}
+	return p.Raw, nil
+}

@@ -151,7 +151,7 @@ func (p *parser) expression(v any, path string) value {
 		p.fail(path, CodeExpressionInvalid, "is longer than %d characters", maxExprLen)
 		return literal{nil}
 	}
-	prog, err := expr.Compile(src, expr.Env(scope{}), expr.MaxNodes(maxExprNodes))
+	prog, err := expr.Compile(src, expr.Env(scope{}), expr.MaxNodes(maxExprNodes), expr.Function("$refId", refID))
 	if err != nil {
 		p.fail(path, CodeExpressionInvalid, "does not compile: %v", err)
 		return literal{nil}
