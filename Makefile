@@ -46,6 +46,8 @@ bench: ## run the benchmarks and print their figures
 	@# Ledger cost per step and executions/s with one and two processes, on a real Redis.
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'CallStep' -benchmem -count=1 ./internal/harness/
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'Executions' -benchtime 3s -count=1 ./cmd/server/
+	@# Pool leases: acquire + release with 8 slots and 64 waiters, on a real Redis.
+	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'AcquireRelease' -benchtime 20000x -count=1 ./internal/pools/
 	@# Webhook ingest rate and event→execution-start latency at 500 events/s, on the real Redis (127.0.0.1:6379 unless set).
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./internal/webhooks/
 
