@@ -338,6 +338,50 @@ func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.R
 	return ex, err == nil, err
 }
 
+// SubmitOnThread is SubmitOnce for an event on a thread: while the
+// execution last started on the thread is not terminal, the event joins it
+// (no new execution; waits in it see the event on the connection's event
+// log) and joined is true; otherwise it starts one and the thread points at
+// it. A short lock per thread keeps two events from both starting one.
+func (e *Executions) SubmitOnThread(ctx context.Context, key, thread string, workflow json.RawMessage, input any) (ex *Execution, created, joined bool, err error) {
+	msgKey := e.store.Key("msg", key)
+	if id, err := e.store.Client.Get(ctx, msgKey).Result(); err == nil {
+		ex, err := e.Get(ctx, id)
+		return ex, false, false, err
+	}
+	threadKey, lockKey := e.store.Key("thread", thread), e.store.Key("thread-lock", thread)
+	for {
+		ok, err := e.store.Client.SetNX(ctx, lockKey, "1", 5*time.Second).Result()
+		if err != nil {
+			return nil, false, false, fmt.Errorf("executions: lock thread %s: %w", thread, err)
+		}
+		if ok {
+			break
+		}
+		sleep(ctx, 5*time.Millisecond)
+		if ctx.Err() != nil {
+			return nil, false, false, ctx.Err()
+		}
+	}
+	defer e.store.Client.Del(context.WithoutCancel(ctx), lockKey)
+	if cur, err := e.store.Client.Get(ctx, threadKey).Result(); err == nil {
+		if running, err := e.Get(ctx, cur); err == nil && !running.Status.Terminal() {
+			if err := e.store.Client.SetNX(ctx, msgKey, cur, e.retention).Err(); err != nil {
+				return nil, false, false, fmt.Errorf("executions: join thread %s: %w", thread, err)
+			}
+			return running, false, true, nil
+		}
+	}
+	ex, created, err = e.SubmitOnce(ctx, key, workflow, input)
+	if err != nil {
+		return nil, false, false, err
+	}
+	if err := e.store.Client.Set(ctx, threadKey, ex.ID, e.retention).Err(); err != nil {
+		return nil, false, false, fmt.Errorf("executions: thread %s: %w", thread, err)
+	}
+	return ex, created, false, nil
+}
+
 func newExecutionID() string { return "ex_" + strings.ToLower(rand.Text()) }
 
 // enqueue writes a queued execution and its work item. The record is

@@ -68,3 +68,51 @@ func TestWait(t *testing.T) {
 		}
 	})
 }
+
+// TestEventsJoinTheRunningExecutionOnTheirThread: while the execution a
+// thread started runs, later events on that thread join it; once it is
+// done, the next event starts a new one. A joined event redelivered maps
+// to the same execution.
+func TestEventsJoinTheRunningExecutionOnTheirThread(t *testing.T) {
+	t.Parallel()
+	execs := setupWait(t)
+	ctx := context.Background()
+	doc := json.RawMessage(`{"version":1,"connections":{"app":{"events":["deploy.done"]}},"root":{"kind":"wait","id":"w","connection":"app","event":"deploy.done","filter":"$event.id == 'ev-second'","timeoutMs":2000}}`)
+	first, created, joined, err := execs.SubmitOnThread(ctx, "app:t:1", "app:chat-7", doc, nil)
+	must(t, err)
+	if !created || joined {
+		t.Fatalf("first event: created %v joined %v", created, joined)
+	}
+	// Let the wait start listening, then the second event arrives.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if ex, _ := execs.Get(ctx, first.ID); ex.Status == harness.ExecRunning && len(ex.Steps) > 0 && ex.Steps[0].Cursor != "" {
+			break
+		}
+	}
+	second, created, joined, err := execs.SubmitOnThread(ctx, "app:t:2", "app:chat-7", doc, nil)
+	must(t, err)
+	if created || !joined || second.ID != first.ID {
+		t.Fatalf("second event: created %v joined %v, %s vs %s", created, joined, second.ID, first.ID)
+	}
+	must(t, execs.AppendEvent(ctx, harness.ConnEvent{Connection: "app", Type: "deploy.done", ID: "ev-second", ReceivedAt: time.Now()}))
+	done, err := execs.Wait(ctx, first.ID, 10*time.Second)
+	must(t, err)
+	if done.Status != harness.ExecSucceeded {
+		t.Fatalf("the joined execution: %s %+v", done.Status, done.Error)
+	}
+	again, _, _, err := execs.SubmitOnThread(ctx, "app:t:2", "app:chat-7", doc, nil)
+	must(t, err)
+	if again.ID != first.ID {
+		t.Fatal("a redelivered joined event started another execution")
+	}
+	third, created, joined, err := execs.SubmitOnThread(ctx, "app:t:3", "app:chat-7", doc, nil)
+	must(t, err)
+	if !created || joined || third.ID == first.ID {
+		t.Fatalf("after the thread's execution finished: created %v joined %v", created, joined)
+	}
+	other, created, _, err := execs.SubmitOnThread(ctx, "app:t:4", "app:chat-8", doc, nil)
+	must(t, err)
+	if !created || other.ID == third.ID {
+		t.Fatal("another thread joined")
+	}
+}

@@ -113,7 +113,21 @@ func (d *deliverer) handle(ctx context.Context, m redis.XMessage, deliveries int
 		return
 	}
 	key := d.src.name + ":" + t.ID + ":" + ev.ID
-	ex, created, err := d.s.execs.SubmitOnce(ctx, key, t.Document, input)
+	thread, onThread, err := t.explicitThread(ev)
+	if err != nil {
+		d.bury(ctx, m.ID, tid, ev, deliveries, "", err.Error())
+		return
+	}
+	var ex *harness.Execution
+	var created, joined bool
+	if onThread {
+		ex, created, joined, err = d.s.execs.SubmitOnThread(ctx, key, thread, t.Document, input)
+	} else {
+		ex, created, err = d.s.execs.SubmitOnce(ctx, key, t.Document, input)
+	}
+	if joined {
+		d.in.count(ctx, "t:"+t.ID+":joined")
+	}
 	if err != nil {
 		if isPermanent(err) {
 			d.bury(ctx, m.ID, tid, ev, deliveries, "", "workflow does not validate: "+err.Error())

@@ -240,6 +240,20 @@ func (t *trigger) matches(env map[string]any) (bool, error) {
 	return b, nil
 }
 
+// explicitThread is the thread of ev when the trigger names one; events
+// of such a trigger join the running execution on their thread. Without a
+// thread expression every event starts its own turn.
+func (t *trigger) explicitThread(ev Event) (string, bool, error) {
+	if t.thread == nil {
+		return "", false, nil
+	}
+	out, err := expr.Run(t.thread, envOf(ev))
+	if err != nil {
+		return "", false, fmt.Errorf("thread: %w", err)
+	}
+	return t.Connection + ":" + fmt.Sprint(out), true, nil
+}
+
 // turnInput is the input of the turn for ev: the input template's value
 // with the event as connection_event. A value that is not an object is
 // wrapped as {"input": value}.
