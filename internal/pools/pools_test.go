@@ -129,14 +129,16 @@ func TestLeaseProperties(t *testing.T) {
 			seeds = 6
 		}
 		for seed := range seeds {
+			embedded := s.Miniredis() != nil
 			t.Run(strconv.Itoa(seed), func(t *testing.T) {
-				if s.Miniredis() != nil {
+				st := s
+				if embedded {
 					// Time is per server: each seed gets a server of
 					// its own so seeds can run in parallel.
 					t.Parallel()
-					s = storetest.NewEmbedded(t)
+					st = storetest.NewEmbedded(t)
 				}
-				runMachine(t, s, uint64(seed), steps)
+				runMachine(t, st, uint64(seed), steps)
 			})
 		}
 	})
