@@ -15,7 +15,7 @@ build: ## build bin/server, bin/demo-mcp and bin/mcp-conformance
 	$(GO) build -o $(BIN)/demo-mcp ./cmd/demo-mcp
 	$(GO) build -o $(BIN)/mcp-conformance ./cmd/mcp-conformance
 
-run: build ## run the server on the embedded Redis with the demo connection (API key: $$PATCHBAY_API_KEYS, default dev-key)
+run: build ## run the server on the embedded Redis with the demo connection (API key: PATCHBAY_API_KEYS, default dev-key)
 	PATCHBAY_CONFIG=$${PATCHBAY_CONFIG:-examples/patchbay.yaml} ./$(BIN)/server
 
 test: lint ## vet, format check and every test (CI=true: nothing may skip, and the fuzz targets run briefly)
