@@ -186,7 +186,7 @@ allowlists:
 }
 
 func post2(addr, key string, body []byte) (int, map[string]any) {
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/executions", bytesReader(body))
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/executions", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	return do2(req)
@@ -209,5 +209,3 @@ func do2(req *http.Request) (int, map[string]any) {
 	_ = json.NewDecoder(resp.Body).Decode(&m)
 	return resp.StatusCode, m
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -62,9 +62,8 @@ func (ps problems) err() error {
 	return &ValidationError{Problems: out}
 }
 
-// nameRE is the connection-name rule; internal/harness uses the same
-// expression for its registry, so a name the config accepts is one the
-// registry accepts.
+// nameRE is the connection-name rule; internal/harness's registry calls
+// ValidName, so a name the config accepts is one the registry accepts.
 var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
 
 // ValidName reports whether s may name a connection: a letter, then letters,

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -58,8 +57,6 @@ type Allowlist struct {
 	UpdatedBy   string           `json:"updatedBy"`
 }
 
-var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-
 // ParseAllowlist decodes and validates an allowlist body. Every problem is
 // reported with its JSON Pointer, as for documents, so the API and the
 // admin UI show the same messages.
@@ -93,7 +90,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 		}
 		for _, secret := range sortedKeys(g.Secrets) {
 			p := at + "/secrets/" + escape(secret)
-			if !secretNameRE.MatchString(secret) {
+			if !ValidSecretName(secret) {
 				bad(p, "%q is not a valid secret name (letters, digits, '.', '_', '-')", secret)
 			}
 			if op, field, ok := cutField(g.Secrets[secret]); !ok || op == "" || field == "" {
@@ -110,7 +107,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 			bad(at, "needs exactly one of url and command")
 		}
 		for j, sec := range g.Secrets {
-			if !secretNameRE.MatchString(sec) {
+			if !ValidSecretName(sec) {
 				bad(fmt.Sprintf("%s/secrets/%d", at, j), "%q is not a valid secret name", sec)
 			}
 		}

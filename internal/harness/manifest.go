@@ -159,7 +159,7 @@ func (p *parser) attached(key string, v any, at string) {
 		for _, k := range sortedKeys(vals) {
 			s, ok := vals[k].(map[string]any)
 			name, isSecret := s["$secret"].(string)
-			if !ok || !isSecret || len(s) != 1 || !secretNameRE.MatchString(name) {
+			if !ok || !isSecret || len(s) != 1 || !ValidSecretName(name) {
 				p.fail(at+"/"+field+"/"+escape(k), CodeValidationFailed, "may only be a {\"$secret\": name}")
 				continue
 			}

@@ -5,17 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/config"
 )
 
-var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
-
 // ValidName reports whether s may name a connection: a letter, then
-// letters, digits, '_' or '-', at most 64 characters.
-func ValidName(s string) bool { return nameRE.MatchString(s) }
+// letters, digits, '_' or '-', at most 64 characters. The rule is the
+// config file's, so a name the config accepts is one the registry accepts.
+func ValidName(s string) bool { return config.ValidName(s) }
 
 // Registry holds the named connections of one deployment.
 type Registry struct {

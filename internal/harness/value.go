@@ -124,7 +124,7 @@ func (p *parser) value(v any, path string) value {
 
 func (p *parser) secret(v any, path string) value {
 	name, ok := v.(string)
-	if !ok || !secretNameRE.MatchString(name) {
+	if !ok || !ValidSecretName(name) {
 		p.fail(path, CodeValidationFailed, "must be a secret name (letters, digits, '.', '_', '-')")
 		return literal{nil}
 	}
