@@ -67,6 +67,14 @@ type CallRequest struct {
 	Args map[string]any
 	// IdempotencyKey is sent with the call so a server can drop a repeat.
 	IdempotencyKey string
+	// Principal is who the execution runs for (an API key's or user's
+	// name); empty for trusted host runs.
+	Principal string
+	// Headers are credentials resolved for this call's principal at gate 6
+	// (an OAuth bearer token, say). A provider keeps one session per
+	// distinct set, so one tenant never rides on another's session. Nil:
+	// the connection's own configured credentials.
+	Headers map[string]string
 }
 
 // CallError is a call the remote side answered with an error of its own
@@ -100,6 +108,19 @@ type Conn interface {
 	// Close releases the session and anything it started (child processes).
 	Close() error
 }
+
+// Credentials resolves a principal's credentials for a connection at gate
+// 6, just before a call is sent. ok is false when the connection has no
+// per-caller credentials (the call goes out with the connection's own).
+// An error refuses the call; ErrNeedsSignIn says the principal must sign
+// in first.
+type Credentials interface {
+	Headers(ctx context.Context, connection, principal string) (headers map[string]string, ok bool, err error)
+}
+
+// ErrNeedsSignIn: the connection needs a sign-in (OAuth) before it can be
+// called for this principal.
+var ErrNeedsSignIn = errors.New("sign-in needed")
 
 // Provider opens the Conn behind one configured connection. Connect is
 // called at Start and again when the harness reconnects.

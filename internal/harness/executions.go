@@ -160,6 +160,9 @@ type ExecutionsOptions struct {
 	// Allowlists bound what submitted documents may use; nil grants
 	// nothing to untrusted submissions.
 	Allowlists *Allowlists
+	// Credentials resolves per-caller credentials (OAuth tokens) at gate
+	// 6; nil: every call goes out with its connection's own credentials.
+	Credentials Credentials
 }
 
 // Attacher connects an MCP server a document brings, for one run. secrets
@@ -192,6 +195,7 @@ type Executions struct {
 	attacher    Attacher
 	redactor    Redactor
 	allowlists  *Allowlists
+	credentials Credentials
 	approvals   *Approvals
 	schemas     schemas
 }
@@ -231,7 +235,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 	e := &Executions{
 		store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
-		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher,
+		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher, credentials: o.Credentials,
 	}
 	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit}
 	return e

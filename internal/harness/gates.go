@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -210,6 +211,29 @@ func jsonValue(v any) any {
 
 // fillSecrets is gate 6: it replaces every secret placeholder with its
 // value and registers the value for redaction.
+// callerHeaders resolves the principal's own credentials for connection,
+// part of gate 6; every value is registered for redaction before it is
+// used.
+func (e *Executions) callerHeaders(ctx context.Context, connection, principal string) (map[string]string, error) {
+	if e.credentials == nil {
+		return nil, nil
+	}
+	h, ok, err := e.credentials.Headers(ctx, connection, principal)
+	if err != nil {
+		if errors.Is(err, ErrNeedsSignIn) {
+			return nil, &denied{GateSecrets, fmt.Sprintf("connection %s needs a sign-in for %q: %v", connection, principal, e.redactor.String(err.Error()))}
+		}
+		return nil, fmt.Errorf("credentials for %s: %s", connection, e.redactor.String(err.Error()))
+	}
+	if !ok {
+		return nil, nil
+	}
+	for _, v := range h {
+		e.redactor.Add(v)
+	}
+	return h, nil
+}
+
 func (e *Executions) fillSecrets(ctx context.Context, v any) (any, error) {
 	switch x := v.(type) {
 	case secretArg:

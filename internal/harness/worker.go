@@ -603,7 +603,12 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 			return nil, id, err
 		}
 	}
-	out, err := conn.Call(ctx, CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey})
+	headers, err := r.e.callerHeaders(ctx, conn.Name(), r.rec.Principal)
+	if err != nil {
+		return nil, id, err
+	}
+	out, err := conn.Call(ctx, CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey,
+		Principal: r.rec.Principal, Headers: headers})
 	if err != nil {
 		return nil, id, err
 	}
