@@ -143,4 +143,7 @@ type Status struct {
 	Info       map[string]any `json:"info,omitempty"`
 	LastError  string         `json:"lastError,omitempty"`
 	Since      time.Time      `json:"since"`
+	// SignIn is "shared" or "per-user" for a connection signed in to with
+	// OAuth (see Access); the sign-in link is /oauth/{name}/start.
+	SignIn string `json:"signIn,omitempty"`
 }

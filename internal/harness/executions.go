@@ -261,6 +261,15 @@ func (e *Executions) doneKey(id string) string   { return e.store.Key("{exec:"+i
 func (e *Executions) indexKey() string           { return e.store.Key("executions") }
 func (e *Executions) workKey() string            { return e.store.Key("work") }
 
+// HostPrincipal is recorded as the principal of host-trusted runs (a
+// trigger's turn): they run for no user, so connections that act as a
+// user are hidden from them.
+const HostPrincipal = "trigger"
+
+// forNoOne reports whether an execution with this principal runs for no
+// user.
+func forNoOne(principal string) bool { return principal == "" || principal == HostPrincipal }
+
 // Request is one submission of a workflow document.
 type Request struct {
 	Workflow json.RawMessage
@@ -338,7 +347,7 @@ func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.R
 			return ex, false, err
 		}
 	}
-	ex, err = e.enqueue(ctx, id, workflow, input, "trigger")
+	ex, err = e.enqueue(ctx, id, workflow, input, HostPrincipal)
 	return ex, err == nil, err
 }
 

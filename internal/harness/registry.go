@@ -45,7 +45,7 @@ func (r *Registry) Add(name string, p Provider) error {
 	if _, ok := r.conns[name]; ok {
 		return errorf(CodeConnectionNameTaken, "connection %q is already registered", name)
 	}
-	r.conns[name] = &Connection{name: name, provider: p, state: StateConnecting, since: time.Now(), logger: r.logger, stop: make(chan struct{})}
+	r.conns[name] = &Connection{name: name, provider: p, state: StateConnecting, since: time.Now(), logger: r.logger, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	return nil
 }
 
@@ -132,6 +132,7 @@ type Connection struct {
 
 	mu       sync.RWMutex
 	policy   Policy
+	access   Access
 	conn     Conn
 	manifest Manifest
 	state    State
@@ -142,7 +143,64 @@ type Connection struct {
 	// marked unavailable and replaced in the background until close.
 	logger    *slog.Logger
 	stop      chan struct{}
+	kick      chan struct{}
 	closeOnce sync.Once
+}
+
+// Access says whom a connection acts for, from the host's config.
+type Access struct {
+	// SignIn is how the connection is signed in to: "" (its configured
+	// credentials), SignInShared (one OAuth sign-in by an operator) or
+	// SignInPerUser (each principal signs in for their own calls).
+	SignIn string
+	// RequiresPrincipal hides the connection from executions that run for
+	// no principal (trusted host runs such as cron triggers): it acts as a
+	// user, and there is none.
+	RequiresPrincipal bool
+}
+
+// ActsAsUser reports whether the connection must be hidden from
+// executions without a principal: it requires one, or each user signs in
+// to it with their own account.
+func (a Access) ActsAsUser() bool { return a.RequiresPrincipal || a.SignIn == SignInPerUser }
+
+// Sign-in kinds of Access.SignIn.
+const (
+	SignInShared  = "shared"
+	SignInPerUser = "per-user"
+)
+
+// SetAccess sets whom the named connection acts for (from config).
+func (r *Registry) SetAccess(name string, a Access) error {
+	c, err := r.Get(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.access = a
+	return nil
+}
+
+// Access is whom the connection acts for.
+func (c *Connection) Access() Access {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.access
+}
+
+// Kick makes a connection that is waiting to reconnect try again now (a
+// sign-in just completed). It does nothing to a ready connection.
+func (r *Registry) Kick(name string) error {
+	c, err := r.Get(name)
+	if err != nil {
+		return err
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // lossReporter is implemented by Conns that notice on their own when the
@@ -193,7 +251,8 @@ func (c *Connection) Manifest() Manifest {
 func (c *Connection) Status() Status {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	s := Status{Name: c.name, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since}
+	s := Status{Name: c.name, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since,
+		SignIn: c.access.SignIn}
 	if c.conn != nil {
 		s.Identity = c.conn.Identity()
 		s.Info = c.conn.Info()
@@ -250,7 +309,11 @@ func (c *Connection) Reset(ctx context.Context) error {
 func (c *Connection) attempt(ctx context.Context) error {
 	conn, err := c.provider.Connect(ctx)
 	if err != nil {
-		c.setState(StateUnavailable, err.Error())
+		state := StateUnavailable
+		if errors.Is(err, ErrNeedsSignIn) {
+			state = StateNeedsSignIn
+		}
+		c.setState(state, err.Error())
 		return fmt.Errorf("connection %s: connect: %w", c.name, err)
 	}
 	c.mu.Lock()
@@ -308,6 +371,9 @@ func (c *Connection) reconnect() {
 			t.Stop()
 			return
 		case <-t.C:
+		case <-c.kick:
+			t.Stop()
+			delay = reconnectMin
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {

@@ -574,6 +574,10 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 			return nil, Identity{}, err
 		}
 	}
+	if conn.Access().ActsAsUser() && forNoOne(r.rec.Principal) {
+		// Hidden, not unavailable: there is no user for it to act as.
+		return nil, Identity{}, &denied{GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name())}
+	}
 	if conn.Status().State != StateReady {
 		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), conn.Status().State, ErrUnavailable)
 	}

@@ -1,0 +1,168 @@
+package harness_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+)
+
+// fakeCredentials hands each signed-in principal a token of its own.
+type fakeCredentials struct {
+	mu     sync.Mutex
+	tokens map[string]string // principal → token
+	asked  []string
+}
+
+func (f *fakeCredentials) Headers(_ context.Context, connection, principal string) (map[string]string, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, connection+"/"+principal)
+	tok, ok := f.tokens[principal]
+	if !ok {
+		return nil, false, fmt.Errorf("%s has not signed in to %s: %w", principal, connection, harness.ErrNeedsSignIn)
+	}
+	return map[string]string{"Authorization": "Bearer " + tok}, true, nil
+}
+
+type credBundle struct {
+	execs *harness.Executions
+	mem   *harness.Memory
+}
+
+func setupCredentials(t *testing.T, st *store.Store, access harness.Access, creds harness.Credentials) credBundle {
+	t.Helper()
+	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "whoami"}})
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("svc", mem))
+	must(t, reg.SetAccess("svc", access))
+	must(t, reg.Start(context.Background()))
+	execs := startWorkers(t, st, reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`,
+		harness.ExecutionsOptions{Credentials: creds})
+	return credBundle{execs: execs, mem: mem}
+}
+
+func (b credBundle) run(t *testing.T, principal string) *harness.Execution {
+	t.Helper()
+	doc := json.RawMessage(callDoc("whoami", `{}`))
+	var ex *harness.Execution
+	var err error
+	if principal == "" {
+		// A trusted host run, as a trigger starts it.
+		ex, _, err = b.execs.SubmitOnce(context.Background(), "test:"+time.Now().String(), doc, nil)
+	} else {
+		ex, err = b.execs.Submit(context.Background(), harness.Request{Workflow: doc, Principal: principal, Allowlist: "ops"})
+	}
+	must(t, err)
+	ex, err = b.execs.Wait(context.Background(), ex.ID, 10*time.Second)
+	must(t, err)
+	return ex
+}
+
+// Each principal's call carries that principal's own credentials, and a
+// principal who has not signed in is refused at gate 6 without a call.
+func TestCallsCarryTheirPrincipalsCredentials(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		creds := &fakeCredentials{tokens: map[string]string{"alice": "tok-alice-0123456789", "bob": "tok-bob-0123456789"}}
+		b := setupCredentials(t, st, harness.Access{SignIn: harness.SignInPerUser}, creds)
+		for _, who := range []string{"alice", "bob", "alice"} {
+			if ex := b.run(t, who); ex.Status != harness.ExecSucceeded {
+				t.Fatalf("%s: %s %+v", who, ex.Status, ex.Error)
+			}
+		}
+		calls := b.mem.Calls()
+		if len(calls) != 3 {
+			t.Fatalf("%d calls, want 3", len(calls))
+		}
+		for i, who := range []string{"alice", "bob", "alice"} {
+			if calls[i].Principal != who || calls[i].Headers["Authorization"] != "Bearer tok-"+who+"-0123456789" {
+				t.Fatalf("call %d: principal %q headers %v, want %s's own", i, calls[i].Principal, calls[i].Headers, who)
+			}
+		}
+
+		ex := b.run(t, "carol")
+		if ex.Status != harness.ExecFailed || ex.Error.Code != harness.KindSteeringDenied || ex.Error.Gate != harness.GateSecrets {
+			t.Fatalf("carol without a sign-in: %s %+v, want steering_denied at gate 6", ex.Status, ex.Error)
+		}
+		if len(b.mem.Calls()) != 3 {
+			t.Fatal("a call without credentials reached the server")
+		}
+	})
+}
+
+// A connection that acts as a user is hidden from executions that run for
+// no principal (a trusted host run), before any credential is asked for.
+func TestActsAsUserNeedsAPrincipal(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		for _, access := range []harness.Access{{RequiresPrincipal: true}, {SignIn: harness.SignInPerUser}} {
+			creds := &fakeCredentials{tokens: map[string]string{"": "tok-nobody-0123456789"}}
+			b := setupCredentials(t, st, access, creds)
+			ex := b.run(t, "")
+			if ex.Status != harness.ExecFailed || ex.Error.Gate != harness.GateDeclared || !strings.Contains(ex.Error.Message, "no principal") {
+				t.Fatalf("%+v: %s %+v, want refused at gate 1", access, ex.Status, ex.Error)
+			}
+			if len(b.mem.Calls()) != 0 || len(creds.asked) != 0 {
+				t.Fatalf("%+v: calls %d, credentials asked %v", access, len(b.mem.Calls()), creds.asked)
+			}
+		}
+	})
+}
+
+// needsSignIn fails to connect until signed in.
+type needsSignIn struct {
+	mu       sync.Mutex
+	signedIn bool
+	mem      *harness.Memory
+}
+
+func (n *needsSignIn) Connect(ctx context.Context) (harness.Conn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.signedIn {
+		return nil, fmt.Errorf("server answered 401: %w", harness.ErrNeedsSignIn)
+	}
+	return n.mem.Connect(ctx)
+}
+
+// A connection that cannot connect before a sign-in shows needs_sign_in,
+// and a Kick after the sign-in connects it at once rather than after the
+// reconnect backoff.
+func TestNeedsSignInThenKick(t *testing.T) {
+	t.Parallel()
+	p := &needsSignIn{mem: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "x"}})}
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("remote", p))
+	must(t, reg.SetAccess("remote", harness.Access{SignIn: harness.SignInShared}))
+	t.Cleanup(func() { _ = reg.Close() })
+	if err := reg.Start(context.Background()); !errors.Is(err, harness.ErrNeedsSignIn) {
+		t.Fatalf("Start = %v", err)
+	}
+	c, err := reg.Get("remote")
+	must(t, err)
+	if st := c.Status(); st.State != harness.StateNeedsSignIn || st.SignIn != harness.SignInShared {
+		t.Fatalf("status %+v, want needs_sign_in (shared)", st)
+	}
+	// Let the backoff grow past anything the test would wait for.
+	time.Sleep(2 * time.Second)
+	p.mu.Lock()
+	p.signedIn = true
+	p.mu.Unlock()
+	must(t, reg.Kick("remote"))
+	deadline := time.Now().Add(time.Second)
+	for c.Status().State != harness.StateReady {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready 1s after the kick: %+v", c.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
