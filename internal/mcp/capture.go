@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -29,9 +32,28 @@ type capture struct {
 	transport.Interface
 	wire *wire // HTTP only
 
+	// reissue is set once the session speaks 2026-07-28 over Streamable
+	// HTTP: a request whose response stream breaks is sent again.
+	reissue atomic.Bool
+	// modernOnly refuses the initialize fallback: a tenant's session must
+	// speak the era its connection settled on.
+	modernOnly bool
+	// tools, on a tenant's session, are the connection's listed tools, for
+	// the Mcp-Param-* headers mcp-go mirrors only for tools its own client
+	// has listed (a tenant's client lists none).
+	tools map[string]mcp.Tool
+
 	mu      sync.Mutex
 	schemas map[string]json.RawMessage
 }
+
+// maxReissues bounds how often a request whose 2026-07-28 response stream
+// broke is sent again, each time under a new id.
+const maxReissues = 2
+
+// ErrStreamBroken: the server's response stream to a 2026-07-28 request
+// ended or broke before the response, on every attempt.
+var ErrStreamBroken = errors.New("response stream broken")
 
 var (
 	_ transport.BidirectionalInterface = (*capture)(nil)
@@ -52,12 +74,18 @@ func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest)
 		if err := c.wire.fatalErr(); err != nil {
 			return nil, fmt.Errorf("server/discover failed, not falling back to initialize: %w", err)
 		}
+		if c.modernOnly {
+			return nil, errors.New("server/discover failed for this caller's session, and the connection speaks 2026-07-28: not falling back to initialize")
+		}
 	}
 	pg, _ := ctx.Value(pageKey{}).(*page)
 	if pg != nil && pg.cursor != nil {
 		req.Params = withCursor(req.Params, *pg.cursor)
 	}
-	resp, err := c.Interface.SendRequest(ctx, req)
+	if req.Method == string(mcp.MethodToolsCall) && c.tools != nil {
+		req.Header = c.paramHeaders(req)
+	}
+	resp, err := c.send(ctx, req)
 	if err == nil && req.Method == string(mcp.MethodServerDiscover) && rejectsButSupports(resp) {
 		// The server refused the version it says it supports: a modern
 		// server that, for whatever reason, wants the request again. Send
@@ -65,7 +93,7 @@ func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest)
 		// is not modern.
 		retry := req
 		retry.ID = mcp.NewRequestId("pb-discover-" + rand.Text())
-		resp, err = c.Interface.SendRequest(ctx, retry)
+		resp, err = c.send(ctx, retry)
 	}
 	if err == nil && resp != nil && resp.Error == nil {
 		if req.Method == string(mcp.MethodToolsList) {
@@ -76,6 +104,62 @@ func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest)
 		}
 	}
 	return resp, err
+}
+
+// send sends req. On a 2026-07-28 session over Streamable HTTP, a response
+// stream that ends or breaks before the response arrives is not resumable
+// (there is no session to resume it on), and mcp-go fails the request with
+// an error that does not say so; send re-issues the request under a new id,
+// at most maxReissues times, then fails with ErrStreamBroken. The params,
+// and with them the idempotency key in _meta, stay the same, so a server
+// can tell a re-issued call from a new one. A request the caller cancelled
+// or timed out, or whose response was too large, is not re-issued.
+func (c *capture) send(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	if c.wire == nil || !c.reissue.Load() {
+		return c.Interface.SendRequest(ctx, req)
+	}
+	for attempt := 1; ; attempt++ {
+		wctx, watch := withStreamWatch(ctx)
+		resp, err := c.Interface.SendRequest(wctx, req)
+		if err == nil || ctx.Err() != nil || !watch.broken() {
+			return resp, err
+		}
+		if attempt > maxReissues {
+			return nil, fmt.Errorf("%w: the server's response stream to %s ended before the response on all %d attempts (re-issued with a new request id %d times): %w",
+				ErrStreamBroken, req.Method, attempt, maxReissues, err)
+		}
+		req.ID = mcp.NewRequestId("pb-reissue-" + rand.Text())
+	}
+}
+
+// paramHeaders adds the Mcp-Param-* headers of a tools/call to its headers.
+func (c *capture) paramHeaders(req transport.JSONRPCRequest) http.Header {
+	params, err := json.Marshal(req.Params)
+	if err != nil {
+		return req.Header
+	}
+	var call struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(params, &call) != nil {
+		return req.Header
+	}
+	tool, ok := c.tools[call.Name]
+	if !ok {
+		return req.Header
+	}
+	extra := mcp.GenerateParamHeaders(&tool, params)
+	if len(extra) == 0 {
+		return req.Header
+	}
+	h := req.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	for k, v := range extra {
+		h.Set(k, v)
+	}
+	return h
 }
 
 // rejectsButSupports reports whether resp is an UnsupportedProtocolVersion

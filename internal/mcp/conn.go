@@ -2,12 +2,14 @@ package mcp
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -27,23 +29,35 @@ type conn struct {
 	name           string
 	kind           string // "stdio", "http" or "sse"
 	requestTimeout time.Duration
+	connectTimeout time.Duration
 	limit          int64
 	logger         *slog.Logger
 
+	// The connection's own session (discovery's, and calls without
+	// per-call headers); own holds the same three.
 	client  *client.Client
 	capture *capture // raw tools/list schemas
-	proc    *process // stdio only
 	wire    *wire    // http and sse only
+	own     *session
+	proc    *process // stdio only
+
+	// Sessions of tenants, by distinct header set; openTenant opens one
+	// (nil over stdio, where per-call headers cannot apply).
+	tenants    *tenants
+	openTenant func(ctx context.Context, headers map[string]string) (*session, error)
+	configured map[string]string // the entry's headers, under the tenant's
 
 	// Set by connect, read-only afterwards.
 	era       string
 	server    mcp.Implementation
 	manifest  harness.Manifest
-	invalid   map[string]string // tool → why its schema was refused
+	invalid   map[string]string   // tool → why its schema was refused
+	tools     map[string]mcp.Tool // usable tools, for a tenant's Mcp-Param-* headers
 	resources int
 
-	mu       sync.Mutex // identity, reinit
-	identity harness.Identity
+	mu           sync.Mutex // identity
+	identity     harness.Identity
+	baseInstance string
 
 	fault    once
 	done     chan struct{}
@@ -99,6 +113,7 @@ func (c *conn) Info() map[string]any {
 	switch c.kind {
 	case "http", "sse":
 		info["session"] = c.client.GetSessionId() != ""
+		info["tenantSessions"] = c.tenants.len()
 	case "stdio":
 		if pid := c.proc.pid(); pid > 0 {
 			info["pid"] = pid
@@ -115,6 +130,10 @@ func (c *conn) unavailable(op string, cause error) error {
 // the result's text; a failure to get a result at all is wrapped with the
 // connection and operation names, and with harness.ErrUnavailable when the
 // connection itself is gone.
+//
+// A call with Headers goes out on the session of its tenant (see
+// callTenant); over stdio such a call is refused, since a child process
+// has no per-call headers.
 func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	if c.closed.Load() {
 		return nil, c.unavailable(req.Op, errors.New("closed"))
@@ -128,14 +147,14 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	if why, bad := c.invalid[req.Op]; bad {
 		return nil, fmt.Errorf("mcp %s: call %s: the server declared an unusable tool: %s", c.name, req.Op, why)
 	}
-	res, err := c.callOnce(ctx, req)
-	if err != nil && errors.Is(err, transport.ErrSessionTerminated) && c.era == EraLegacy && ctx.Err() == nil {
-		// The server expired the session: initialize a new one, once.
-		if rerr := c.reinit(ctx); rerr != nil {
-			c.fail(fmt.Errorf("session expired and re-initialize failed: %w", rerr))
-			return nil, c.unavailable(req.Op, rerr)
-		}
-		res, err = c.callOnce(ctx, req)
+	var (
+		res *mcp.CallToolResult
+		err error
+	)
+	if len(req.Headers) > 0 {
+		res, err = c.callTenant(ctx, req)
+	} else {
+		res, err = c.callOn(ctx, c.own, req)
 	}
 	if err != nil {
 		return nil, err
@@ -150,7 +169,80 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	return v, nil
 }
 
-func (c *conn) callOnce(ctx context.Context, req harness.CallRequest) (*mcp.CallToolResult, error) {
+// callTenant sends a call with per-call headers on the session of its
+// tenant: the configured headers overlaid by the call's, one session per
+// distinct set, opened on first use and reused after, never the
+// connection's own session nor another set's. Whatever goes wrong on a
+// tenant's session fails that tenant's call only.
+func (c *conn) callTenant(ctx context.Context, req harness.CallRequest) (*mcp.CallToolResult, error) {
+	if c.openTenant == nil {
+		return nil, fmt.Errorf("mcp %s: call %s: per-call headers (credentials of principal %q) cannot be sent to a %s server: refused rather than sent without them",
+			c.name, req.Op, req.Principal, c.kind)
+	}
+	headers, key, err := tenantHeaders(c.configured, req.Headers)
+	if err != nil {
+		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, err)
+	}
+	t, err := c.tenants.acquire(ctx, key, func() (*session, error) {
+		// Bounded by timeoutMs, not by this call: others may wait on it.
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.connectTimeout)
+		defer cancel()
+		return c.openTenant(octx, headers)
+	})
+	if err != nil {
+		if errors.Is(err, errTenantsClosed) {
+			return nil, c.unavailable(req.Op, err)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, ctx.Err())
+		}
+		return nil, fmt.Errorf("mcp %s: call %s: open a session for principal %q: %w", c.name, req.Op, req.Principal, tenantErr(err))
+	}
+	defer c.tenants.release(t)
+	res, err := c.callOn(ctx, t.sess, req)
+	if err != nil && t.sess.lost.get() != nil {
+		c.tenants.lose(t)
+	}
+	return res, err
+}
+
+// tenantErr marks a tenant's 401 as a sign-in the principal needs: the
+// server refused the credentials resolved for it.
+func tenantErr(err error) error {
+	var se *StatusError
+	if errors.Is(err, transport.ErrAuthorizationRequired) || errors.As(err, &se) && se.Status == http.StatusUnauthorized {
+		return fmt.Errorf("%w: the server answered HTTP 401 to this caller's credentials: %w", harness.ErrNeedsSignIn, err)
+	}
+	return err
+}
+
+// callOn sends a call on session s. When the server expired a 2025
+// session, it is re-initialized once and the call sent again; expiring
+// again straight away fails the call rather than looping.
+func (c *conn) callOn(ctx context.Context, s *session, req harness.CallRequest) (*mcp.CallToolResult, error) {
+	gen := s.generation()
+	res, err := c.callOnce(ctx, s, req)
+	if err == nil || !errors.Is(err, transport.ErrSessionTerminated) || c.era != EraLegacy || ctx.Err() != nil {
+		return res, err
+	}
+	if rerr := c.reinit(ctx, s, gen); rerr != nil {
+		rerr = fmt.Errorf("session expired and re-initialize failed: %w", rerr)
+		if s.tenant {
+			s.lost.set(rerr)
+			return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, tenantErr(rerr))
+		}
+		c.fail(rerr)
+		return nil, c.unavailable(req.Op, rerr)
+	}
+	res, err = c.callOnce(ctx, s, req)
+	if err != nil && errors.Is(err, transport.ErrSessionTerminated) {
+		return nil, fmt.Errorf("mcp %s: call %s: the server expired the session again right after it was re-initialized; not retrying: %w",
+			c.name, req.Op, transport.ErrSessionTerminated)
+	}
+	return res, err
+}
+
+func (c *conn) callOnce(ctx context.Context, sess *session, req harness.CallRequest) (*mcp.CallToolResult, error) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
@@ -165,7 +257,7 @@ func (c *conn) callOnce(ctx context.Context, req harness.CallRequest) (*mcp.Call
 	if req.IdempotencyKey != "" {
 		call.Params.Meta = mcp.NewMetaFromMap(map[string]any{MetaIdempotencyKey: req.IdempotencyKey})
 	}
-	res, err := c.client.CallTool(ctx, call)
+	res, err := sess.client.CallTool(ctx, call)
 	if err == nil {
 		return res, nil
 	}
@@ -183,7 +275,17 @@ func (c *conn) callOnce(ctx context.Context, req harness.CallRequest) (*mcp.Call
 		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, parent.Err())
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return nil, fmt.Errorf("mcp %s: call %s: no answer within %s (requestTimeoutMs): %w", c.name, req.Op, c.requestTimeout, context.DeadlineExceeded)
-	case c.wire != nil && isNetwork(err):
+	case errors.Is(err, ErrStreamBroken):
+		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, err)
+	case sess.tenant && errors.Is(err, transport.ErrAuthorizationRequired):
+		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, tenantErr(err))
+	case sess.wire != nil && isNetwork(err):
+		if sess.tenant {
+			// This tenant's session is suspect; the connection's own
+			// session answers for the server.
+			sess.lost.set(fmt.Errorf("network: %w", err))
+			return nil, fmt.Errorf("mcp %s: call %s: network: %w", c.name, req.Op, err)
+		}
 		c.fail(fmt.Errorf("network: %w", err))
 		return nil, c.unavailable(req.Op, err)
 	}
@@ -206,19 +308,32 @@ func isNetwork(err error) bool {
 	return errors.As(err, &uerr) || errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// reinit runs the handshake again after the server expired the session.
-// The server is the same, so only the epoch moves: recorded results and
-// refs stand.
-func (c *conn) reinit(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, err := c.client.Initialize(ctx, mcp.InitializeRequest{
+// reinit runs the handshake again on s after the server expired its
+// session, unless another call did since generation gen. The session is
+// replaced, and whatever state the server kept in it is gone, so the
+// connection's identity gets a new instance (of the same URL-derived base);
+// a tenant's session counts too, since the identity is the connection's.
+func (c *conn) reinit(ctx context.Context, s *session, gen int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != gen {
+		return nil // another call re-initialized it already
+	}
+	if _, err := s.client.Initialize(ctx, mcp.InitializeRequest{
 		Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "patchbay", Version: buildVersion()}},
 	}); err != nil {
 		return err
 	}
+	s.gen++
+	c.mu.Lock()
+	c.identity.Instance = c.baseInstance + "-s" + strings.ToLower(rand.Text()[:10])
 	c.identity.Epoch++
-	c.logger.Info("mcp: session expired; re-initialized")
+	c.mu.Unlock()
+	if s.tenant {
+		c.logger.Info("mcp: a caller's session expired; re-initialized")
+	} else {
+		c.logger.Info("mcp: session expired; re-initialized")
+	}
 	return nil
 }
 
@@ -295,6 +410,9 @@ const closeGrace = 2 * time.Second
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		if c.tenants != nil {
+			c.tenants.closeAll()
+		}
 		var err error
 		if c.client != nil {
 			err = c.client.Close()

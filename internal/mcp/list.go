@@ -137,6 +137,7 @@ func (c *conn) listTools(ctx context.Context) ([]harness.Operation, map[string]s
 	ops := make([]harness.Operation, 0, len(tools))
 	seen := map[string]bool{}
 	invalid := map[string]string{}
+	c.tools = map[string]mcp.Tool{}
 	for _, l := range tools {
 		t := l.tool
 		if t.Name == "" {
@@ -156,6 +157,8 @@ func (c *conn) listTools(ctx context.Context) ([]harness.Operation, map[string]s
 		if why != "" {
 			invalid[t.Name] = why
 			c.logger.Warn("mcp: tool is unusable; calls to it will fail", "tool", t.Name, "err", why)
+		} else {
+			c.tools[t.Name] = t
 		}
 		ops = append(ops, op)
 	}

@@ -30,9 +30,41 @@
 //     names fail it too; a tool whose inputSchema does not compile as JSON
 //     Schema (santhosh-tekuri/jsonschema, remote $refs never fetched) stays
 //     listed but every call to it fails with the reason.
-//   - wire (wire.go) is the HTTP RoundTripper: a bound on every response
-//     body (maxResponseBytes, default 16 MiB) and the record of fatal
-//     statuses while connecting.
+//   - wire (wire.go) is the HTTP RoundTripper of each session: a bound on
+//     every POST response body (maxResponseBytes, default 16 MiB), a bound
+//     on each single event of a GET event stream (the legacy HTTP+SSE
+//     stream, a 2025 session's listening stream), whose breach fails the
+//     session with ErrResponseTooLarge instead of letting mcp-go's
+//     unbounded line reader grow, the record of fatal statuses while
+//     connecting, and what became of a request's SSE response stream.
+//   - re-issuing (capture.send): over 2026-07-28 a response stream that
+//     ends or breaks before the response cannot be resumed (mcp-go resumes
+//     only 2025 streams that sent event ids, and reports the rest as an
+//     anonymous error), so the request is sent again under a new JSON-RPC
+//     id with the same params (and idempotency key), at most twice; the
+//     third break fails the call with ErrStreamBroken. A cancelled or timed
+//     out request, or an oversized response, is never re-issued.
+//   - tenant sessions (session.go): mcp-go has one header set per
+//     transport, so a call with per-call headers (harness.CallRequest
+//     Headers: the credentials resolved for its principal) goes out on a
+//     session of its own per distinct header set (the configured headers
+//     overlaid by the call's, names case-insensitive), opened on first use
+//     in the era the connection settled on (2026-07-28: server/discover
+//     with no fallback; 2025 and SSE: initialize, so the tenant gets its
+//     own Mcp-Session-Id) and reused after. A tenant never rides on
+//     discovery's session or another tenant's. At most 64 are kept, the
+//     least recently used closed (after its calls in flight end); Close
+//     closes all. A tenant's failure (401, which also matches
+//     harness.ErrNeedsSignIn, an expired session it cannot renew, the
+//     network under it) fails that tenant's call only; a lost tenant
+//     session is reopened on its next call. Per-call headers may not
+//     replace the transport's own (Mcp-Session-Id, MCP-Protocol-Version,
+//     Mcp-Method, Mcp-Name, Mcp-Param-*, Content-Type, Accept, Host …),
+//     and over stdio a call with them is refused. A tenant's Streamable
+//     HTTP session opens no GET stream, and its 2026-07-28 calls get their
+//     Mcp-Param-* headers from the connection's listing (mcp-go mirrors
+//     them only for tools its own client listed). Header values are never
+//     logged nor shown; Info shows only the count of tenant sessions.
 //   - process and guard (proc.go): patchbay starts the stdio child itself
 //     (own process group, only PATH, HOME and the configured env, SIGKILL
 //     on parent death on Linux, the whole group killed on Close) and hands
@@ -54,12 +86,17 @@
 // A conn that loses its server (the child exits, its output is faulted, an
 // SSE stream or the network goes away) closes Done; calls then fail fast
 // with harness.ErrUnavailable and the registry reconnects it, which gives a
-// new identity instance. A legacy HTTP session the server expired (404) is
-// re-initialized once, also with a new instance.
+// new identity instance. A 2025 session the server expired (HTTP 404 on
+// its Mcp-Session-Id), the connection's own or a tenant's, is
+// re-initialized once and the call sent again; the identity keeps its
+// URL-derived base but gets a new instance (the server's session state is
+// gone) and the next epoch. Expired again right after, the call fails
+// with a clear error instead of looping; the next call tries once more.
 //
-// Not yet here: per-caller credentials (a session per distinct resolved
-// header set needs per-call headers in harness.CallRequest), re-issuing a
-// broken 2026-07-28 response stream, and OAuth sign-in (its own issue).
+// Not yet here: OAuth sign-in (its own issue; this package only sends the
+// headers the harness resolved). Tenant sessions are keyed by their exact
+// header values, so a refreshed token opens a new session and the old one
+// waits for eviction (bounded by 64).
 package mcp
 
 import (
@@ -228,36 +265,33 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 		name:           p.name,
 		kind:           kind,
 		requestTimeout: millis(p.spec.RequestTimeoutMs, DefaultRequestTimeout),
+		connectTimeout: millis(p.spec.TimeoutMs, DefaultConnectTimeout),
 		limit:          p.maxResponse(),
 		logger:         p.opts.Logger,
 		identity:       harness.Identity{Surface: "mcp", Instance: instanceOf(kind, p.spec), Epoch: 1},
 		done:           make(chan struct{}),
 		invalid:        map[string]string{},
+		tenants:        &tenants{max: maxTenants},
+		configured:     p.spec.Headers,
 	}
+	c.baseInstance = c.identity.Instance
 	trans, err := open(c)
 	if err != nil {
 		return nil, err
 	}
-	copts := []client.ClientOption{client.WithMaxInputRoundTrips(maxInputRounds)}
 	legacyOnly := kind == "sse" || (p.opts.ProtocolVersion != "" && !mcp.IsModernProtocol(p.opts.ProtocolVersion))
 	if kind == "http" {
 		if era, _ := eras.Load(originOf(p.spec.URL)); era == EraLegacy {
 			legacyOnly = true
 		}
 	}
-	if legacyOnly {
-		copts = append(copts, client.WithLegacyProtocolOnly())
-	}
-	if p.opts.ProtocolVersion != "" {
-		copts = append(copts, client.WithProtocolVersion(p.opts.ProtocolVersion))
-	}
-	if p.opts.Elicitation != nil {
-		copts = append(copts, client.WithElicitationHandler(p.opts.Elicitation))
-		if p.opts.ElicitationCapability != nil {
-			copts = append(copts, client.WithClientCapabilities(mcp.ClientCapabilities{Elicitation: p.opts.ElicitationCapability}))
+	c.client = client.NewClient(trans, p.clientOptions(legacyOnly, p.opts.ProtocolVersion)...)
+	c.own = &session{client: c.client, capture: c.capture, wire: c.wire}
+	if kind != "stdio" {
+		c.openTenant = func(ctx context.Context, headers map[string]string) (*session, error) {
+			return p.openTenant(ctx, c, headers)
 		}
 	}
-	c.client = client.NewClient(trans, copts...)
 	if c.wire != nil {
 		c.wire.startConnect()
 	}
@@ -280,6 +314,83 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 	p.opts.Logger.Debug("mcp: connected", "transport", c.kind, "era", c.era, "operations", len(c.manifest.Operations),
 		"protocolVersion", c.client.ProtocolVersion())
 	return c, nil
+}
+
+// clientOptions are the mcp-go client options of one session.
+func (p *provider) clientOptions(legacyOnly bool, version string) []client.ClientOption {
+	copts := []client.ClientOption{client.WithMaxInputRoundTrips(maxInputRounds)}
+	if legacyOnly {
+		copts = append(copts, client.WithLegacyProtocolOnly())
+	}
+	if version != "" {
+		copts = append(copts, client.WithProtocolVersion(version))
+	}
+	if p.opts.Elicitation != nil {
+		copts = append(copts, client.WithElicitationHandler(p.opts.Elicitation))
+		if p.opts.ElicitationCapability != nil {
+			copts = append(copts, client.WithClientCapabilities(mcp.ClientCapabilities{Elicitation: p.opts.ElicitationCapability}))
+		}
+	}
+	return copts
+}
+
+// openTenant opens the session of one tenant (one distinct header set) of
+// the live HTTP or SSE connection c, in the era c settled on: over
+// 2026-07-28 a server/discover with the tenant's headers (no fallback to
+// initialize: that would be a downgrade), else the initialize handshake at
+// c's protocol version, which gives the tenant a Mcp-Session-Id of its
+// own. A tenant's Streamable HTTP session opens no GET stream (so 64
+// tenants do not hold 64 idle streams); server requests reach it on its
+// POST responses. Its wire reports an oversized event to the session, not
+// to the connection.
+func (p *provider) openTenant(ctx context.Context, c *conn, headers map[string]string) (*session, error) {
+	s := &session{tenant: true}
+	s.wire = p.newWire(c.limit, func(err error) { s.lost.set(err) })
+	var (
+		trans transport.Interface
+		err   error
+	)
+	switch c.kind {
+	case "http":
+		trans, s.capture, err = p.streamableTransport(s.wire, headers, false)
+	case "sse":
+		trans, s.capture, err = p.sseTransport(s.wire, headers, c.requestTimeout)
+	default:
+		return nil, fmt.Errorf("per-call headers cannot be sent over %s", c.kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	modern := c.era == EraModern
+	copts := p.clientOptions(!modern, c.client.ProtocolVersion())
+	if modern {
+		s.capture.modernOnly = true
+		s.capture.tools = c.tools
+		copts = append(copts, client.WithDiscoverTimeout(-1)) // bounded by ctx
+	}
+	s.client = client.NewClient(trans, copts...)
+	s.wire.startConnect()
+	err = s.client.Start(context.WithoutCancel(ctx))
+	if err == nil {
+		_, err = s.client.Initialize(ctx, mcp.InitializeRequest{
+			Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "patchbay", Version: p.opts.ClientVersion}},
+		})
+	}
+	if ferr := s.wire.fatalErr(); err != nil && ferr != nil && !errors.Is(err, ferr) {
+		err = fmt.Errorf("%w (%w)", ferr, err)
+	}
+	s.wire.endConnect()
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	if c.kind == "sse" {
+		s.client.OnConnectionLost(func(err error) { s.lost.set(fmt.Errorf("sse stream lost: %w", err)) })
+	}
+	if modern {
+		s.capture.reissue.Store(true)
+	}
+	return s, nil
 }
 
 func (p *provider) maxResponse() int64 {
@@ -315,54 +426,83 @@ func (p *provider) stdio(c *conn) (transport.Interface, error) {
 	return c.capture, nil
 }
 
-func (p *provider) httpClient(c *conn) *http.Client {
-	base := p.opts.HTTPClient
-	if base == nil {
-		base = &http.Client{}
+// newWire is the wire of one session; fault hears of an oversized event on
+// its event stream.
+func (p *provider) newWire(limit int64, fault func(error)) *wire {
+	rt := http.RoundTripper(nil)
+	if p.opts.HTTPClient != nil {
+		rt = p.opts.HTTPClient.Transport
 	}
-	rt := base.Transport
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	c.wire = &wire{base: rt, limit: c.limit}
-	hc := *base
-	hc.Transport = c.wire
+	return &wire{base: rt, limit: limit, fault: fault}
+}
+
+// httpClient is the configured HTTP client with w as its transport.
+func (p *provider) httpClient(w *wire) *http.Client {
+	var hc http.Client
+	if p.opts.HTTPClient != nil {
+		hc = *p.opts.HTTPClient
+	}
+	hc.Transport = w
 	return &hc
 }
 
 func (p *provider) streamable(c *conn) (transport.Interface, error) {
+	c.wire = p.newWire(c.limit, c.fail)
+	trans, capt, err := p.streamableTransport(c.wire, p.spec.Headers, true)
+	c.capture = capt
+	return trans, err
+}
+
+// streamableTransport is a Streamable HTTP transport sending headers; with
+// listen, a 2025 session also opens the GET stream for the server's own
+// requests.
+func (p *provider) streamableTransport(w *wire, headers map[string]string, listen bool) (transport.Interface, *capture, error) {
 	if p.spec.URL == "" {
-		return nil, errors.New("http needs a url")
+		return nil, nil, errors.New("http needs a url")
 	}
-	t, err := transport.NewStreamableHTTP(p.spec.URL,
-		transport.WithHTTPBasicClient(p.httpClient(c)),
-		transport.WithHTTPHeaders(p.spec.Headers),
+	opts := []transport.StreamableHTTPCOption{
+		transport.WithHTTPBasicClient(p.httpClient(w)),
+		transport.WithHTTPHeaders(headers),
 		transport.WithHTTPLogger(slog.New(quietHandler{p.opts.Logger.Handler()})),
-		transport.WithContinuousListening(),
-	)
+	}
+	if listen {
+		opts = append(opts, transport.WithContinuousListening())
+	}
+	t, err := transport.NewStreamableHTTP(p.spec.URL, opts...)
 	if err != nil {
 		// The URL may carry credentials, so it is not repeated here.
-		return nil, errors.New("invalid url")
+		return nil, nil, errors.New("invalid url")
 	}
-	c.capture = &capture{Interface: t, wire: c.wire}
-	return &httpCapture{capture: c.capture, http: t}, nil
+	capt := &capture{Interface: t, wire: w}
+	return &httpCapture{capture: capt, http: t}, capt, nil
 }
 
 func (p *provider) sse(c *conn) (transport.Interface, error) {
+	c.wire = p.newWire(c.limit, c.fail)
+	trans, capt, err := p.sseTransport(c.wire, p.spec.Headers, c.requestTimeout)
+	c.capture = capt
+	return trans, err
+}
+
+// sseTransport is a legacy HTTP+SSE transport sending headers.
+func (p *provider) sseTransport(w *wire, headers map[string]string, requestTimeout time.Duration) (transport.Interface, *capture, error) {
 	if p.spec.URL == "" {
-		return nil, errors.New("sse needs a url")
+		return nil, nil, errors.New("sse needs a url")
 	}
 	t, err := transport.NewSSE(p.spec.URL,
-		transport.WithHTTPClient(p.httpClient(c)),
-		transport.WithHeaders(p.spec.Headers),
+		transport.WithHTTPClient(p.httpClient(w)),
+		transport.WithHeaders(headers),
 		transport.WithSSELogger(p.opts.Logger),
-		transport.WithResponseTimeout(c.requestTimeout),
+		transport.WithResponseTimeout(requestTimeout),
 	)
 	if err != nil {
-		return nil, errors.New("invalid url")
+		return nil, nil, errors.New("invalid url")
 	}
-	c.capture = &capture{Interface: t, wire: c.wire}
-	return &httpCapture{capture: c.capture, http: t}, nil
+	capt := &capture{Interface: t, wire: w}
+	return &httpCapture{capture: capt, http: t}, capt, nil
 }
 
 // quietHandler turns mcp-go's error for a server without the optional GET
@@ -442,6 +582,9 @@ func (c *conn) connect(ctx context.Context, clientVersion string) error {
 		c.era = EraSSE
 	case mcp.IsModernProtocol(c.client.ProtocolVersion()):
 		c.era = EraModern
+		if c.wire != nil {
+			c.capture.reissue.Store(true)
+		}
 	default:
 		c.era = EraLegacy
 	}
