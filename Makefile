@@ -34,7 +34,7 @@ lint: ## go vet and gofmt check
 	@out=$$(gofmt -l cmd internal); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-conformance: ## run the official MCP conformance suite's client scenarios (2026-07-28, 2025-11-25, non-auth) and print pass counts
+conformance: ## run the official MCP conformance suite's client scenarios (2026-07-28, 2025-11-25, auth included) and print pass counts
 	@set -o pipefail; CI=$${CI:-true} $(GO) test -count=1 -run '^TestConformance$$' -v ./internal/mcp/ \
 	  | grep -E 'conformance (20|.*SUMMARY)|^(--- |ok|FAIL)|Error' | sed -E 's/^ +conformance_test.go:[0-9]+: //'
 
@@ -46,7 +46,7 @@ bench: ## run the benchmarks and print their figures
 	@# Ledger cost per step and executions/s with one and two processes, on a real Redis.
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'CallStep' -benchmem -count=1 ./internal/harness/
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'Executions' -benchtime 3s -count=1 ./cmd/server/
-	@# Pool leases: acquire + release with 8 slots and 64 waiters, on a real Redis.
+	@# Pool leases: acquire + release with 8 slots and 64 waiters, in one process and across two processes, on a real Redis.
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'AcquireRelease' -benchtime 20000x -count=1 ./internal/pools/
 	@# Webhook ingest rate and event→execution-start latency at 500 events/s, on the real Redis (127.0.0.1:6379 unless set).
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./internal/webhooks/

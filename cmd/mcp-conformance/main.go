@@ -9,6 +9,15 @@
 // (discovery or handshake, tools read to the end), then calls every tool
 // with arguments made from its input schema, and exits non-zero when the
 // connection fails.
+//
+// For the auth/* scenarios it signs in with internal/oauth whenever the
+// server asks (a 401, or a 403 insufficient_scope), headless: it follows
+// the authorization server's redirects itself to a loopback callback that
+// completes the sign-in, then sends the request again; at most three
+// sign-ins per run. Pre-registered credentials come from
+// MCP_CONFORMANCE_CONTEXT (client_id, client_secret, issuer), and the
+// suite's Client ID Metadata Document URL is used where the authorization
+// server accepts one.
 package main
 
 import (
@@ -18,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -57,6 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		opts.ElicitationCapability = &mcp.ElicitationCapability{}
 	}
 	var sc struct {
+		authContext
 		ToolCalls []struct {
 			Name      string         `json:"name"`
 			Arguments map[string]any `json:"arguments"`
@@ -69,6 +80,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	if strings.HasPrefix(scenario, "auth/") {
+		// Sign in with internal/oauth whenever the server asks.
+		s, err := newSigner(ctx, url, sc.authContext, logger)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		opts.HTTPClient = &http.Client{Transport: s}
+	}
 	conn, err := pbmcp.New("conformance", config.MCP{URL: url, RequestTimeoutMs: 20_000}, opts).Connect(ctx)
 	if err != nil {
 		return err

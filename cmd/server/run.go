@@ -64,13 +64,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer st.Close()
 
+	oauthSvc, err := signIns(cfg, st, redactor, logger)
+	if err != nil {
+		return err
+	}
 	reg := harness.NewRegistry(logger)
 	for _, name := range sortedNames(cfg.File.Connections) {
 		spec := cfg.File.Connections[name]
 		var p harness.Provider = triggers.NewProvider(name, spec) // source and cron
 		if spec.MCP != nil {
-			p = mcp.New(name, *spec.MCP, &mcp.Options{Logger: logger})
+			opts := &mcp.Options{Logger: logger}
+			if usesOAuth(spec) {
+				opts.HTTPClient = oauthClient(oauthSvc, name)
+			}
+			p = mcp.New(name, *spec.MCP, opts)
 			redactor.Add(mcp.Secrets(*spec.MCP)...)
+		}
+		if spec.Pool != nil {
+			if p, err = poolProvider(st, name, spec, getenv, logger, redactor); err != nil {
+				return err
+			}
 		}
 		if err := reg.Add(name, p); err != nil {
 			return err
@@ -80,6 +93,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			pol.Approve, pol.Deny = p.Approve, p.Deny
 		}
 		if err := reg.SetPolicy(name, pol); err != nil {
+			return err
+		}
+		if err := reg.SetAccess(name, access(spec)); err != nil {
 			return err
 		}
 	}
@@ -101,7 +117,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{
 		Retention: cfg.Retention, Logger: logger, Observer: metrics, Allowlists: als,
 		Secrets: secrets, Redactor: redactor, Visibility: cfg.ClaimTimeout,
-		Attacher: mcpAttacher{logger: logger, redactor: redactor},
+		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: credentials(oauthSvc),
+		Models: newModels(cfg.File.Models, secrets, redactor),
 	})
 	keys := apiKeys(cfg, stdout)
 	trig, hooks, err := newTriggers(st, execs, reg, cfg, logger)
@@ -121,9 +138,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		},
 	})
 
-	if err := web.Mount(handler, web.Options{
+	webOpts := web.Options{
 		AdminToken: adminToken(cfg, stdout), Store: st, Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Logger: logger,
-	}); err != nil {
+		Users: uiUsers(cfg),
+	}
+	if oauthSvc != nil {
+		webOpts.SignIns = oauthSvc
+		serveClientMetadata(handler, oauthSvc)
+	}
+	if err := web.Mount(handler, webOpts); err != nil {
 		return err
 	}
 

@@ -24,8 +24,10 @@ const maxWait = 60 * time.Second
 
 type createRequest struct {
 	Workflow json.RawMessage
-	Input    any
-	Wait     time.Duration
+	// Agent is the shorthand for a one-node document: a model turn.
+	Agent json.RawMessage
+	Input any
+	Wait  time.Duration
 }
 
 type links struct {
@@ -64,7 +66,12 @@ func (h *handlers) createExecution(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	key := principal(c)
-	ex, err := h.Executions.Submit(ctx, harness.Request{Workflow: req.Workflow, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist})
+	var ex *harness.Execution
+	if req.Agent != nil {
+		ex, err = h.Executions.SubmitAgent(ctx, harness.AgentRequest{Agent: req.Agent, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist})
+	} else {
+		ex, err = h.Executions.Submit(ctx, harness.Request{Workflow: req.Workflow, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist})
+	}
 	if err != nil {
 		return err
 	}
@@ -114,13 +121,21 @@ func decodeCreate(body []byte) (*createRequest, error) {
 		problems = append(problems, harness.FieldError{Path: path, Code: harness.CodeValidationFailed, Message: msg})
 	}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if k != "workflow" && k != "input" && k != "wait" {
-			bad("/"+k, fmt.Sprintf("unknown field %q (allowed: workflow, input, wait)", k))
+		if k != "workflow" && k != "agent" && k != "input" && k != "wait" {
+			bad("/"+k, fmt.Sprintf("unknown field %q (allowed: workflow, agent, input, wait)", k))
 		}
 	}
-	req := &createRequest{Workflow: fields["workflow"]}
-	if w := bytes.TrimSpace(req.Workflow); len(w) == 0 || w[0] != '{' {
-		bad("/workflow", "is required and must be a workflow document (a JSON object)")
+	req := &createRequest{Workflow: fields["workflow"], Agent: fields["agent"]}
+	isObject := func(raw json.RawMessage) bool { w := bytes.TrimSpace(raw); return len(w) > 0 && w[0] == '{' }
+	switch {
+	case req.Workflow != nil && req.Agent != nil:
+		bad("/agent", "give either workflow or agent, not both")
+	case req.Agent != nil:
+		if !isObject(req.Agent) {
+			bad("/agent", "must be an object: {\"model\": \"<provider>/<model>\", \"instructions\", \"tools\"?}")
+		}
+	case !isObject(req.Workflow):
+		bad("/workflow", "is required (or agent) and must be a workflow document (a JSON object)")
 	}
 	if raw, ok := fields["input"]; ok {
 		_ = json.Unmarshal(raw, &req.Input)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -22,7 +23,16 @@ type Metrics struct {
 	executions *prometheus.CounterVec
 	calls      *prometheus.CounterVec
 	callTime   *prometheus.HistogramVec
+	tokens     *prometheus.CounterVec
+	// models bounds the model label: names come from documents, so past
+	// maxModelLabels distinct ones the rest count as "other".
+	modelsMu sync.Mutex
+	models   map[string]bool
 }
+
+// maxModelLabels bounds the distinct model names patchbay_model_tokens_total
+// carries.
+const maxModelLabels = 100
 
 // NewMetrics registers the collectors.
 func NewMetrics() *Metrics {
@@ -45,8 +55,12 @@ func NewMetrics() *Metrics {
 			Name: "patchbay_connection_call_duration_seconds", Help: "Connection call latency.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"connection", "outcome"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "patchbay_model_tokens_total", Help: "Model tokens by provider, model and direction (input, output).",
+		}, []string{"provider", "model", "direction"}),
+		models: map[string]bool{},
 	}
-	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime,
+	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime, m.tokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -62,7 +76,28 @@ func (m *Metrics) ExecutionEntered(state harness.ExecState) {
 	m.executions.WithLabelValues(string(state)).Inc()
 }
 
-var _ harness.Observer = (*Metrics)(nil)
+// ModelTokens counts the tokens of one model round.
+func (m *Metrics) ModelTokens(provider, model, direction string, tokens int64) {
+	if tokens <= 0 {
+		return
+	}
+	key := provider + "/" + model
+	m.modelsMu.Lock()
+	if !m.models[key] {
+		if len(m.models) >= maxModelLabels {
+			model = "other"
+		} else {
+			m.models[key] = true
+		}
+	}
+	m.modelsMu.Unlock()
+	m.tokens.WithLabelValues(provider, model, direction).Add(float64(tokens))
+}
+
+var (
+	_ harness.Observer      = (*Metrics)(nil)
+	_ harness.TokenObserver = (*Metrics)(nil)
+)
 
 func (m *Metrics) handler() echo.HandlerFunc {
 	return echo.WrapHandler(promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))

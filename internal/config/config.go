@@ -3,22 +3,30 @@
 // problem by its field path.
 package config
 
-import "time"
+import (
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
 
 // Config is everything the server needs to start.
 type Config struct {
-	Addr        string        // PATCHBAY_ADDR, default 127.0.0.1:8080
-	RedisURL    string        // REDIS_URL; empty means the embedded store
-	RedisPrefix string        // PATCHBAY_REDIS_PREFIX, default "pb:"
-	ConfigPath  string        // PATCHBAY_CONFIG; empty means no connections
-	SecretKey   string        // PATCHBAY_SECRET_KEY
-	SecretsDir  string        // PATCHBAY_SECRETS_DIR: a directory with one file per secret; empty means none
-	APIKeys     []APIKey      // PATCHBAY_API_KEYS, comma separated
-	AdminToken  string        // PATCHBAY_ADMIN_TOKEN
-	LogLevel    string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
-	LogFormat   string        // PATCHBAY_LOG_FORMAT: text|json, default text
-	Workers     int           // PATCHBAY_WORKERS, default 4
-	Retention   time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
+	Addr        string   // PATCHBAY_ADDR, default 127.0.0.1:8080
+	RedisURL    string   // REDIS_URL; empty means the embedded store
+	RedisPrefix string   // PATCHBAY_REDIS_PREFIX, default "pb:"
+	ConfigPath  string   // PATCHBAY_CONFIG; empty means no connections
+	SecretKey   string   // PATCHBAY_SECRET_KEY
+	SecretsDir  string   // PATCHBAY_SECRETS_DIR: a directory with one file per secret; empty means none
+	APIKeys     []APIKey // PATCHBAY_API_KEYS, comma separated
+	AdminToken  string   // PATCHBAY_ADMIN_TOKEN
+	// PublicURL (PATCHBAY_PUBLIC_URL) is where browsers reach this server,
+	// scheme and host: OAuth redirect URIs are built on it. Default
+	// http://<PATCHBAY_ADDR>.
+	PublicURL string
+	LogLevel  string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
+	LogFormat string        // PATCHBAY_LOG_FORMAT: text|json, default text
+	Workers   int           // PATCHBAY_WORKERS, default 4
+	Retention time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
 	// ClaimTimeout (PATCHBAY_CLAIM_TIMEOUT, default 60s) is how long a
 	// replica may hold an execution without renewing its claim before
 	// another replica takes it over and resumes it from the ledger.
@@ -71,22 +79,31 @@ type File struct {
 	// exists there (edited through the API) is left as it is. Each is an
 	// allowlist document as PUT /v1/allowlists/{name} takes it.
 	Allowlists map[string]map[string]any `yaml:"allowlists"`
+	// Models are the model providers model nodes select by name (see
+	// models.go).
+	Models map[string]ModelProvider `yaml:"models"`
 }
 
 // Connection is one entry under connections. Only mcp is supported so far;
 // the other kinds are parsed so that they can be refused by name.
 type Connection struct {
-	MCP    *MCP    `yaml:"mcp"`
-	Auth   any     `yaml:"auth"`
+	MCP *MCP `yaml:"mcp"`
+	// Auth is the sign-in an http or sse MCP server needs (OAuth), nil
+	// for none. See Auth.
+	Auth   *Auth   `yaml:"auth"`
 	Policy *Policy `yaml:"policy"`
+	// RequiresPrincipal marks a connection that acts as a user: its
+	// operations are hidden from executions that have no principal.
+	RequiresPrincipal bool `yaml:"requiresPrincipal"`
 	// Determinism: replayable | costly | unsafe (default), what a resumed
 	// execution does with results recorded before this connection's
 	// server was replaced.
-	Determinism string         `yaml:"determinism"`
-	Pool        map[string]any `yaml:"pool"`
-	Source      *Source        `yaml:"source"`
-	Webhooks    *Webhooks      `yaml:"webhooks"`
-	Cron        *Cron          `yaml:"cron"`
+	Determinism string `yaml:"determinism"`
+	// Pool makes an mcp entry a pool of fresh servers (see pools.go).
+	Pool     *Pool     `yaml:"pool"`
+	Source   *Source   `yaml:"source"`
+	Webhooks *Webhooks `yaml:"webhooks"`
+	Cron     *Cron     `yaml:"cron"`
 }
 
 // MCP describes an MCP server reached over stdio (command) or Streamable
@@ -119,3 +136,48 @@ func (m MCP) Transport() string {
 		return "stdio"
 	}
 }
+
+// Auth is a connection's sign-in. In the file it is either the word
+// oauth (`auth: oauth`) or a mapping
+// `auth: {oauth: {clientId, clientSecret, scopes}, perUser: true}`.
+type Auth struct {
+	// OAuth is set for an OAuth connection (both forms).
+	OAuth *OAuth `yaml:"oauth"`
+	// PerUser keeps each principal's own tokens; false keeps one shared
+	// token, the operator's.
+	PerUser bool `yaml:"perUser"`
+
+	word string // the scalar form as written, checked by Validate
+}
+
+// OAuth holds the optional pre-registered client of an OAuth connection.
+// Without ClientID, patchbay identifies itself by a Client ID Metadata
+// Document or registers dynamically.
+type OAuth struct {
+	ClientID     string   `yaml:"clientId"`
+	ClientSecret string   `yaml:"clientSecret" json:"-"`
+	Scopes       []string `yaml:"scopes"`
+}
+
+// UnmarshalYAML reads both forms of auth. A word other than oauth is
+// kept for Validate, which reports it with its path.
+func (a *Auth) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*a = Auth{word: n.Value}
+		if n.Value == "oauth" {
+			a.OAuth = &OAuth{}
+		}
+		return nil
+	}
+	type plain Auth // without this method
+	var p plain
+	// A type error leaves the rest decoded, as the decoder does for
+	// other fields, so Validate does not add a second complaint.
+	err := n.Decode(&p)
+	*a = Auth(p)
+	return err
+}
+
+// acceptsScalar tells the shape check that a plain word may stand in for
+// the mapping.
+func (*Auth) acceptsScalar() {}

@@ -154,13 +154,14 @@ func TestLoadEnv(t *testing.T) {
 			env: env{
 				"PATCHBAY_ADDR": "localhost", "PATCHBAY_LOG_LEVEL": "trace", "PATCHBAY_LOG_FORMAT": "xml",
 				"PATCHBAY_WORKERS": "257", "PATCHBAY_RETENTION": "59s", "PATCHBAY_MAX_BODY_BYTES": "1023",
-				"PATCHBAY_REDIS_PREFIX": "{pb}:",
+				"PATCHBAY_REDIS_PREFIX": "{pb}:", "PATCHBAY_PUBLIC_URL": "ftp://u:p@host/x",
 			},
 			wants: []want{
 				{"PATCHBAY_ADDR", "host:port"},
 				{"PATCHBAY_LOG_FORMAT", "text, json"},
 				{"PATCHBAY_LOG_LEVEL", "debug, info, warn, error"},
 				{"PATCHBAY_MAX_BODY_BYTES", "between 1024"},
+				{"PATCHBAY_PUBLIC_URL", "http or https"},
 				{"PATCHBAY_REDIS_PREFIX", "braces"},
 				{"PATCHBAY_RETENTION", "at least 1m0s"},
 				{"PATCHBAY_WORKERS", "between 1 and 256"},
@@ -325,7 +326,7 @@ connections:
   none: {}
   deploys: { source: { events: {} }, webhooks: { secrets: [a] } }
   two: { mcp: { command: x }, cron: { schedule: "0 8 * * *" } }
-  remote: { mcp: { type: http, url: "${env:NOPE}" }, auth: oauth, policy: { deny: ["admin.*"] }, pool: { max: 2 }, extra: 1 }
+  remote: { mcp: { type: http, url: "${env:NOPE}" }, auth: oauth, policy: { deny: ["admin.*"] }, pool: { max: 0 }, extra: 1 }
 triggers:
   - { id: daily, connection: two, event: tick }
 `,
@@ -337,10 +338,9 @@ triggers:
 				{"connections.deploys.source.events", "at least one event type"},
 				{"connections.deploys.webhooks.secrets[0]", `must start with "whsec_"`},
 				{"connections.none", "exactly one kind"},
-				{"connections.remote.auth", "auth is not yet supported"},
 				{"connections.remote.extra", "unknown field"},
 				{"connections.remote.mcp.url", "NOPE is not set"},
-				{"connections.remote.pool", "pool is not yet supported"},
+				{"connections.remote.pool.max", "from 1 to"},
 				{"connections.two", "exactly one kind, has mcp and cron"},
 				{"triggers[0].workflow", "is required"},
 			},
@@ -483,11 +483,11 @@ func TestValidate(t *testing.T) {
 					"none":  {Policy: &config.Policy{Deny: []string{"admin.*", "[bad"}}},
 					"src":   {Source: &config.Source{Events: map[string]any{"a.b": map[string]any{"type": "object"}}}},
 					"three": {MCP: &config.MCP{Command: "x"}, Source: &config.Source{Events: map[string]any{"x": true}}, Cron: &config.Cron{Schedule: "@daily"}},
-					"auth":  {MCP: &config.MCP{URL: "https://h"}, Auth: "oauth"},
+					"auth":  {Source: &config.Source{Events: map[string]any{"x": true}}, Auth: &config.Auth{OAuth: &config.OAuth{}}},
 				}
 			},
 			wants: []want{
-				{"connections.auth.auth", "auth is not yet supported"},
+				{"connections.auth.auth", "only supported on an mcp connection"},
 				{"connections.none", "exactly one kind: mcp, source or cron"},
 				{"connections.none.policy.deny[1]", `"[bad" is not a valid glob`},
 				{"connections.three", "has mcp and source and cron"},
@@ -560,5 +560,72 @@ func TestLogHelpers(t *testing.T) {
 	slog.New(c.LogHandler(&b)).Info("shown")
 	if s := b.String(); strings.Contains(s, "hidden") || !strings.HasPrefix(s, `{"time"`) {
 		t.Errorf("log = %q", s)
+	}
+}
+
+func TestLoadAuth(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		conn  string // the YAML of connections.r
+		check func(t *testing.T, c config.Connection)
+		wants []want
+	}{
+		{
+			name: "word",
+			conn: `{ mcp: { url: "https://h/mcp" }, auth: oauth, requiresPrincipal: true }`,
+			check: func(t *testing.T, c config.Connection) {
+				if c.Auth == nil || c.Auth.OAuth == nil || c.Auth.PerUser || !c.RequiresPrincipal {
+					t.Errorf("conn = %+v auth = %+v", c, c.Auth)
+				}
+			},
+		},
+		{
+			name: "mapping",
+			conn: `{ mcp: { type: sse, url: "https://h/sse" }, auth: { oauth: { clientId: "${env:CID}", clientSecret: "${env:CSEC}", scopes: [read, write] }, perUser: true } }`,
+			check: func(t *testing.T, c config.Connection) {
+				o := c.Auth.OAuth
+				if !c.Auth.PerUser || o.ClientID != "cid-1" || o.ClientSecret != "sekrit-1" || strings.Join(o.Scopes, " ") != "read write" {
+					t.Errorf("auth = %+v oauth = %+v", c.Auth, o)
+				}
+			},
+		},
+		{
+			name: "empty oauth mapping",
+			conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: {} } }`,
+			check: func(t *testing.T, c config.Connection) {
+				if c.Auth.OAuth == nil || c.Auth.PerUser {
+					t.Errorf("auth = %+v", c.Auth)
+				}
+			},
+		},
+		{name: "other word", conn: `{ mcp: { url: "https://h/mcp" }, auth: basic }`, wants: []want{{"connections.r.auth", `must be oauth or a mapping`}}},
+		{name: "perUser without oauth", conn: `{ mcp: { url: "https://h/mcp" }, auth: { perUser: true } }`, wants: []want{{"connections.r.auth.oauth", "is required"}}},
+		{name: "unknown field", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { client_id: x } } }`, wants: []want{{"connections.r.auth.oauth.client_id", "unknown field"}}},
+		{name: "wrong kind", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { scopes: read } } }`, wants: []want{{"connections.r.auth.oauth.scopes", "must be a list"}}},
+		{name: "stdio", conn: `{ mcp: { command: x }, auth: oauth }`, wants: []want{{"connections.r.auth", "not allowed for a stdio server"}}},
+		{
+			name:  "with an Authorization header",
+			conn:  `{ mcp: { url: "https://h/mcp", headers: { authorization: "Bearer ${env:CSEC}" } }, auth: oauth }`,
+			wants: []want{{"connections.r.auth", "cannot be combined with an Authorization header (mcp.headers.authorization)"}},
+		},
+		{name: "secret without id", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { clientSecret: s } } }`, wants: []want{{"connections.r.auth.oauth.clientSecret", "needs clientId"}}},
+		{name: "bad scope", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { scopes: ["a b", ""] } } }`, wants: []want{{"connections.r.auth.oauth.scopes[0]", "one scope token"}, {"connections.r.auth.oauth.scopes[1]", "one scope token"}}},
+		{name: "requiresPrincipal not a bool", conn: `{ mcp: { command: x }, requiresPrincipal: sometimes }`, wants: []want{{"connections.r.requiresPrincipal", "true or false"}}},
+		{name: "unset env", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { clientId: "${env:NOPE}" } } }`, wants: []want{{"connections.r.auth.oauth.clientId", "NOPE is not set"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := env{"PATCHBAY_CONFIG": "f", "CID": "cid-1", "CSEC": "sekrit-1"}
+			c, err := load(e, files{"f": "connections:\n  r: " + tt.conn + "\n"})
+			checkProblems(t, err, tt.wants...)
+			if err != nil && strings.Contains(err.Error(), "sekrit-1") {
+				t.Errorf("error quotes a secret:\n%v", err)
+			}
+			if err == nil && tt.check != nil {
+				tt.check(t, c.File.Connections["r"])
+			}
+		})
 	}
 }

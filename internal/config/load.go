@@ -104,6 +104,7 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 	str("PATCHBAY_SECRET_KEY", &c.SecretKey)
 	str("PATCHBAY_SECRETS_DIR", &c.SecretsDir)
 	str("PATCHBAY_ADMIN_TOKEN", &c.AdminToken)
+	str("PATCHBAY_PUBLIC_URL", &c.PublicURL)
 	if v := strings.TrimSpace(getenv("PATCHBAY_START_TRIGGERS")); v != "" {
 		if b, err := strconv.ParseBool(v); err != nil {
 			ps.add("PATCHBAY_START_TRIGGERS", "must be true or false, not %q", v)
@@ -253,6 +254,7 @@ func (c *Config) loadFile(getenv func(string) string, readFile func(string) ([]b
 		return
 	}
 	f.substitute(getenv, ps)
+	f.substituteModels(getenv, ps)
 	f.substituteWebhookSecrets(getenv, ps)
 	f.loadWorkflows(c.ConfigPath, readFile, ps)
 	c.File = f
@@ -311,8 +313,8 @@ var (
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-// substitute replaces ${env:NAME} in the MCP string fields that may hold
-// them. It runs on the typed File, so each problem has its field's path.
+// substitute replaces ${env:NAME} in the MCP string fields and the OAuth
+// client credentials that may hold them. It runs on the typed File, so each problem has its field's path.
 // ${secret:NAME} is recognised only to be refused until the secret store
 // exists: silently passing the literal text on would be worse.
 func (f *File) substitute(getenv func(string) string, ps *problems) {
@@ -320,6 +322,11 @@ func (f *File) substitute(getenv func(string) string, ps *problems) {
 		f.APIKeys[i].Key = substituteString(f.APIKeys[i].Key, fmt.Sprintf("apiKeys[%d].key", i), getenv, ps)
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
+		if a := f.Connections[name].Auth; a != nil && a.OAuth != nil {
+			path := "connections." + name + ".auth.oauth"
+			a.OAuth.ClientID = substituteString(a.OAuth.ClientID, path+".clientId", getenv, ps)
+			a.OAuth.ClientSecret = substituteString(a.OAuth.ClientSecret, path+".clientSecret", getenv, ps)
+		}
 		m := f.Connections[name].MCP
 		if m == nil {
 			continue

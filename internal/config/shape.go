@@ -12,6 +12,12 @@ import (
 
 var fileType = reflect.TypeFor[File]()
 
+// scalarForm is implemented by types that also take a plain word in place
+// of their mapping (auth: oauth).
+type scalarForm interface{ acceptsScalar() }
+
+var scalarFormType = reflect.TypeFor[scalarForm]()
+
 // maxCheckNodes bounds the shape check, which follows aliases: a file of
 // nested aliases ("billion laughs") must not make it run for ever. The
 // decoder has its own guard and reports such a file itself.
@@ -47,6 +53,9 @@ func (k *checker) walk(n *yaml.Node, t reflect.Type, path string) {
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if n.Kind == yaml.ScalarNode && reflect.PointerTo(t).Implements(scalarFormType) {
+		return // a word in place of the mapping; Validate checks which
 	}
 	switch t.Kind() {
 	case reflect.Interface:

@@ -102,6 +102,11 @@ func (c *Config) validateEnv(ps *problems) {
 	if err := checkHostPort(c.Addr); err != nil {
 		ps.add("PATCHBAY_ADDR", "%v", err)
 	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			ps.add("PATCHBAY_PUBLIC_URL", "must be an http or https URL such as https://patchbay.example.com, without credentials, query or fragment")
+		}
+	}
 	if c.RedisPrefix == "" {
 		ps.add("PATCHBAY_REDIS_PREFIX", "must not be empty")
 	} else if strings.ContainsAny(c.RedisPrefix, "{}*?[]\\ \t\r\n") {
@@ -151,6 +156,7 @@ func (f *File) validate(ps *problems) {
 	f.validateAPIKeys(ps)
 	f.validateTriggers(ps)
 	f.Inbox.validate(ps)
+	f.validateModels(ps)
 }
 
 func (c Connection) validate(ps *problems, name string) {
@@ -166,22 +172,14 @@ func (c Connection) validate(ps *problems, name string) {
 	default:
 		ps.add(path, "must have exactly one kind, has %s", strings.Join(kinds, " and "))
 	}
-	// Every entry that is present but not built yet is refused by name, so
-	// a file written for a later version fails loudly instead of running
-	// without its policy or auth.
-	for _, u := range []struct {
-		kind    string
-		present bool
-	}{
-		{"pool", c.Pool != nil},
-		{"auth", c.Auth != nil},
-	} {
-		if u.present {
-			ps.add(path+"."+u.kind, "%s is not yet supported", u.kind)
-		}
-	}
 	if c.MCP != nil {
 		c.MCP.validate(ps, path+".mcp", name)
+	}
+	if c.Auth != nil {
+		c.validateAuth(ps, path+".auth")
+	}
+	if c.Pool != nil {
+		c.Pool.validate(ps, path+".pool", c)
 	}
 	c.validateEvents(ps, path)
 	if c.Policy != nil {
@@ -191,6 +189,42 @@ func (c Connection) validate(ps *problems, name string) {
 	case "", "replayable", "costly", "unsafe":
 	default:
 		ps.add(path+".determinism", "must be replayable, costly or unsafe")
+	}
+}
+
+// validateAuth checks auth: OAuth only, on an http or sse MCP server, and
+// never beside a configured Authorization header (two credentials for one
+// server, and the static one would go wherever the OAuth one must not).
+func (c Connection) validateAuth(ps *problems, path string) {
+	a := c.Auth
+	if a.word != "" && a.word != "oauth" {
+		ps.add(path, "must be oauth or a mapping with oauth (such as {oauth: {clientId: …}, perUser: true}), not %q", a.word)
+		return
+	}
+	if a.OAuth == nil {
+		ps.add(path+".oauth", "is required: the only kind of auth is oauth")
+		return
+	}
+	switch {
+	case c.MCP == nil:
+		ps.add(path, "is only supported on an mcp connection of type http or sse")
+	case c.MCP.Transport() == "stdio":
+		ps.add(path, "is not allowed for a stdio server: OAuth signs in to remote (http or sse) servers")
+	default:
+		for h := range c.MCP.Headers {
+			if strings.EqualFold(h, "Authorization") {
+				ps.add(path, "cannot be combined with an Authorization header (mcp.headers.%s): keep one of the two", h)
+			}
+		}
+	}
+	o := a.OAuth
+	if o.ClientSecret != "" && o.ClientID == "" {
+		ps.add(path+".oauth.clientSecret", "needs clientId")
+	}
+	for i, sc := range o.Scopes {
+		if sc == "" || strings.ContainsAny(sc, " \t\r\n\"\\") {
+			ps.add(fmt.Sprintf("%s.oauth.scopes[%d]", path, i), "must be one scope token, without spaces or quotes")
+		}
 	}
 }
 
@@ -207,8 +241,13 @@ func (p *Policy) validate(ps *problems, path string) {
 func (f *File) validateAPIKeys(ps *problems) {
 	for i, k := range f.APIKeys {
 		path := fmt.Sprintf("apiKeys[%d]", i)
-		if k.Name == "" {
+		switch k.Name {
+		case "":
 			ps.add(path+".name", "is required")
+		case "admin", "trigger":
+			// admin is the operator's principal (shared sign-ins), trigger
+			// that of host-trusted runs.
+			ps.add(path+".name", "%q is reserved", k.Name)
 		}
 		if (k.Key == "") == (k.SHA256 == "") {
 			ps.add(path, "needs exactly one of key and sha256")

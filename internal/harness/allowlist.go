@@ -187,6 +187,10 @@ func (al *Allowlist) check(doc *Document, base string) []FieldError {
 	}
 	for _, name := range doc.Connections {
 		at := base + "/connections/" + escape(name)
+		if h, ok := doc.Handles[name]; ok {
+			al.checkHandle(h, at, deny)
+			continue
+		}
 		if spec, ok := doc.Attached[name]; ok {
 			g, ok := al.mcpGrant(spec)
 			if !ok {
@@ -205,6 +209,11 @@ func (al *Allowlist) check(doc *Document, base string) []FieldError {
 		}
 	}
 	doc.walk(func(n *Node) {
+		if h, ok := doc.Handles[n.Connection]; ok {
+			c := *n // a call on a handle is judged by its pool's grant
+			c.Connection = h.Pool
+			n = &c
+		}
 		if spec, ok := doc.Attached[n.Connection]; ok && n.Kind == KindCall {
 			if g, ok := al.mcpGrant(spec); ok && !matchAny(g.Ops, n.Op) {
 				deny(n.Path+"/op", "the allowlist does not grant operation %q of server %q (step %s)", n.Op, n.Connection, n.ID)

@@ -19,9 +19,9 @@ const (
 )
 
 // kinds that later issues add; refused by name so the message is useful.
-var laterKinds = []string{"model"}
+var laterKinds []string
 
-const kindList = "sequence, call, parallel, verify or wait"
+const kindList = "sequence, call, parallel, verify, wait or model"
 
 // Document is a parsed and validated workflow document, ready to run.
 type Document struct {
@@ -30,6 +30,9 @@ type Document struct {
 	Root        *Node
 	// Attached are the MCP servers the document brings itself, by name.
 	Attached map[string]AttachSpec
+	// Handles are the entries that lease a connection of their own from
+	// a pool, by name (see handles.go).
+	Handles map[string]Handle
 }
 
 // Node is one step of a document.
@@ -64,6 +67,9 @@ type Node struct {
 	Claims  []claim
 	Timeout time.Duration
 	Every   time.Duration
+
+	// model (see model.go)
+	Model *modelSpec
 }
 
 // secretUse is one {"$secret": name} in a call's arguments.
@@ -122,10 +128,12 @@ type parser struct {
 
 	events        map[string][]string   // event types each manifest entry declares
 	attachedSpecs map[string]AttachSpec // servers the document brings
+	handles       map[string]Handle     // entries leased from pools
 	base          string                // the document's JSON Pointer in the request
 	declaredList  []string              // the document's connections, in order
 	enclosing     string                // the connection shorthand calls go to
 	over          []string              // the fan-out's connections while parsing its steps
+	stepSpecs     map[string]AttachSpec // servers model nodes attach for themselves
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -153,6 +161,7 @@ func (p *parser) document(v any, path string) *Document {
 	}
 	p.declaredList = d.Connections
 	d.Attached = p.attachedSpecs
+	d.Handles = p.handles
 	if obj["root"] == nil {
 		p.fail(path+"/root", CodeValidationFailed, "is required")
 		return d
@@ -176,10 +185,11 @@ func (p *parser) connections(v any, path string) []string {
 		names = append(names, name)
 		entry, ok := obj[name].(map[string]any)
 		_, attaches := entry["mcp"]
+		_, leases := entry["from"] // a handle: its pool is checked by handle
 		switch _, err := p.reg.Get(name); {
 		case !ValidName(name):
 			p.fail(at, CodeConnectionInvalid, "%q is not a valid connection name", name)
-		case err != nil && !attaches:
+		case err != nil && !attaches && !leases:
 			p.fail(at, CodeConnectionUnknown, "no connection named %q", name)
 		}
 		if !ok {
@@ -209,6 +219,8 @@ func (p *parser) node(v any, path string) *Node {
 		return p.verify(obj, path)
 	case kind == KindWait:
 		return p.wait(obj, path)
+	case kind == KindModel:
+		return p.model(obj, path)
 	case slices.Contains(laterKinds, kind):
 		p.fail(path+"/kind", CodeNotSupported, "kind %q is not yet supported", kind)
 	case obj["kind"] == nil && len(obj) == 1:
@@ -302,6 +314,9 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 func (p *parser) target(n *Node, obj map[string]any, path string) {
 	if n.Connection == "" {
 		p.fail(path+"/connection", CodeValidationFailed, "is required and must be a connection name")
+		return
+	}
+	if p.handleTarget(n, path) {
 		return
 	}
 	if _, ok := p.attachedSpecs[n.Connection]; ok {

@@ -106,6 +106,13 @@ type StepRecord struct {
 type record struct {
 	Execution
 	Workflow json.RawMessage `json:"workflow"`
+	// Leases are the pool leases the run holds or kept (a failed run), so
+	// a resume within the reclaim window takes them back.
+	Leases []LeaseRecord `json:"leases,omitempty"`
+	// Allowlist names the allowlist a submitted document was checked
+	// against; model nodes cut their tools to it at run time. Nil for a
+	// host document (a trigger's), which no allowlist bounds.
+	Allowlist *string `json:"allowlist,omitempty"`
 }
 
 func marshalRecord(rec *record) ([]byte, error) {
@@ -163,6 +170,9 @@ type ExecutionsOptions struct {
 	// Credentials resolves per-caller credentials (OAuth tokens) at gate
 	// 6; nil: every call goes out with its connection's own credentials.
 	Credentials Credentials
+	// Models runs the rounds of model nodes; nil: documents with model
+	// nodes are refused.
+	Models Models
 }
 
 // Attacher connects an MCP server a document brings, for one run. secrets
@@ -196,6 +206,7 @@ type Executions struct {
 	redactor    Redactor
 	allowlists  *Allowlists
 	credentials Credentials
+	models      Models
 	approvals   *Approvals
 	schemas     schemas
 }
@@ -236,6 +247,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher, credentials: o.Credentials,
+		models: o.Models,
 	}
 	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit}
 	return e
@@ -295,10 +307,13 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 	if err != nil {
 		return nil, err
 	}
-	if problems := al.check(doc, "/workflow"); len(problems) > 0 {
+	problems := al.check(doc, "/workflow")
+	problems = append(problems, e.checkModels(doc, al, false)...)
+	if len(problems) > 0 {
 		return nil, &ValidationError{Problems: problems}
 	}
-	return e.enqueue(ctx, newExecutionID(), req.Workflow, req.Input, req.Principal)
+	bound := req.Allowlist
+	return e.enqueueBound(ctx, newExecutionID(), req.Workflow, req.Input, req.Principal, &bound)
 }
 
 func (e *Executions) allowlist(ctx context.Context, name string) (*Allowlist, error) {
@@ -400,10 +415,16 @@ func newExecutionID() string { return "ex_" + strings.ToLower(rand.Text()) }
 // enqueue writes a queued execution and its work item. The record is
 // written only if absent, so a repeated enqueue of one id keeps the first.
 func (e *Executions) enqueue(ctx context.Context, id string, workflow json.RawMessage, input any, principal string) (*Execution, error) {
+	return e.enqueueBound(ctx, id, workflow, input, principal, nil)
+}
+
+// enqueueBound is enqueue of a document bound by the named allowlist (nil:
+// a host document).
+func (e *Executions) enqueueBound(ctx context.Context, id string, workflow json.RawMessage, input any, principal string, allowlist *string) (*Execution, error) {
 	now := time.Now().UTC()
 	rec := &record{
 		Execution: Execution{ID: id, Status: ExecQueued, Principal: principal, Input: input, Steps: []StepRecord{}, CreatedAt: now},
-		Workflow:  workflow,
+		Workflow:  workflow, Allowlist: allowlist,
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {

@@ -116,7 +116,7 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, arg
 	if !ok {
 		return 0, nil, &denied{GateDeclared, fmt.Sprintf("connection %s has no operation %q", conn.Name(), op)}
 	}
-	rc := RefContext{Thread: thread, Identity: conn.Identity()}
+	rc := RefContext{Thread: thread, Identity: conn.Identity(), Lease: leaseOf(conn)}
 	opened, refErr := e.openRefs(ctx, args, "", rc, conn.Name())
 	if refErr == nil {
 		sch, err := e.schemas.get(conn.Name(), conn.Identity().Instance, operation)
@@ -188,7 +188,7 @@ func (e *Executions) openRefs(ctx context.Context, v any, path string, rc RefCon
 // present prepares a call's result to be stored and shown: refs sealed to
 // this thread and connection, sensitive blobs withheld, secrets redacted.
 func (e *Executions) present(ctx context.Context, out any, conn *Connection, thread string) (any, error) {
-	sealed, err := e.sealer.SealRefs(ctx, out, RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity()})
+	sealed, err := e.sealer.SealRefs(ctx, out, RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity(), Lease: leaseOf(conn)})
 	if err != nil {
 		return nil, err
 	}

@@ -56,19 +56,7 @@ func (p *parser) entry(name string, e map[string]any, at string) {
 		}
 		return
 	}
-	if fresh {
-		if f := e["fresh"]; f != "path" && f != "execution" {
-			p.fail(at+"/fresh", CodeValidationFailed, "must be \"path\" or \"execution\"")
-		}
-	}
-	if setup {
-		if _, ok := e["setup"].(map[string]any); !ok {
-			p.fail(at+"/setup", CodeValidationFailed, "must be an object of setup values")
-		}
-	}
-	if from || fresh || setup {
-		p.fail(at, CodeNotSupported, "pooled connections (from, fresh, setup) are not yet supported")
-	}
+	p.handle(name, e, at)
 }
 
 func (p *parser) profile(v any, at string) {

@@ -348,10 +348,11 @@ type frame struct {
 	steps  map[string]any
 	item   string // the fan-out's connection
 	suffix string // appended to ledger keys inside a fan-out: "@<item>"
+	scope  string // the parallel path fresh: path leases belong to
 }
 
 func (f *frame) child(item string) *frame {
-	c := &frame{steps: make(map[string]any, len(f.steps)), item: f.item, suffix: f.suffix}
+	c := &frame{steps: make(map[string]any, len(f.steps)), item: f.item, suffix: f.suffix, scope: f.scope}
 	for k, v := range f.steps {
 		c.steps[k] = v
 	}
@@ -393,8 +394,10 @@ func (r *run) parallel(ctx context.Context, f *frame, n *Node) (any, error) {
 		winner = -1
 	)
 	for i, j := range jobs {
+		j.fr.scope = f.scope + "/" + n.ID + "/" + strconv.Itoa(i)
 		wg.Go(func() {
 			results[i], errs[i] = r.node(ctx, j.fr, j.path)
+			r.pathEnded(ctx, j.fr, errs[i])
 			if n.Mode == "any" && errs[i] == nil {
 				once.Do(func() { winner = i; cancel(errAnyWon) })
 			}

@@ -252,7 +252,7 @@ func (c *Connection) Status() Status {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	s := Status{Name: c.name, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since,
-		SignIn: c.access.SignIn}
+		SignIn: c.access.SignIn, Pool: c.poolStatus()}
 	if c.conn != nil {
 		s.Identity = c.conn.Identity()
 		s.Info = c.conn.Info()

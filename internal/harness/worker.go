@@ -256,6 +256,8 @@ type run struct {
 	// connected on first use and closed when the run ends.
 	doc      *Document
 	attached map[string]*Connection
+	// leases are the pool leases the run holds (see handles.go).
+	leases leaseSet
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -280,6 +282,7 @@ func (r *run) execute(ctx context.Context) error {
 		r.doc = doc
 		defer r.detach()
 		out, err = r.node(ctx, &frame{steps: map[string]any{}}, doc.Root)
+		r.runEnded(ctx, err)
 	}
 	switch {
 	case errors.Is(context.Cause(ctx), errCancelled):
@@ -378,6 +381,8 @@ func (r *run) node(ctx context.Context, f *frame, n *Node) (any, error) {
 		out, err = r.verify(ctx, f, n)
 	case KindWait:
 		out, err = r.wait(ctx, f, n)
+	case KindModel:
+		out, err = r.model(ctx, f, n)
 	default:
 		err = &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
 	}
@@ -560,7 +565,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	if n.ConnFromItem {
 		name = f.item
 	}
-	conn, err := r.conn(ctx, name)
+	conn, err := r.connFor(ctx, f, n.ID, name)
 	if err != nil {
 		return nil, Identity{}, err
 	}
@@ -623,8 +628,13 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 // conn returns the named connection: a server the document brought
 // (attached on first use), else the host's.
 func (r *run) conn(ctx context.Context, name string) (*Connection, error) {
+	r.mu.Lock()
+	step, ok := r.attached[name] // a server the document or a model node attached
+	r.mu.Unlock()
+	if ok {
+		return step, nil
+	}
 	var spec AttachSpec
-	ok := false
 	if r.doc != nil {
 		spec, ok = r.doc.Attached[name]
 	}

@@ -5,11 +5,12 @@
 // leases that are not renewed within the reclaim window, and fences every
 // lease with a token so that a holder whose lease was reclaimed is refused.
 //
-// Not here yet (issue 7, later): provisioning a fresh connection per lease
-// (a new MCP stdio process per lease) and releasing it when the lease ends
-// or is reclaimed, validation of setup values against the setup schema and
-// host-only fields, handles ({"from": "browsers", "fresh": "path"}) in
-// documents, status in the API, and the real browser pool.
+// Provider (provider.go) puts a connection behind every lease: it is the
+// harness.Leaser of a pooled connection, provisioning a fresh connection
+// per lease (cmd/server gives it a function that starts a new MCP server)
+// with setup values checked against the pool's setup schema, fencing every
+// call with the lease's token, and closing the connection when the lease
+// is released or reclaimed.
 //
 // # Model
 //
@@ -414,6 +415,12 @@ func (p *Pool) wake(tickets []string) {
 // Either way the waiter leaves the queue (and gives back a lease granted in
 // the meantime). wait <= 0 means one try.
 func (p *Pool) Acquire(ctx context.Context, holder string, wait time.Duration) (*Lease, error) {
+	return p.AcquireNotify(ctx, holder, wait, nil)
+}
+
+// AcquireNotify is Acquire that calls queued once, if the first try finds
+// no free slot and the waiter queues (so a run can show that it waits).
+func (p *Pool) AcquireNotify(ctx context.Context, holder string, wait time.Duration, queued func()) (*Lease, error) {
 	if holder == "" {
 		return nil, fmt.Errorf("%w: empty holder", ErrInvalid)
 	}
@@ -449,6 +456,10 @@ func (p *Pool) Acquire(ctx context.Context, holder string, wait time.Duration) (
 		if !time.Now().Before(deadline) {
 			p.cancel(ticket)
 			return nil, ErrLeaseTimeout
+		}
+		if queued != nil {
+			queued()
+			queued = nil
 		}
 		// A release in this process wakes us at once; one in another
 		// replica is seen by polling, sooner the nearer the head.
@@ -555,3 +566,6 @@ func (p *Pool) Status(ctx context.Context) (Usage, error) {
 	u.Leased = len(u.Leases)
 	return u, nil
 }
+
+// ReclaimAfter is the window a lease survives without a renewal.
+func (p *Pool) ReclaimAfter() time.Duration { return p.reclaim }

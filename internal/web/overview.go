@@ -62,6 +62,7 @@ type connectionData struct {
 	Policy     harness.Policy
 	Deliveries []triggers.Receipt
 	HasSource  bool
+	SignIn     *signInPanel
 }
 
 func (h *handler) connection(c echo.Context) error {
@@ -69,7 +70,7 @@ func (h *handler) connection(c echo.Context) error {
 	if err != nil {
 		return &notFound{"No connection is named " + c.Param("name") + "."}
 	}
-	d := connectionData{Status: conn.Status(), Operations: conn.Manifest().Operations, Policy: conn.Policy()}
+	d := connectionData{Status: conn.Status(), Operations: conn.Manifest().Operations, Policy: conn.Policy(), SignIn: h.signInPanel(c, conn)}
 	if h.Triggers != nil && h.Triggers.HasSource(conn.Name()) {
 		d.HasSource = true
 		if d.Deliveries, err = h.Triggers.Deliveries(bg(c), conn.Name(), 50); err != nil {

@@ -18,8 +18,9 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
-// Cookie names. The session cookie is scoped to /admin so the JSON API
-// never sees it.
+// Cookie names. The session cookie is sent to /admin and to the OAuth
+// sign-in routes (/oauth/...), which need to know who signs in; the JSON
+// API under /v1 never reads it (it takes bearer keys only).
 const (
 	sessionCookie = "pb_admin"
 	// preCSRFCookie carries the double-submit token of the sign-in form,
@@ -29,8 +30,10 @@ const (
 	csrfHeader    = "X-CSRF-Token"
 )
 
-// Session is one signed-in operator. Method and Subject say how and as
-// whom they signed in: "token" and "admin" today; an OIDC sign-in would
+// Session is one signed-in person. Method and Subject say how and as
+// whom they signed in: "token" and "admin" for the operator, "api-key"
+// and the key's name for a user (who may only sign in to per-user
+// connections for themselves); an OIDC sign-in would
 // record "oidc" and the ID token's subject (and Email), and everything
 // downstream (who approved, who changed an allowlist) reads Subject only.
 type Session struct {
@@ -114,8 +117,12 @@ func tokenMatches(presented string, want [32]byte) bool {
 func secureRequest(c echo.Context) bool { return c.Scheme() == "https" }
 
 func setCookie(c echo.Context, name, value string, maxAge int) {
+	path := "/admin"
+	if name == sessionCookie {
+		path = "/"
+	}
 	c.SetCookie(&http.Cookie{
-		Name: name, Value: value, Path: "/admin", MaxAge: maxAge,
+		Name: name, Value: value, Path: path, MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secureRequest(c),
 	})
 }
@@ -138,6 +145,15 @@ func safeMethod(m string) bool {
 }
 
 const sessionKey = "admin-session"
+
+// Session methods.
+const (
+	methodToken  = "token"   // the admin token: an operator
+	methodAPIKey = "api-key" // an API key: a user, who signs in to per-user connections
+)
+
+// Operator reports whether the session may use the whole admin UI.
+func (s *Session) Operator() bool { return s.Method != methodAPIKey }
 
 func sessionOf(c echo.Context) *Session {
 	s, _ := c.Get(sessionKey).(*Session)

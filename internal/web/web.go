@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -61,6 +62,19 @@ type Options struct {
 	// changes. Default 1s.
 	PollInterval time.Duration
 	Logger       *slog.Logger
+	// SignIns runs OAuth sign-ins to remote servers (/oauth/...); nil
+	// leaves those routes out.
+	SignIns SignIns
+	// Users are the API keys that may sign in as themselves, to connect
+	// their own accounts to per-user connections. Their sessions see the
+	// overview and connection pages only.
+	Users []User
+}
+
+// User is an API key that may sign in to the UI as its principal.
+type User struct {
+	Name   string
+	SHA256 [32]byte
 }
 
 // ErrNoAdminToken is returned by Mount without Options.AdminToken.
@@ -100,11 +114,19 @@ func Mount(e *echo.Echo, o Options) error {
 	e.GET("/admin/sign-in", h.wrap(h.signInPage))
 	e.POST("/admin/sign-in", h.wrap(h.signIn))
 
-	auth := func(f func(echo.Context) error) echo.HandlerFunc { return h.wrap(h.requireSession(f)) }
-	e.GET("/admin", auth(h.overview))
-	e.GET("/admin/", auth(h.overview))
-	e.POST("/admin/sign-out", auth(h.signOut))
-	e.GET("/admin/connections/:name", auth(h.connection))
+	anyone := func(f func(echo.Context) error) echo.HandlerFunc { return h.wrap(h.requireSession(f)) }
+	auth := func(f func(echo.Context) error) echo.HandlerFunc {
+		return h.wrap(h.requireSession(h.requireOperator(f)))
+	}
+	e.GET("/admin", anyone(h.overview))
+	e.GET("/admin/", anyone(h.overview))
+	e.POST("/admin/sign-out", anyone(h.signOut))
+	e.GET("/admin/connections/:name", anyone(h.connection))
+	if o.SignIns != nil {
+		e.GET("/oauth/:name/start", anyone(h.startSignIn))
+		e.GET("/oauth/callback", anyone(h.finishSignIn))
+		e.POST("/admin/connections/:name/disconnect", anyone(h.disconnect))
+	}
 	e.GET("/admin/allowlists", auth(h.allowlists))
 	e.GET("/admin/allowlists/new", auth(h.newAllowlist))
 	e.POST("/admin/allowlists", auth(h.createAllowlist))
@@ -178,14 +200,16 @@ type page struct {
 	Nav     string
 	CSRF    string
 	Subject string
-	Flash   string
-	Bad     bool
+	// Operator: the whole UI; false for a user signed in with an API key.
+	Operator bool
+	Flash    string
+	Bad      bool
 }
 
 func (h *handler) page(c echo.Context, title, nav string) page {
 	p := page{Title: title, Nav: nav}
 	if s := sessionOf(c); s != nil {
-		p.CSRF, p.Subject = s.CSRF, s.Subject
+		p.CSRF, p.Subject, p.Operator = s.CSRF, s.Subject, s.Operator()
 	}
 	if msg, ok := flashes[c.QueryParam("flash")]; ok {
 		p.Flash = msg
@@ -207,6 +231,8 @@ var flashes = map[string]string{
 	"cancelled":   "Cancellation requested.",
 	"resumed":     "Execution resumed.",
 	"redelivered": "Dead letter put back in its inbox.",
+	"signed-in":   "Signed in. The connection uses this account from now on.",
+	"signed-out":  "Disconnected. The tokens were revoked where the server supports it, and deleted.",
 }
 
 var badFlashes = map[string]string{
@@ -217,10 +243,14 @@ var badFlashes = map[string]string{
 
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }
 
-// safeNext keeps a post-sign-in redirect inside /admin.
+// safeNext keeps a post-sign-in redirect inside /admin, or on an OAuth
+// sign-in's start page (a Connect link followed before signing in).
 func safeNext(next string) string {
 	u, err := url.Parse(next)
-	if err != nil || u.IsAbs() || u.Host != "" || len(u.Path) < 6 || u.Path[:6] != "/admin" || (len(next) > 1 && next[1] == '/') {
+	if err != nil || u.IsAbs() || u.Host != "" || (len(next) > 1 && next[1] == '/') {
+		return "/admin"
+	}
+	if !strings.HasPrefix(u.Path, "/admin") && !(strings.HasPrefix(u.Path, "/oauth/") && strings.HasSuffix(u.Path, "/start")) {
 		return "/admin"
 	}
 	return u.RequestURI()
@@ -243,20 +273,24 @@ func (h *handler) signIn(c echo.Context) error {
 		return h.forbidden(c, "The sign-in form expired or is missing its security token. Open the sign-in page again.")
 	}
 	next := safeNext(c.FormValue("next"))
+	subject, method := "admin", methodToken
 	if !tokenMatches(c.FormValue("token"), h.token) {
+		subject, method = h.user(c.FormValue("token"))
+	}
+	if subject == "" {
 		h.Logger.Warn("admin sign-in refused: wrong token", "remote", c.RealIP())
 		time.Sleep(250 * time.Millisecond) // slows guessing a little
 		tok := randomToken()
 		setCookie(c, preCSRFCookie, tok, 600)
 		return h.render(c, http.StatusUnauthorized, signInPage(page{Title: "Sign in"}, tok, next, "That admin token is not valid."))
 	}
-	id, _, err := h.sessions.create(c.Request().Context(), "admin", "token")
+	id, _, err := h.sessions.create(c.Request().Context(), subject, method)
 	if err != nil {
 		return err
 	}
 	setCookie(c, preCSRFCookie, "", -1)
 	setCookie(c, sessionCookie, id, int(h.SessionTTL/time.Second))
-	h.Logger.Info("admin signed in", "method", "token", "remote", c.RealIP())
+	h.Logger.Info("signed in", "method", method, "subject", subject, "remote", c.RealIP())
 	return c.Redirect(http.StatusSeeOther, next)
 }
 
@@ -267,6 +301,29 @@ func (h *handler) signOut(c echo.Context) error {
 	}
 	setCookie(c, sessionCookie, "", -1)
 	return c.Redirect(http.StatusSeeOther, "/admin/sign-in")
+}
+
+// user is the principal an API key signs in as, or "" when it is no
+// user's key. Every digest is compared, in constant time.
+func (h *handler) user(presented string) (subject, method string) {
+	for _, u := range h.Users {
+		if tokenMatches(presented, u.SHA256) {
+			subject, method = u.Name, methodAPIKey
+		}
+	}
+	return subject, method
+}
+
+// requireOperator keeps user sessions (API keys) out of the operator's
+// pages: they may only see connections and sign in to their own
+// accounts.
+func (h *handler) requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s := sessionOf(c); s == nil || !s.Operator() {
+			return h.forbidden(c, "This page is for operators. You are signed in with an API key, which may only connect your own accounts.")
+		}
+		return next(c)
+	}
 }
 
 // by names the operator in records (allowlist history, decisions).

@@ -190,7 +190,7 @@ func TestSignIn(t *testing.T) {
 				continue
 			}
 			found = true
-			if !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.Path != "/admin" || ck.MaxAge != 12*3600 {
+			if !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.Path != "/" || ck.MaxAge != 12*3600 {
 				t.Fatalf("cookie %+v", ck)
 			}
 			if strings.Contains(ck.Value, adminToken) {

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/oauth"
+	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/web"
+)
+
+// signIns builds the OAuth sign-in service when some connection has
+// `auth: oauth`, and nil otherwise. Tokens are encrypted under
+// PATCHBAY_SECRET_KEY; without one, the embedded store gets a key for this
+// run only (nothing it holds survives a restart anyway), while a real
+// Redis is refused: every replica must read what another stored.
+func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, logger *slog.Logger) (*oauth.Service, error) {
+	if !slices.ContainsFunc(slices.Collect(maps.Values(cfg.File.Connections)), usesOAuth) {
+		return nil, nil
+	}
+	var keyID string
+	var key []byte
+	switch {
+	case cfg.SecretKey != "":
+		var err error
+		if keyID, key, err = oauth.KeyFromSecretKey(cfg.SecretKey); err != nil {
+			return nil, &config.ValidationError{Problems: []config.Problem{{Path: "PATCHBAY_SECRET_KEY", Message: err.Error()}}}
+		}
+	case st.Embedded():
+		key = make([]byte, 32)
+		_, _ = rand.Read(key)
+		logger.Warn("no PATCHBAY_SECRET_KEY: OAuth tokens are encrypted under a key of this run only")
+	default:
+		return nil, &config.ValidationError{Problems: []config.Problem{{Path: "PATCHBAY_SECRET_KEY",
+			Message: "is required with auth: oauth on a shared Redis: OAuth tokens are stored encrypted under it"}}}
+	}
+	public := cfg.PublicURL
+	if public == "" {
+		public = "http://" + cfg.Addr
+	}
+	svc, err := oauth.New(oauth.Options{Store: st, Key: key, KeyID: keyID, PublicURL: public, Redactor: redactor, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("oauth: %w", err)
+	}
+	for _, name := range sortedNames(cfg.File.Connections) {
+		spec := cfg.File.Connections[name]
+		if !usesOAuth(spec) {
+			continue
+		}
+		c := oauth.Connection{Name: name, ResourceURL: spec.MCP.URL, PerUser: spec.Auth.PerUser}
+		if o := spec.Auth.OAuth; o != nil {
+			c.ClientID, c.ClientSecret, c.Scopes = o.ClientID, o.ClientSecret, o.Scopes
+			redactor.Add(o.ClientSecret)
+		}
+		svc.Register(c)
+	}
+	return svc, nil
+}
+
+func usesOAuth(spec config.Connection) bool {
+	return spec.MCP != nil && spec.Auth != nil && spec.Auth.OAuth != nil
+}
+
+// credentials is the service as the harness's Credentials, or nil (not a
+// typed nil) without one.
+func credentials(svc *oauth.Service) harness.Credentials {
+	if svc == nil {
+		return nil
+	}
+	return svc
+}
+
+// access is whom a configured connection acts for.
+func access(spec config.Connection) harness.Access {
+	a := harness.Access{RequiresPrincipal: spec.RequiresPrincipal}
+	if usesOAuth(spec) {
+		a.SignIn = harness.SignInShared
+		if spec.Auth.PerUser {
+			a.SignIn = harness.SignInPerUser
+		}
+	}
+	return a
+}
+
+// oauthClient is the HTTP client of an OAuth connection's own session:
+// the sign-in service adds the shared (or operator's) token on the way
+// out, to the server's origin only.
+func oauthClient(svc *oauth.Service, name string) *http.Client {
+	return &http.Client{Transport: svc.Transport(name, http.DefaultTransport)}
+}
+
+// serveClientMetadata publishes the Client ID Metadata Document that
+// authorization servers fetch to learn who patchbay is; it is public.
+func serveClientMetadata(e *echo.Echo, svc *oauth.Service) {
+	doc := svc.ClientMetadata()
+	e.GET(oauth.ClientMetadataPath, func(c echo.Context) error {
+		c.Response().Header().Set("Cache-Control", "public, max-age=3600")
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, doc)
+	})
+}
+
+// uiUsers are the API keys that may sign in to the admin UI as
+// themselves, to connect their own accounts to per-user connections.
+func uiUsers(cfg *config.Config) []web.User {
+	users := make([]web.User, 0, len(cfg.APIKeys))
+	for _, k := range cfg.APIKeys {
+		users = append(users, web.User{Name: k.Name, SHA256: k.SHA256})
+	}
+	return users
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/patchbay-dev/patchbay/internal/npmtest"
+)
+
+// sdkVersion is the MCP TypeScript SDK whose example server (with its demo
+// authorization server) the sign-in test uses, pinned.
+const sdkVersion = "@modelcontextprotocol/sdk@1.32.2"
+
+// TestOAuthSignInInTheBrowser is the operator's path end to end against a
+// server nobody here wrote: the TypeScript SDK's example server behind its
+// demo authorization server. The connection starts as needs_sign_in; in
+// headless chromium the operator signs in to the admin UI, clicks Connect,
+// goes through the real redirects (discovery, dynamic registration, PKCE)
+// and lands on the connection page signed in; the connection turns ready
+// and an execution calls its greet tool with the stored token, which shows
+// nowhere.
+func TestOAuthSignInInTheBrowser(t *testing.T) {
+	t.Parallel()
+	sdk := npmtest.Require(t, "sdk", sdkVersion)
+	node := npmtest.Node(t)
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		npmtest.Missing(t, "chromium is not installed (apt-get install -y chromium)")
+	}
+	mcpAddr, authAddr := freeAddr(t), freeAddr(t)
+	startNodeServer(t, node, filepath.Join(sdk, "dist", "esm", "examples", "server", "simpleStreamableHttp.js"),
+		[]string{"--oauth"}, "MCP_PORT="+port(mcpAddr), "MCP_AUTH_PORT="+port(authAddr))
+
+	addr := freeAddr(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+connections:
+  demo: { mcp: { url: "http://localhost:%s/mcp", timeoutMs: 20000 }, auth: oauth }
+allowlists:
+  default: { connections: { demo: { ops: ["*"] } } }
+`, port(mcpAddr)))
+	const adminTok, apiKey = "oauth-admin-token-0123", "oauth-api-key-0123"
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": addr, "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": apiKey, "PATCHBAY_ADMIN_TOKEN": adminTok,
+	})
+	if st := connState(t, srv.url, apiKey, "demo"); st != "needs_sign_in" {
+		t.Fatalf("before sign-in the connection is %q, want needs_sign_in", st)
+	}
+
+	ctx := headless(t, chromium)
+	var signedIn, location, state string
+	var shot []byte
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(srv.url+"/admin/sign-in?next=/admin/connections/demo"),
+		chromedp.SendKeys(`input[name="token"]`, adminTok, chromedp.ByQuery),
+		chromedp.Submit(`input[name="token"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#connect`, chromedp.ByQuery),
+		chromedp.Click(`#connect`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#signed-in strong`, chromedp.ByQuery),
+		chromedp.Text(`#signed-in strong`, &signedIn, chromedp.ByQuery),
+		chromedp.Location(&location),
+		chromedp.Text(`#state`, &state, chromedp.ByQuery),
+		chromedp.FullScreenshot(&shot, 100),
+	)
+	if err != nil {
+		t.Fatalf("browser: %v\n%s", err, srv.output)
+	}
+	saveScreenshot(t, "oauth-connected.png", shot)
+	if signedIn != "admin" || !strings.HasSuffix(location, "/admin/connections/demo?flash=signed-in") || !strings.Contains(state, "ready") {
+		t.Fatalf("landed on %s signed in as %q, state %q", location, signedIn, state)
+	}
+
+	deadline := time.Now().Add(15 * time.Second)
+	for connState(t, srv.url, apiKey, "demo") != "ready" {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after the sign-in:\n%s", srv.output)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	doc := `{"version":1,"connections":{"demo":{}},"root":{"kind":"call","id":"hi","connection":"demo","op":"greet","args":{"name":"patchbay"}}}`
+	code, body := postJSON(t, srv.url+"/v1/executions", apiKey, `{"workflow":`+doc+`,"wait":"20s"}`)
+	if code != http.StatusOK || body["status"] != "succeeded" || !strings.Contains(fmt.Sprint(body["output"]), "Hello, patchbay!") {
+		t.Fatalf("execution: %d %v\n%s", code, body, srv.output)
+	}
+	// The token is the server's (random) to know; what patchbay shows and
+	// logs must not carry any bearer credential.
+	for what, text := range map[string]string{"execution": fmt.Sprint(body), "log": srv.output.String()} {
+		if strings.Contains(strings.ToLower(text), "bearer ") {
+			t.Errorf("%s shows a bearer credential:\n%s", what, text)
+		}
+	}
+}
+
+func port(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+
+// startNodeServer runs a Node script on loopback only, in its own process
+// group (killed at cleanup), and waits until every port in env
+// (VAR=port entries) accepts connections.
+func startNodeServer(t *testing.T, node, script string, args []string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(node, append([]string{"--import", npmtest.LoopbackPreload(), script}, args...)...)
+	cmd.Env = append([]string{"PATH=" + filepath.Dir(node)}, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for _, kv := range env {
+		_, p, _ := strings.Cut(kv, "=")
+		for {
+			c, err := net.DialTimeout("tcp", "127.0.0.1:"+p, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not listen on %s within 30s", filepath.Base(script), p)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// headless starts Debian's chromium with the flags this machine needs.
+func headless(t *testing.T, path string) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
+	return ctx
+}
+
+// saveScreenshot leaves a picture in artifacts/screenshots (gitignored).
+func saveScreenshot(t *testing.T, name string, png []byte) {
+	dir := filepath.Join("..", "..", "artifacts", "screenshots")
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, name), png, 0o644)
+	}
+}
+
+func connState(t *testing.T, base, key, name string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/connections/"+name, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		State string `json:"state"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	return st.State
+}
+
+func postJSON(t *testing.T, url, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}

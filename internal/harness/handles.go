@@ -1,0 +1,414 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Handle is a manifest entry that takes a connection of its own from a
+// pool: {"from": "<pool>", "fresh": "execution"|"path", "setup": {…}}.
+type Handle struct {
+	// Name is the entry's key, the name steps call.
+	Name string
+	// Pool names the pool connection (from; default Name).
+	Pool string
+	// Fresh is the lease's scope: FreshExecution or FreshPath.
+	Fresh string
+	// Setup are the document's setup values (literal JSON).
+	Setup map[string]any
+}
+
+// Lease scopes of a handle.
+const (
+	FreshExecution = "execution" // one lease for the whole run
+	FreshPath      = "path"      // one lease per parallel path
+)
+
+// Lease events on an execution's stream.
+const (
+	EventLeaseAcquired = "lease.acquired" // {pool, handle, holder, lease, slot, resumed}
+	EventLeaseReleased = "lease.released" // {pool, handle, holder, lease}
+)
+
+// handle validates an entry that is not a server the document brings: it
+// is a handle when it names a pool (from, or its own name) or has fresh
+// or setup.
+func (p *parser) handle(name string, e map[string]any, at string) {
+	from, hasFrom := e["from"]
+	_, hasFresh := e["fresh"]
+	setupV, hasSetup := e["setup"]
+	pool := name
+	if hasFrom {
+		s, ok := from.(string)
+		if !ok || !ValidName(s) {
+			p.fail(at+"/from", CodeValidationFailed, "must name a pool connection")
+			return
+		}
+		pool = s
+	}
+	conn, err := p.reg.Get(pool)
+	switch {
+	case err == nil && conn.IsPool():
+	case !hasFrom && !hasFresh && !hasSetup:
+		return // a plain connection
+	case err != nil:
+		p.fail(at+"/from", CodeConnectionUnknown, "no connection named %q", pool)
+		return
+	default:
+		p.fail(at, CodeValidationFailed, "connection %q is not a pool, so the entry takes no from, fresh or setup", pool)
+		return
+	}
+	if name != pool {
+		if _, err := p.reg.Get(name); err == nil {
+			p.fail(at, CodeConnectionNameTaken, "the host already has a connection named %q; give the handle another name", name)
+		}
+	}
+	h := Handle{Name: name, Pool: pool, Fresh: FreshExecution, Setup: map[string]any{}}
+	if hasFresh {
+		switch f := e["fresh"]; f {
+		case FreshExecution, FreshPath:
+			h.Fresh = f.(string)
+		default:
+			p.fail(at+"/fresh", CodeValidationFailed, "must be \"path\" or \"execution\"")
+		}
+	}
+	if hasSetup {
+		setup, ok := setupV.(map[string]any)
+		if !ok {
+			p.fail(at+"/setup", CodeValidationFailed, "must be an object of setup values")
+			return
+		}
+		for _, k := range sortedKeys(setup) {
+			if computed(setup[k]) {
+				p.fail(at+"/setup/"+escape(k), CodeValidationFailed, "setup values are literal JSON ($expr, $secret and $ref are not taken here)")
+			}
+		}
+		h.Setup = setup
+	}
+	if l, ok := conn.leaser(); ok {
+		if err := l.CheckSetup(h.Setup); err != nil {
+			p.fail(at+"/setup", CodeValidationFailed, "%v", err)
+		}
+	}
+	if p.handles == nil {
+		p.handles = map[string]Handle{}
+	}
+	p.handles[name] = h
+}
+
+// computed reports whether v holds an object with a "$" key (an
+// expression, a secret or a ref).
+func computed(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, item := range x {
+			if strings.HasPrefix(k, "$") || computed(item) {
+				return true
+			}
+		}
+	case []any:
+		return slices.ContainsFunc(x, computed)
+	}
+	return false
+}
+
+// handleTarget checks a call on a handle against its pool's manifest; it
+// reports false when n's connection is not a handle.
+func (p *parser) handleTarget(n *Node, path string) bool {
+	h, ok := p.handles[n.Connection]
+	if !ok {
+		return false
+	}
+	if n.Op == "" {
+		p.fail(path+"/op", CodeValidationFailed, "is required and must be an operation name")
+		return true
+	}
+	conn, err := p.reg.Get(h.Pool)
+	if err != nil {
+		return true // reported on the entry
+	}
+	if st := conn.Status(); st.State != StateReady {
+		p.fail(path+"/op", CodeConnectionUnavailable, "pool %q is %s, so operation %q cannot be checked", h.Pool, st.State, n.Op)
+		return true
+	}
+	if _, ok := conn.Manifest().Operation(n.Op); !ok {
+		p.fail(path+"/op", CodeOperationUnknown, "pool %q has no operation %q", h.Pool, n.Op)
+	}
+	return true
+}
+
+// checkHandle reports what a handle asks of its pool beyond al: the pool
+// must be granted, and every setup field must have patterns in the grant
+// that its value matches (a string as is, anything else as JSON).
+func (al *Allowlist) checkHandle(h Handle, at string, deny func(p, format string, args ...any)) {
+	var g Grant
+	ok := false
+	if al != nil {
+		g, ok = al.Connections[h.Pool]
+	}
+	if !ok {
+		deny(at, "the allowlist grants no access to pool %q", h.Pool)
+		return
+	}
+	for _, field := range sortedKeys(h.Setup) {
+		p := at + "/setup/" + escape(field)
+		patterns, granted := g.Setup[field]
+		if !granted {
+			deny(p, "the allowlist grants no setup field %q for pool %q", field, h.Pool)
+			continue
+		}
+		if !matchAny(patterns, setupText(h.Setup[field])) {
+			deny(p, "setup field %q of pool %q does not match the patterns the allowlist grants", field, h.Pool)
+		}
+	}
+}
+
+// setupText is a setup value as patterns see it.
+func setupText(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	data, _ := json.Marshal(v)
+	return string(data)
+}
+
+// leaseSet is the leases one run holds, by holder.
+type leaseSet struct {
+	mu      sync.Mutex
+	held    map[string]*heldLease
+	waiting int
+}
+
+// heldLease is one lease of a run; ready is closed once it was acquired
+// (or failed), so paths asking for the same holder wait for one acquire.
+type heldLease struct {
+	ready  chan struct{}
+	err    error
+	scope  string
+	handle Handle
+	rec    LeaseRecord
+	lease  Lease
+	conn   *Connection
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// connFor returns the connection a call on name uses: a handle's leased
+// connection (acquired on first use in its scope), else r.conn's.
+func (r *run) connFor(ctx context.Context, f *frame, step, name string) (*Connection, error) {
+	var h Handle
+	ok := false
+	if r.doc != nil {
+		h, ok = r.doc.Handles[name]
+	}
+	if !ok {
+		return r.conn(ctx, name)
+	}
+	scope := ""
+	if h.Fresh == FreshPath {
+		scope = f.scope
+	}
+	holder := r.rec.ID + "/" + name + scope
+	ls := &r.leases
+	ls.mu.Lock()
+	if hl, ok := ls.held[holder]; ok {
+		ls.mu.Unlock()
+		select {
+		case <-hl.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if hl.err == nil && hl.conn == nil {
+			return nil, fmt.Errorf("handle %s: its lease was given back: %w", name, ErrLeaseLost)
+		}
+		return hl.conn, hl.err
+	}
+	if ls.held == nil {
+		ls.held = map[string]*heldLease{}
+	}
+	hl := &heldLease{ready: make(chan struct{}), scope: scope, handle: h}
+	ls.held[holder] = hl
+	ls.mu.Unlock()
+	hl.conn, hl.err = r.acquire(ctx, hl, holder, step)
+	if hl.err != nil {
+		ls.mu.Lock()
+		delete(ls.held, holder)
+		ls.mu.Unlock()
+	}
+	close(hl.ready)
+	return hl.conn, hl.err
+}
+
+// acquire takes a lease for holder (back, when the record has one), records
+// it and starts renewing it.
+func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (*Connection, error) {
+	h := hl.handle
+	pc, err := r.e.reg.Get(h.Pool)
+	if err != nil {
+		return nil, err
+	}
+	leaser, ok := pc.leaser()
+	if !ok {
+		return nil, &denied{GateDeclared, fmt.Sprintf("connection %s is not a pool", h.Pool)}
+	}
+	var prev *LeaseRecord
+	r.mu.Lock()
+	for _, lr := range r.rec.Leases {
+		if lr.Holder == holder {
+			prev = &lr
+		}
+	}
+	r.mu.Unlock()
+	var waited bool
+	lease, err := leaser.Lease(ctx, LeaseRequest{Holder: holder, Setup: h.Setup, Resume: prev, Waiting: func() {
+		waited = true
+		r.leaseWaiting(ctx, h, holder, true)
+	}})
+	if waited {
+		r.leaseWaiting(ctx, h, holder, false)
+	}
+	if errors.Is(err, ErrLeaseTimeout) {
+		return nil, &stepError{step: step, code: KindLeaseTimeout, err: fmt.Errorf("pool %s: %w", h.Pool, err)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease from pool %s: %s", h.Pool, r.e.redactor.String(err.Error()))
+	}
+	rec := lease.Record()
+	rec.Pool, rec.Handle, rec.Holder = h.Pool, h.Name, holder
+	conn := lease.Conn()
+	c := &Connection{name: h.Name, conn: &leasedConn{Conn: conn, lease: rec.ID}, manifest: conn.Manifest(),
+		state: StateReady, since: time.Now(), policy: pc.Policy()}
+	hl.rec, hl.lease = rec, lease
+	r.mu.Lock()
+	r.rec.Leases = append(slices.DeleteFunc(r.rec.Leases, func(l LeaseRecord) bool { return l.Holder == holder }), rec)
+	r.mu.Unlock()
+	if err := r.save(ctx); err != nil {
+		lease.Keep()
+		return nil, err
+	}
+	resumed := prev != nil && prev.ID == rec.ID
+	r.e.emit(ctx, r.rec.ID, EventLeaseAcquired, map[string]any{"pool": h.Pool, "handle": h.Name, "holder": holder,
+		"lease": rec.ID, "slot": rec.Slot, "resumed": resumed})
+	r.e.logger.Info("lease acquired", "execution", r.rec.ID, "pool", h.Pool, "holder", holder, "lease", rec.ID, "resumed", resumed)
+	hl.stop = make(chan struct{})
+	hl.wg.Go(func() { r.renewLease(hl) })
+	return c, nil
+}
+
+// renewLease renews hl until it is released or kept.
+func (r *run) renewLease(hl *heldLease) {
+	t := time.NewTicker(hl.lease.RenewEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-hl.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := hl.lease.Renew(ctx)
+		cancel()
+		if errors.Is(err, ErrLeaseLost) {
+			r.e.logger.Warn("lease lost: reclaimed while held", "execution", r.rec.ID, "holder", hl.rec.Holder, "lease", hl.rec.ID)
+			return
+		}
+		if err != nil {
+			r.e.logger.Warn("lease renewal failed; retrying", "execution", r.rec.ID, "holder", hl.rec.Holder, "err", err)
+		}
+	}
+}
+
+// leaseWaiting shows the execution as waiting while any of its paths
+// waits for a lease, and as running again when none does.
+func (r *run) leaseWaiting(ctx context.Context, h Handle, holder string, waiting bool) {
+	ls := &r.leases
+	ls.mu.Lock()
+	before := ls.waiting
+	if waiting {
+		ls.waiting++
+	} else {
+		ls.waiting--
+	}
+	after := ls.waiting
+	ls.mu.Unlock()
+	if (before == 0) == (after == 0) {
+		return
+	}
+	status := ExecRunning
+	data := map[string]any{"status": status}
+	if waiting {
+		status = ExecWaiting
+		data = map[string]any{"status": status, "waitingFor": "lease", "pool": h.Pool, "holder": holder}
+	}
+	r.mu.Lock()
+	r.rec.Status = status
+	r.mu.Unlock()
+	if err := r.save(ctx); err != nil {
+		r.e.logger.Warn("execution state not saved", "execution", r.rec.ID, "err", err)
+	}
+	r.e.observer.ExecutionEntered(status)
+	r.e.emit(ctx, r.rec.ID, EventState, data)
+}
+
+// pathEnded ends the fresh: path leases of a parallel path: given back
+// when the path succeeded (or lost an "any" race), kept when it failed,
+// since the run fails with it.
+func (r *run) pathEnded(ctx context.Context, fr *frame, err error) {
+	release := err == nil || errors.Is(context.Cause(ctx), errAnyWon)
+	r.endLeases(func(hl *heldLease) bool {
+		return hl.scope != "" && (hl.scope == fr.scope || strings.HasPrefix(hl.scope, fr.scope+"/"))
+	}, release)
+}
+
+// runEnded ends every lease of the run: given back when it succeeded or
+// was cancelled; kept, no longer renewed, when it failed or waits, so a
+// resume within the reclaim window takes them back.
+func (r *run) runEnded(ctx context.Context, err error) {
+	release := err == nil || errors.Is(context.Cause(ctx), errCancelled) || errors.Is(err, errCancelled)
+	r.endLeases(func(*heldLease) bool { return true }, release)
+}
+
+func (r *run) endLeases(match func(*heldLease) bool, release bool) {
+	ls := &r.leases
+	ls.mu.Lock()
+	var ended []*heldLease
+	for holder, hl := range ls.held {
+		select {
+		case <-hl.ready:
+		default:
+			continue // still acquiring: its path has not ended
+		}
+		if hl.lease == nil || !match(hl) {
+			continue
+		}
+		ended = append(ended, hl)
+		delete(ls.held, holder)
+	}
+	ls.mu.Unlock()
+	for _, hl := range ended {
+		close(hl.stop)
+		hl.wg.Wait()
+		if !release {
+			hl.lease.Keep()
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := hl.lease.Release(ctx)
+		cancel()
+		if err != nil {
+			r.e.logger.Warn("lease not given back; it is reclaimed after the window", "execution", r.rec.ID, "holder", hl.rec.Holder, "err", err)
+			continue
+		}
+		r.mu.Lock()
+		r.rec.Leases = slices.DeleteFunc(r.rec.Leases, func(l LeaseRecord) bool { return l.ID == hl.rec.ID })
+		r.mu.Unlock()
+		r.e.emit(context.Background(), r.rec.ID, EventLeaseReleased, map[string]any{"pool": hl.rec.Pool, "handle": hl.rec.Handle,
+			"holder": hl.rec.Holder, "lease": hl.rec.ID})
+	}
+}

@@ -1,0 +1,906 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Model nodes: the agent loop. Choices worth knowing (where DESIGN.md and
+// the issue are silent or this build differs):
+//   - Tool calls of one round run one after another, in the model's order,
+//     each as its own ledger entry through r.call (the same gates,
+//     approvals, secrets and presentation as a call node). A refusal or a
+//     failure goes back to the model as an error result (steering_denied
+//     names the gate); only waiting, fencing and storage stop the turn.
+//   - No profiles are installed yet, so "the same profile operation" of two
+//     connections is read as an operation of equal name and input schema;
+//     such operations become one tool with a required "target" enum.
+//   - A node without tools is offered the document's connections (never a
+//     server another node attaches), each cut at run time to what the
+//     execution's allowlist grants now (host documents: everything).
+//   - A document-attached server a node does not pick is not started only
+//     to name tools, and a server a node attaches stays attached until the
+//     run ends, like the document's own.
+//   - Until "no_tool_calls" gives up after defaultModelRounds rounds (a
+//     failure); an explicit maxRounds stops there with the last text,
+//     leaving that round's tool calls unrun.
+//   - Structured output is not supported yet: the output is the final text.
+//   - Connections a document leases from a pool (handles) are not offered
+//     to model nodes yet.
+
+// KindModel is a model turn: the agent loop over connection tools.
+const KindModel = "model"
+
+// kindTool marks the ledger entry of one tool call a model made, and
+// kindRound the entry of one model round.
+const (
+	kindTool  = "tool"
+	kindRound = "model.round"
+)
+
+// Model turn limits.
+const (
+	// defaultModelRounds bounds a turn that runs until the model calls no
+	// tool: a model that never stops fails there instead of spending for
+	// ever.
+	defaultModelRounds = 25
+	maxModelRounds     = 100
+	maxInstructions    = 64 << 10
+	maxModelRefLen     = 256
+	// maxToolResult bounds one tool result sent to the model.
+	maxToolResult = 64 << 10
+	// deltaFlushEvery coalesces streamed text into events, so a long
+	// answer is a few dozen events rather than thousands.
+	deltaFlushEvery = 100 * time.Millisecond
+	deltaFlushBytes = 4 << 10
+)
+
+// Event types of model turns.
+const (
+	EventModelDelta = "model.delta" // {key, id, round, text}: streamed text, coalesced
+	EventModelRound = "model.round" // {key, id, round, toolCalls, usage, stopReason}
+)
+
+// CodeUnknownToolChoice: a model node's toolChoice names no tool of its
+// tool set.
+const CodeUnknownToolChoice Code = "UNKNOWN_TOOL_CHOICE"
+
+// Models runs model turns for the harness; cmd/server adapts
+// internal/models to it, so the harness imports no provider SDK.
+type Models interface {
+	// Check reports whether model ("<provider>/<name>") can be served;
+	// the error says what is missing (an unknown provider).
+	Check(model string) error
+	// Turn runs one round: the transcript and tools in, what the model
+	// said or asked to call out. onDelta receives streamed fragments.
+	Turn(ctx context.Context, req ModelRequest, onDelta func(ModelDelta)) (*ModelResponse, error)
+}
+
+// TokenObserver is implemented by an Observer that counts model tokens.
+// It is a separate interface so existing Observers keep compiling.
+type TokenObserver interface {
+	// ModelTokens records tokens of one round; direction is "input" or
+	// "output".
+	ModelTokens(provider, model, direction string, tokens int64)
+}
+
+// Transcript roles.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool" // the results of the previous message's tool calls
+)
+
+// ModelRequest is one round, provider-neutral.
+type ModelRequest struct {
+	// Model is "<provider>/<name>" as the document wrote it.
+	Model        string
+	Instructions string
+	Messages     []ModelMessage
+	Tools        []ModelTool
+	// ToolChoice is "", "auto", "none", "required" or a tool name.
+	ToolChoice string
+	MaxTokens  int64
+}
+
+// ModelMessage is one transcript entry.
+type ModelMessage struct {
+	Role        string
+	Text        string
+	ToolCalls   []ModelToolCall
+	ToolResults []ModelToolResult
+}
+
+// ModelTool is a tool as the model is given it.
+type ModelTool struct {
+	Name string
+	// Description starts with the connection(s) in brackets and ends with
+	// the operation's behaviour hints.
+	Description string
+	InputSchema json.RawMessage
+	Annotations Annotations
+}
+
+// ModelToolCall is a call the model asked for.
+type ModelToolCall struct {
+	ID   string          `json:"id"`
+	Name string          `json:"name"`
+	Args json.RawMessage `json:"args"`
+}
+
+// ModelToolResult answers one tool call; Content is redacted.
+type ModelToolResult struct {
+	CallID  string
+	Content string
+	IsError bool
+}
+
+// ModelUsage is the token use of one round.
+type ModelUsage struct {
+	InputTokens  int64 `json:"inputTokens"`
+	OutputTokens int64 `json:"outputTokens"`
+}
+
+// ModelResponse is what one round returned.
+type ModelResponse struct {
+	Text       string          `json:"text,omitempty"`
+	ToolCalls  []ModelToolCall `json:"toolCalls,omitempty"`
+	StopReason string          `json:"stopReason,omitempty"`
+	Usage      ModelUsage      `json:"usage"`
+}
+
+// ModelDelta is a streamed fragment of a round: text, or a piece of a tool
+// call (ToolCallIndex, with the id and name on its first piece).
+type ModelDelta struct {
+	Text          string
+	ToolCallIndex int
+	ToolCallID    string
+	ToolName      string
+	ArgsFragment  string
+}
+
+// modelSpec is a parsed model node.
+type modelSpec struct {
+	Ref          string // "<provider>/<name>"
+	Instructions string
+	Input        value // nil: $input
+	Picks        []toolPick
+	HasTools     bool
+	MaxRounds    int // 0: until no tool calls, bounded by defaultModelRounds
+	ToolChoice   string
+	MaxTokens    int64
+}
+
+func (m *modelSpec) provider() string { p, _, _ := strings.Cut(m.Ref, "/"); return p }
+func (m *modelSpec) name() string     { _, n, _ := strings.Cut(m.Ref, "/"); return n }
+
+// model parses {"kind": "model", "id", "model", "instructions"?, "input"?,
+// "tools"?, "until"?, "toolChoice"?, "maxTokens"?}.
+func (p *parser) model(obj map[string]any, at string) *Node {
+	p.checkFields(obj, at, "kind", "id", "model", "instructions", "input", "tools", "until", "toolChoice", "maxTokens")
+	n := &Node{Kind: KindModel, ID: p.id(obj["id"], at), Path: at}
+	spec := &modelSpec{}
+	spec.Ref, _ = obj["model"].(string)
+	provider, name, ok := strings.Cut(spec.Ref, "/")
+	if !ok || !ValidName(provider) || name == "" || len(spec.Ref) > maxModelRefLen {
+		p.fail(at+"/model", CodeValidationFailed, "is required and must be \"<provider>/<model>\" with a provider from the config file's models, e.g. \"anthropic/claude-sonnet-4-5\" or \"local/llama3\"")
+	}
+	if v, ok := obj["instructions"]; ok {
+		s, isStr := v.(string)
+		if !isStr || len(s) > maxInstructions {
+			p.fail(at+"/instructions", CodeValidationFailed, "must be a string of at most %d bytes", maxInstructions)
+		}
+		spec.Instructions = s
+	}
+	if v, ok := obj["input"]; ok {
+		p.secrets, p.field = nil, "input"
+		spec.Input = p.value(v, at+"/input")
+		for _, s := range p.secrets {
+			p.fail(s.Path, CodeValidationFailed, "a model's input may not hold secrets: the model would read them")
+		}
+		p.secrets = nil
+	}
+	if v, ok := obj["tools"]; ok {
+		p.modelTools(v, at+"/tools", spec)
+	}
+	if v, ok := obj["until"]; ok {
+		spec.MaxRounds = p.until(v, at+"/until")
+	}
+	if v, ok := obj["toolChoice"]; ok {
+		s, isStr := v.(string)
+		if !isStr || s == "" || len(s) > MaxToolIDLen {
+			p.fail(at+"/toolChoice", CodeValidationFailed, "must be \"auto\", \"none\", \"required\" or the name of a tool of this node")
+		}
+		spec.ToolChoice = s
+	}
+	if v, ok := obj["maxTokens"]; ok {
+		f, isNum := v.(float64)
+		if !isNum || f < 1 || f > 1_000_000 || f != float64(int64(f)) {
+			p.fail(at+"/maxTokens", CodeValidationFailed, "must be a whole number from 1 to 1000000")
+		}
+		spec.MaxTokens = int64(f)
+	}
+	n.Model = spec
+	p.done[n.ID] = true
+	return n
+}
+
+func (p *parser) until(v any, at string) int {
+	if v == "no_tool_calls" {
+		return 0
+	}
+	m, ok := v.(map[string]any)
+	rounds, isNum := m["maxRounds"].(float64)
+	if !ok || len(m) != 1 || !isNum || rounds < 1 || rounds > maxModelRounds || rounds != float64(int(rounds)) {
+		p.fail(at, CodeValidationFailed, "must be \"no_tool_calls\" or {\"maxRounds\": n} with n from 1 to %d", maxModelRounds)
+		return 0
+	}
+	return int(rounds)
+}
+
+// modelTools parses a model node's tools: picks of the document's
+// connections and servers the node attaches for itself.
+func (p *parser) modelTools(v any, at string, spec *modelSpec) {
+	list, ok := v.([]any)
+	if !ok {
+		p.fail(at, CodeValidationFailed, "must be an array of {\"connection\": name, \"ops\"?: [globs]} and {\"mcp\": {…}} entries")
+		return
+	}
+	spec.HasTools = true
+	for i, item := range list {
+		entry := fmt.Sprintf("%s/%d", at, i)
+		m, _ := item.(map[string]any)
+		_, isConn := m["connection"]
+		_, isMCP := m["mcp"]
+		switch {
+		case isConn:
+			p.checkFields(m, entry, "connection", "ops")
+			if pick, ok := p.pick(m, entry); ok {
+				spec.Picks = append(spec.Picks, pick)
+			}
+		case isMCP:
+			p.checkFields(m, entry, "mcp")
+			if pick, ok := p.stepServer(m["mcp"], entry); ok {
+				spec.Picks = append(spec.Picks, pick)
+			}
+		default:
+			p.fail(entry, CodeValidationFailed, "must be {\"connection\": name, \"ops\"?: [globs]} or {\"mcp\": {…}}")
+		}
+	}
+}
+
+// pick parses {"connection": name, "ops"?: [globs]}: the name must be a
+// connection the document declares.
+func (p *parser) pick(m map[string]any, at string) (toolPick, bool) {
+	name, _ := m["connection"].(string)
+	pick := toolPick{Connection: name, Path: at}
+	_, attached := p.attachedSpecs[name]
+	_, err := p.reg.Get(name)
+	switch {
+	case !ValidName(name):
+		p.fail(at+"/connection", CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
+		return pick, false
+	case !attached && err != nil:
+		p.fail(at+"/connection", CodeConnectionUnknown, "no connection named %q", name)
+		return pick, false
+	case !p.declared[name]:
+		p.fail(at+"/connection", CodeValidationFailed, "connection %q is not declared in the document's connections", name)
+		return pick, false
+	}
+	if v, ok := m["ops"]; ok {
+		globs, isList := v.([]any)
+		if !isList || len(globs) == 0 {
+			p.fail(at+"/ops", CodeValidationFailed, "must be a non-empty array of operation globs")
+		}
+		for j, g := range globs {
+			s, _ := g.(string)
+			if _, err := path.Match(s, ""); err != nil || s == "" {
+				p.fail(fmt.Sprintf("%s/ops/%d", at, j), CodeValidationFailed, "%v is not a valid glob", g)
+				continue
+			}
+			pick.Ops = append(pick.Ops, s)
+		}
+		if pick.Ops == nil {
+			pick.Ops = []string{}
+		}
+	}
+	return pick, true
+}
+
+// stepServer parses {"mcp": {…}}: a server this node attaches for itself,
+// validated as a document's own servers are. Its name may not be one the
+// document already uses, unless another node attaches the very same
+// server.
+func (p *parser) stepServer(v any, at string) (toolPick, bool) {
+	m, _ := v.(map[string]any)
+	name, _ := m["name"].(string)
+	if !ValidName(name) {
+		p.fail(at+"/mcp/name", CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
+		return toolPick{}, false
+	}
+	if p.declared[name] {
+		p.fail(at+"/mcp/name", CodeConnectionNameTaken, "the document already has a connection named %q", name)
+		return toolPick{}, false
+	}
+	// p.attached validates and records into the document's servers;
+	// take the spec back out, since only this node attaches it.
+	before := len(p.problems)
+	prev, had := p.attachedSpecs[name]
+	p.attached(name, v, at)
+	spec, ok := p.attachedSpecs[name]
+	if had {
+		p.attachedSpecs[name] = prev
+	} else {
+		delete(p.attachedSpecs, name)
+	}
+	if !ok || len(p.problems) > before {
+		return toolPick{}, false
+	}
+	if other, seen := p.stepSpecs[name]; seen && !sameSpec(other, spec) {
+		p.fail(at+"/mcp/name", CodeConnectionNameTaken, "another node attaches a different server named %q", name)
+		return toolPick{}, false
+	}
+	if p.stepSpecs == nil {
+		p.stepSpecs = map[string]AttachSpec{}
+	}
+	p.stepSpecs[name] = spec
+	return toolPick{Connection: name, Attach: &spec, Path: at}, true
+}
+
+func sameSpec(a, b AttachSpec) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// checkModels is the submit-time check of a document's model nodes:
+// the provider exists, the allowlist grants what the tools pick (nil al
+// with trusted false grants nothing), and a toolChoice names a tool, when
+// the tool set can be built before the run (no server to attach first).
+func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []FieldError {
+	var problems []FieldError
+	add := func(at string, code Code, format string, args ...any) {
+		problems = append(problems, FieldError{Path: at, Code: code, Message: fmt.Sprintf(format, args...)})
+	}
+	doc.walk(func(n *Node) {
+		if n.Kind != KindModel || n.Model == nil {
+			return
+		}
+		spec := n.Model
+		switch {
+		case e.models == nil:
+			add(n.Path+"/model", CodeNotSupported, "this deployment has no model providers; configure models in the config file")
+		default:
+			if err := e.models.Check(spec.Ref); err != nil {
+				add(n.Path+"/model", CodeValidationFailed, "%s", err.Error())
+			}
+		}
+		if !trusted {
+			for _, pick := range spec.Picks {
+				problems = append(problems, checkPick(doc, al, pick)...)
+			}
+		}
+		if ts, ok := e.staticTools(doc, n, al, trusted); ok {
+			if err := ts.checkChoice(spec.ToolChoice); err != nil {
+				add(n.Path+"/toolChoice", CodeUnknownToolChoice, "%s", err.(*Error).Message)
+			}
+		}
+	})
+	return problems
+}
+
+// checkPick reports what a pick asks for beyond the allowlist: each ops
+// glob must lie inside a granted one.
+func checkPick(doc *Document, al *Allowlist, pick toolPick) []FieldError {
+	var problems []FieldError
+	deny := func(at, format string, args ...any) {
+		problems = append(problems, FieldError{Path: at, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
+	}
+	spec := pick.Attach
+	if spec == nil {
+		if s, ok := doc.Attached[pick.Connection]; ok {
+			spec = &s
+		}
+	}
+	var granted []string
+	switch {
+	case spec != nil:
+		g, ok := al.mcpGrant(*spec)
+		if !ok {
+			deny(pick.Path, "the allowlist grants no server %q at that exact url or command", spec.Name)
+			return problems
+		}
+		if pick.Attach != nil {
+			for _, sec := range spec.secrets() {
+				if !containsString(g.Secrets, sec) {
+					deny(pick.Path+"/mcp", "the allowlist does not grant secret %q to server %q", sec, spec.Name)
+				}
+			}
+		}
+		granted = g.Ops
+	default:
+		g, ok := Grant{}, al != nil
+		if ok {
+			g, ok = al.Connections[pick.Connection]
+		}
+		if !ok {
+			deny(pick.Path+"/connection", "the allowlist grants no access to connection %q", pick.Connection)
+			return problems
+		}
+		granted = g.Ops
+	}
+	for i, glob := range pick.Ops {
+		if !globInside(glob, granted) {
+			deny(fmt.Sprintf("%s/ops/%d", pick.Path, i), "%q is not inside the operations the allowlist grants on %s (%s)", glob, pick.Connection, strings.Join(granted, ", "))
+		}
+	}
+	return problems
+}
+
+// globInside reports whether every name glob matches is matched by one of
+// granted: glob, read as a name, matches a granted glob ("ui.tap" and
+// "ui.*" lie inside "ui.*"; "*" does not).
+func globInside(glob string, granted []string) bool {
+	for _, g := range granted {
+		if ok, _ := path.Match(g, glob); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// staticTools builds a node's tool set from the registry alone, when no
+// server must be attached for it and every connection involved is ready.
+func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted bool) (*toolSet, bool) {
+	var turn []toolSource
+	for _, name := range doc.Connections {
+		if _, ok := doc.Attached[name]; ok {
+			return nil, false
+		}
+		conn, err := e.reg.Get(name)
+		if err != nil || conn.Status().State != StateReady {
+			return nil, false
+		}
+		turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, name, nil, conn.Manifest().Operations)})
+	}
+	for _, pick := range n.Model.Picks {
+		if pick.Attach != nil {
+			return nil, false
+		}
+	}
+	return buildToolSet(turn, n.Model.Picks, n.Model.HasTools), true
+}
+
+// grantedOps cuts ops to what the allowlist grants on a connection (spec:
+// a server the document or a node attaches).
+func grantedOps(al *Allowlist, trusted bool, name string, spec *AttachSpec, ops []Operation) []Operation {
+	if trusted {
+		return ops
+	}
+	var globs []string
+	if spec != nil {
+		g, ok := al.mcpGrant(*spec)
+		if !ok {
+			return nil
+		}
+		globs = g.Ops
+	} else {
+		if al == nil {
+			return nil
+		}
+		g, ok := al.Connections[name]
+		if !ok {
+			return nil
+		}
+		globs = g.Ops
+	}
+	var out []Operation
+	for _, op := range ops {
+		if matchAny(globs, op.Name) {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// model runs a model node: rounds of the model and its tool calls until
+// it calls no tool or the round limit. Each round and each tool call is a
+// ledger entry, so a resumed run replays finished rounds (not paying for
+// them again) and finished tool calls (not repeating them).
+func (r *run) model(ctx context.Context, f *frame, n *Node) (any, error) {
+	key := n.ID + f.suffix
+	if out, err, ok := r.replayed(key, n); ok {
+		return out, err
+	}
+	r.begin(n, key, "")
+	out, err := r.turn(ctx, f, n)
+	if errors.Is(err, errWaiting) || errors.Is(err, ErrFenced) || isStorage(err) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, r.fail(ctx, key, n, err)
+	}
+	return r.done(ctx, key, n, out)
+}
+
+func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
+	spec := n.Model
+	if r.e.models == nil {
+		return nil, &stepError{step: n.ID, code: KindStepFailed, err: errors.New("this deployment has no model providers")}
+	}
+	if err := r.e.models.Check(spec.Ref); err != nil {
+		return nil, &stepError{step: n.ID, code: KindStepFailed, err: err}
+	}
+	input, err := r.modelInput(f, spec)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := r.toolSet(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := ts.checkChoice(spec.ToolChoice); err != nil {
+		return nil, &stepError{step: n.ID, code: string(CodeUnknownToolChoice), err: err}
+	}
+	req := ModelRequest{Model: spec.Ref, Instructions: spec.Instructions, Tools: ts.list(), ToolChoice: spec.ToolChoice, MaxTokens: spec.MaxTokens,
+		Messages: []ModelMessage{{Role: RoleUser, Text: input}}}
+	limit := spec.MaxRounds
+	if limit == 0 {
+		limit = defaultModelRounds
+	}
+	for round := 1; ; round++ {
+		resp, err := r.round(ctx, f, n, round, req)
+		if err != nil {
+			return nil, err
+		}
+		req.Messages = append(req.Messages, ModelMessage{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
+		if len(resp.ToolCalls) == 0 {
+			return resp.Text, nil
+		}
+		if round >= limit {
+			if spec.MaxRounds > 0 {
+				return resp.Text, nil
+			}
+			return nil, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("the model still calls tools after %d rounds; set until {\"maxRounds\": n} to stop earlier on purpose", limit)}
+		}
+		results := make([]ModelToolResult, 0, len(resp.ToolCalls))
+		for _, call := range resp.ToolCalls {
+			res, err := r.toolCall(ctx, f, n, round, ts, call)
+			if err != nil {
+				return nil, err
+			}
+			results = append(results, res)
+		}
+		req.Messages = append(req.Messages, ModelMessage{Role: RoleTool, ToolResults: results})
+	}
+}
+
+// modelInput is the user message: the node's input (default $input), as
+// text; anything but a string is sent as JSON.
+func (r *run) modelInput(f *frame, spec *modelSpec) (string, error) {
+	r.mu.Lock()
+	sc := r.scope(f)
+	var v any = sc.Input
+	var err error
+	if spec.Input != nil {
+		v, err = spec.Input.eval(sc)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	if v == nil {
+		return "", nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("model input: %w", err)
+	}
+	return string(data), nil
+}
+
+// round runs (or replays) one round of the model.
+func (r *run) round(ctx context.Context, f *frame, n *Node, round int, req ModelRequest) (*ModelResponse, error) {
+	rn := &Node{Kind: kindRound, ID: fmt.Sprintf("%s/round:%d", n.ID, round), Op: n.Model.Ref}
+	key := rn.ID + f.suffix
+	if out, err, ok := r.replayed(key, rn); ok {
+		if err != nil {
+			return nil, err
+		}
+		return decodeRound(out)
+	}
+	r.begin(rn, key, "")
+	r.update(key, func(st *StepRecord) { st.Status = StepPending })
+	if err := r.save(ctx); err != nil {
+		return nil, err
+	}
+	stream := &deltaStream{r: r, ctx: ctx, key: key, id: n.ID, round: round, last: time.Now()}
+	resp, err := r.e.models.Turn(ctx, req, stream.add)
+	stream.flush()
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		}
+		return nil, r.fail(ctx, key, rn, &stepError{step: n.ID, code: callErrorKind(err), err: fmt.Errorf("model %s: %w", n.Model.Ref, err)})
+	}
+	r.countTokens(n.Model, resp.Usage)
+	names := make([]string, len(resp.ToolCalls))
+	for i, c := range resp.ToolCalls {
+		names[i] = c.Name
+	}
+	r.e.emit(ctx, r.rec.ID, EventModelRound, map[string]any{"key": key, "id": n.ID, "round": round, "toolCalls": names,
+		"usage": resp.Usage, "stopReason": resp.StopReason})
+	out, err := r.done(ctx, key, rn, r.e.redact(roundOutput(n.Model.Ref, resp)))
+	if err != nil {
+		return nil, err
+	}
+	return decodeRound(out)
+}
+
+// roundOutput is what the ledger keeps of a round: the response with its
+// tool calls, and its token use.
+func roundOutput(model string, resp *ModelResponse) any {
+	data, err := json.Marshal(resp)
+	if err != nil {
+		return map[string]any{"model": model}
+	}
+	var m map[string]any
+	_ = json.Unmarshal(data, &m)
+	m["model"] = model
+	return m
+}
+
+func decodeRound(out any) (*ModelResponse, error) {
+	data, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("model round: decode ledger: %w", err)
+	}
+	var resp ModelResponse
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, fmt.Errorf("model round: decode ledger: %w", err)
+	}
+	return &resp, nil
+}
+
+func (r *run) countTokens(spec *modelSpec, u ModelUsage) {
+	obs, ok := r.e.observer.(TokenObserver)
+	if !ok {
+		return
+	}
+	obs.ModelTokens(spec.provider(), spec.name(), "input", u.InputTokens)
+	obs.ModelTokens(spec.provider(), spec.name(), "output", u.OutputTokens)
+}
+
+// deltaStream turns streamed text into model.delta events, coalesced.
+type deltaStream struct {
+	r     *run
+	ctx   context.Context
+	key   string
+	id    string
+	round int
+	buf   strings.Builder
+	last  time.Time
+}
+
+func (d *deltaStream) add(md ModelDelta) {
+	if md.Text == "" {
+		return
+	}
+	d.buf.WriteString(md.Text)
+	if time.Since(d.last) >= deltaFlushEvery || d.buf.Len() >= deltaFlushBytes {
+		d.flush()
+	}
+}
+
+func (d *deltaStream) flush() {
+	if d.buf.Len() == 0 {
+		return
+	}
+	d.r.e.emit(d.ctx, d.r.rec.ID, EventModelDelta, map[string]any{"key": d.key, "id": d.id, "round": d.round, "text": d.buf.String()})
+	d.buf.Reset()
+	d.last = time.Now()
+}
+
+// toolCall runs one tool call of a round as a call step of its own (ledger
+// key "<node>/round:<n>/tool:<call id>"), through the same gates,
+// approvals included. A refusal or failure goes back to the model as an
+// error result; only waiting, fencing and storage failures stop the turn.
+func (r *run) toolCall(ctx context.Context, f *frame, n *Node, round int, ts *toolSet, call ModelToolCall) (ModelToolResult, error) {
+	tn := &Node{Kind: kindTool, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID)}
+	res := ModelToolResult{CallID: call.ID}
+	var args map[string]any
+	if len(call.Args) > 0 && json.Unmarshal(call.Args, &args) != nil {
+		args = nil
+	}
+	if args == nil {
+		args = map[string]any{}
+	}
+	conn, op, rest, rerr := ts.resolve(call.Name, args)
+	tn.Connection, tn.Op = conn, op
+	var out any
+	var err error
+	if rerr != nil {
+		out, err = r.refused(ctx, f, tn, rerr)
+	} else {
+		tn.Args = make(map[string]value, len(rest))
+		for k, v := range rest {
+			tn.Args[k] = literal{v}
+		}
+		out, err = r.call(ctx, f, tn)
+	}
+	switch {
+	case errors.Is(err, errWaiting), errors.Is(err, ErrFenced), isStorage(err):
+		return res, err
+	case err != nil && ctx.Err() != nil:
+		return res, err
+	case err != nil:
+		res.IsError, res.Content = true, r.e.redactor.String(toolErrorText(err))
+		return res, nil
+	}
+	res.Content = r.toolContent(out)
+	return res, nil
+}
+
+// refused records a tool call refused before it reached a connection (an
+// unknown tool, a target the step may not reach) as a failed entry.
+func (r *run) refused(ctx context.Context, f *frame, tn *Node, reason error) (any, error) {
+	key := tn.ID + f.suffix
+	if out, err, ok := r.replayed(key, tn); ok {
+		return out, err
+	}
+	r.begin(tn, key, tn.Connection)
+	return nil, r.fail(ctx, key, tn, reason)
+}
+
+func toolErrorText(err error) string {
+	var se *stepError
+	if errors.As(err, &se) {
+		msg := se.err.Error()
+		if se.code == KindSteeringDenied {
+			return "steering_denied: " + msg
+		}
+		return se.code + ": " + msg
+	}
+	return err.Error()
+}
+
+// toolContent is a tool result as the model reads it: text as is,
+// anything else as JSON; redacted and bounded.
+func (r *run) toolContent(out any) string {
+	s, ok := out.(string)
+	if !ok {
+		data, err := json.Marshal(out)
+		if err != nil {
+			data = []byte(fmt.Sprintf("%v", out))
+		}
+		s = string(data)
+	}
+	s = r.e.redactor.String(s)
+	if len(s) > maxToolResult {
+		cut := maxToolResult
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + fmt.Sprintf("… [cut: %d bytes in all]", len(s))
+	}
+	return s
+}
+
+// toolSet builds the node's tools from the turn's connections, attaching
+// the servers the document or the node brings as needed, each cut to what
+// the execution's allowlist grants.
+func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
+	al, trusted, err := r.grants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	spec := n.Model
+	picked := map[string]bool{}
+	for _, p := range spec.Picks {
+		picked[p.Connection] = true
+	}
+	var turn []toolSource
+	for _, name := range r.doc.Connections {
+		if _, leased := r.doc.Handles[name]; leased {
+			continue // a pool lease is held per path; model nodes are not offered one yet
+		}
+		attach, isAttached := r.doc.Attached[name]
+		if isAttached && spec.HasTools && !picked[name] {
+			continue // not worth starting a server only to name its tools
+		}
+		conn, err := r.conn(ctx, name)
+		if err != nil {
+			return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
+		}
+		var as *AttachSpec
+		if isAttached {
+			as = &attach
+		}
+		turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, name, as, conn.Manifest().Operations)})
+	}
+	for _, p := range spec.Picks {
+		if p.Attach == nil {
+			continue
+		}
+		conn, err := r.attachStep(ctx, *p.Attach)
+		if err != nil {
+			return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
+		}
+		turn = append(turn, toolSource{Name: p.Connection, Step: true, Ops: grantedOps(al, trusted, p.Connection, p.Attach, conn.Manifest().Operations)})
+	}
+	return buildToolSet(turn, spec.Picks, spec.HasTools), nil
+}
+
+// grants returns the allowlist that bounds this execution's model tools;
+// trusted is true for a host document (a trigger's), which none bounds.
+func (r *run) grants(ctx context.Context) (*Allowlist, bool, error) {
+	if r.rec.Allowlist == nil {
+		return nil, true, nil
+	}
+	al, err := r.e.allowlist(ctx, *r.rec.Allowlist)
+	if err != nil {
+		return nil, false, &storageError{err}
+	}
+	return al, false, nil
+}
+
+// attachStep connects a server a model node brings for itself. It joins
+// the run's attached servers (so calls find it by name) and is closed when
+// the run ends, like the document's own.
+func (r *run) attachStep(ctx context.Context, spec AttachSpec) (*Connection, error) {
+	r.mu.Lock()
+	c, ok := r.attached[spec.Name]
+	r.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	if r.e.attacher == nil {
+		return nil, &denied{GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", spec.Name)}
+	}
+	values := map[string]string{}
+	for _, sec := range spec.secrets() {
+		if r.e.secrets == nil {
+			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", sec)}
+		}
+		v, err := r.e.secrets.Resolve(ctx, sec)
+		if err != nil {
+			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q could not be resolved", sec)}
+		}
+		r.e.redactor.Add(v)
+		values[sec] = v
+	}
+	conn, err := r.e.attacher.Attach(ctx, spec, values)
+	if err != nil {
+		return nil, fmt.Errorf("attach %s: %s", spec.Name, r.e.redactor.String(err.Error()))
+	}
+	c = &Connection{name: spec.Name, conn: conn, manifest: conn.Manifest(), state: StateReady, since: time.Now()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.attached[spec.Name]; ok { // attached meanwhile by a parallel path
+		_ = c.close()
+		return prev, nil
+	}
+	if r.attached == nil {
+		r.attached = map[string]*Connection{}
+	}
+	r.attached[spec.Name] = c
+	return c, nil
+}

@@ -1,0 +1,291 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// toolSource is one connection whose operations a model turn may be
+// offered, with its operations already cut to what the allowlist grants.
+type toolSource struct {
+	Name string
+	Ops  []Operation
+	// Step: attached by this model node ({"mcp": …} in its tools), so only
+	// the node that lists it is offered its tools.
+	Step bool
+}
+
+// toolPick is one {"connection": name, "ops"?: [globs]} or {"mcp": …}
+// entry of a model node's tools.
+type toolPick struct {
+	Connection string
+	Ops        []string // globs; nil: every operation the connection offers
+	Attach     *AttachSpec
+	Path       string
+}
+
+// modelTool is one tool offered to the model and where its calls go.
+type modelTool struct {
+	ModelTool
+	Op string
+	// Targets are the connections a call may reach. A merged tool (the
+	// same operation on several connections) takes the one it calls in
+	// its "target" argument, whose enum is exactly Targets.
+	Targets []string
+	Merged  bool
+}
+
+// toolSet is the tools of one model turn, by the names the model calls.
+type toolSet struct {
+	tools  []*modelTool
+	byName map[string]*modelTool
+}
+
+// targetArg is the argument a merged tool takes to name its connection.
+const targetArg = "target"
+
+// buildToolSet names every operation of the turn's connections and keeps
+// those the node is offered: without picks, every connection the document
+// has (never one a step attaches); with picks, what they name.
+//
+// Names are worked out over the whole turn, so a pick keeps the names the
+// unpicked set would have: "<connection>_<op>", or for an operation that
+// several connections offer alike (same name, same schema) one merged tool
+// named after the operation, whose target enum is cut to the picked
+// connections. This build has no profiles, so "the same profile operation"
+// is read as an operation of equal name and input schema.
+func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) *toolSet {
+	merged := mergedOps(turn)
+	taken := map[string]bool{}
+	names := map[string]map[string]string{} // connection → op → tool name
+	for _, src := range turn {
+		var own []string
+		for _, op := range src.Ops {
+			if !isMerged(merged, op) {
+				own = append(own, op.Name)
+			}
+		}
+		names[src.Name] = toolIDs(src.Name+"_", own, taken)
+	}
+	mergedNames := toolIDs("", sortedKeys(merged), taken)
+
+	offered := func(src toolSource, op string) bool {
+		if !hasPicks {
+			return !src.Step
+		}
+		for _, p := range picks {
+			if p.Connection == src.Name && (p.Ops == nil || matchAny(p.Ops, op)) {
+				return true
+			}
+		}
+		return false
+	}
+	ts := &toolSet{byName: map[string]*modelTool{}}
+	for _, src := range turn {
+		for _, op := range src.Ops {
+			if !offered(src, op.Name) {
+				continue
+			}
+			if !isMerged(merged, op) {
+				t := &modelTool{Op: op.Name, Targets: []string{src.Name}}
+				t.ModelTool = ModelTool{Name: names[src.Name][op.Name], Description: describe([]string{src.Name}, op),
+					InputSchema: op.InputSchema, Annotations: op.Annotations}
+				ts.add(t)
+				continue
+			}
+			name := mergedNames[op.Name]
+			if t, ok := ts.byName[name]; ok {
+				t.Targets = append(t.Targets, src.Name)
+				continue
+			}
+			ts.add(&modelTool{Op: op.Name, Targets: []string{src.Name}, Merged: true,
+				ModelTool: ModelTool{Name: name, InputSchema: op.InputSchema, Annotations: op.Annotations, Description: op.Description}})
+		}
+	}
+	for _, t := range ts.tools {
+		if t.Merged {
+			op := Operation{Name: t.Op, Description: t.Description, Annotations: t.Annotations}
+			t.Description = describe(t.Targets, op)
+			t.InputSchema = withTarget(t.InputSchema, t.Targets)
+		}
+	}
+	return ts
+}
+
+func isMerged(merged map[string]string, op Operation) bool {
+	key, ok := merged[op.Name]
+	return ok && key == schemaKey(op)
+}
+
+func (ts *toolSet) add(t *modelTool) {
+	ts.tools = append(ts.tools, t)
+	ts.byName[t.Name] = t
+}
+
+// list is the tools as the model is given them.
+func (ts *toolSet) list() []ModelTool {
+	out := make([]ModelTool, len(ts.tools))
+	for i, t := range ts.tools {
+		out[i] = t.ModelTool
+	}
+	return out
+}
+
+// checkChoice reports a toolChoice that names no tool of the set.
+func (ts *toolSet) checkChoice(choice string) error {
+	switch choice {
+	case "", "auto", "none", "required", "any":
+		return nil
+	}
+	if _, ok := ts.byName[choice]; ok {
+		return nil
+	}
+	names := make([]string, len(ts.tools))
+	for i, t := range ts.tools {
+		names[i] = t.Name
+	}
+	return &Error{Code: CodeUnknownToolChoice, Message: fmt.Sprintf("toolChoice %q names no tool of this turn (tools: %s)", choice, strings.Join(names, ", "))}
+}
+
+// resolve maps a model's tool call to the connection and operation it
+// runs, with the arguments the operation takes. A call to a target the
+// tool does not reach is refused at gate 1, before anything else.
+func (ts *toolSet) resolve(name string, args map[string]any) (conn, op string, rest map[string]any, err error) {
+	t, ok := ts.byName[name]
+	if !ok {
+		return "", "", nil, &denied{GateDeclared, fmt.Sprintf("no tool named %q is offered in this turn", name)}
+	}
+	if !t.Merged {
+		return t.Targets[0], t.Op, args, nil
+	}
+	target, _ := args[targetArg].(string)
+	if !slices.Contains(t.Targets, target) {
+		return "", "", nil, &denied{GateDeclared, fmt.Sprintf("tool %s: target %q is not one of the connections this step may reach (%s)", name, target, strings.Join(t.Targets, ", "))}
+	}
+	rest = make(map[string]any, len(args))
+	for k, v := range args {
+		if k != targetArg {
+			rest[k] = v
+		}
+	}
+	return target, t.Op, rest, nil
+}
+
+// mergedOps returns the operations that two or more connections of the
+// turn offer alike: the same name and the same input schema (with no
+// argument of its own called "target"). The value is the schema's key; a
+// connection whose operation of that name has another schema keeps its
+// own tool.
+func mergedOps(turn []toolSource) map[string]string {
+	count := map[string]int{} // name + schema key → connections
+	var order []string
+	for _, src := range turn {
+		for _, op := range src.Ops {
+			schema := decodeSchema(op.InputSchema)
+			if hasProperty(schema, targetArg) {
+				continue
+			}
+			k := op.Name + "\x00" + schemaKey(op)
+			if count[k] == 0 {
+				order = append(order, k)
+			}
+			count[k]++
+		}
+	}
+	out := map[string]string{}
+	for _, k := range order {
+		name, key, _ := strings.Cut(k, "\x00")
+		if _, taken := out[name]; !taken && count[k] > 1 {
+			out[name] = key
+		}
+	}
+	return out
+}
+
+// schemaKey is an operation's input schema in a canonical form.
+func schemaKey(op Operation) string {
+	data, _ := json.Marshal(decodeSchema(op.InputSchema))
+	return string(data)
+}
+
+func decodeSchema(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return map[string]any{"type": "object"}
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return string(raw)
+	}
+	return v
+}
+
+func hasProperty(schema any, name string) bool {
+	m, _ := schema.(map[string]any)
+	props, _ := m["properties"].(map[string]any)
+	_, ok := props[name]
+	return ok
+}
+
+// withTarget adds the required "target" argument, an enum of targets, to
+// an operation's input schema.
+func withTarget(raw json.RawMessage, targets []string) json.RawMessage {
+	m, ok := decodeSchema(raw).(map[string]any)
+	if !ok {
+		m = map[string]any{"type": "object"}
+	}
+	props, _ := m["properties"].(map[string]any)
+	cp := make(map[string]any, len(props)+1)
+	for k, v := range props {
+		cp[k] = v
+	}
+	cp[targetArg] = map[string]any{"type": "string", "enum": targets, "description": "The connection to run this operation on."}
+	m["properties"] = cp
+	req, _ := m["required"].([]any)
+	m["required"] = append(slices.Clone(req), targetArg)
+	if m["type"] == nil {
+		m["type"] = "object"
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// describe is the description a model reads: which connection(s) the tool
+// reaches in brackets, the operation's title and description, and its
+// behaviour hints, which the model APIs have no field for.
+func describe(conns []string, op Operation) string {
+	var b strings.Builder
+	b.WriteString("[" + strings.Join(conns, ", ") + "]")
+	if t := op.Annotations.Title; t != "" && t != op.Name {
+		b.WriteString(" " + t + ".")
+	}
+	if op.Description != "" {
+		b.WriteString(" " + op.Description)
+	}
+	if hints := hintWords(op.Annotations); len(hints) > 0 {
+		b.WriteString(" (" + strings.Join(hints, ", ") + ")")
+	}
+	return b.String()
+}
+
+func hintWords(a Annotations) []string {
+	var out []string
+	yes := func(p *bool) bool { return p != nil && *p }
+	if yes(a.ReadOnlyHint) {
+		out = append(out, "read-only")
+	}
+	if yes(a.DestructiveHint) {
+		out = append(out, "destructive")
+	}
+	if yes(a.IdempotentHint) {
+		out = append(out, "idempotent")
+	}
+	if yes(a.OpenWorldHint) {
+		out = append(out, "open world")
+	}
+	return out
+}

@@ -1,0 +1,169 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/oauth"
+)
+
+// SignIns is what the UI needs of the OAuth sign-in service
+// (internal/oauth): start a sign-in bound to this browser session, finish
+// it at the callback, show who is signed in, and disconnect.
+type SignIns interface {
+	Begin(ctx context.Context, connection, principal, sessionID string) (authURL string, err error)
+	Complete(ctx context.Context, sessionID string, query url.Values) (connection, principal string, err error)
+	Account(ctx context.Context, connection, principal string) (oauth.Account, error)
+	Disconnect(ctx context.Context, connection, principal string) error
+}
+
+// operatorPrincipal is whom a shared sign-in is kept for.
+const operatorPrincipal = "admin"
+
+// signInPrincipal is whom this session signs in for on conn, or an error
+// page when it may not: a shared connection is signed in to by operators
+// for everyone, a per-user one by each person for themselves.
+func (h *handler) signInPrincipal(c echo.Context, conn *harness.Connection) (string, error) {
+	sess := sessionOf(c)
+	switch conn.Access().SignIn {
+	case harness.SignInShared:
+		if !sess.Operator() {
+			return "", h.forbidden(c, "Only an operator signs in to "+conn.Name()+": it uses one shared account.")
+		}
+		return operatorPrincipal, nil
+	case harness.SignInPerUser:
+		return sess.Subject, nil
+	default:
+		return "", &notFound{"Connection " + conn.Name() + " is not signed in to with OAuth."}
+	}
+}
+
+// startSignIn sends the browser to the connection's authorization server.
+func (h *handler) startSignIn(c echo.Context) error {
+	conn, err := h.Registry.Get(c.Param("name"))
+	if err != nil {
+		return &notFound{"No connection is named " + c.Param("name") + "."}
+	}
+	principal, err := h.signInPrincipal(c, conn)
+	if err != nil || principal == "" {
+		return err
+	}
+	id, _ := c.Get(sessionIDKey).(string)
+	authURL, err := h.SignIns.Begin(bg(c), conn.Name(), principal, id)
+	if err != nil {
+		return h.signInFailed(c, conn.Name(), err)
+	}
+	return c.Redirect(http.StatusSeeOther, authURL)
+}
+
+// finishSignIn is the redirect URI: it checks the answer against the
+// session that started the sign-in and stores the tokens.
+func (h *handler) finishSignIn(c echo.Context) error {
+	id, _ := c.Get(sessionIDKey).(string)
+	name, _, err := h.SignIns.Complete(bg(c), id, c.QueryParams())
+	if err != nil {
+		return h.signInFailed(c, name, err)
+	}
+	h.reconnect(c, name)
+	h.Logger.Info("oauth sign-in completed", "connection", name, "subject", sessionOf(c).Subject)
+	return c.Redirect(http.StatusSeeOther, "/admin/connections/"+url.PathEscape(name)+"?flash=signed-in")
+}
+
+// reconnect makes the connection try again with the new sign-in and waits
+// a little for it, so the page the browser lands on shows it ready.
+func (h *handler) reconnect(c echo.Context, name string) {
+	conn, err := h.Registry.Get(name)
+	if err != nil {
+		h.Logger.Warn("sign-in completed for a connection the registry does not hold", "connection", name)
+		return
+	}
+	if conn.Status().State == harness.StateReady {
+		return
+	}
+	_ = h.Registry.Kick(name)
+	deadline := time.Now().Add(readyWait)
+	for conn.Status().State != harness.StateReady && time.Now().Before(deadline) {
+		select {
+		case <-bg(c).Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// readyWait bounds how long the callback waits for the connection.
+const readyWait = 5 * time.Second
+
+// disconnect revokes and deletes this session's sign-in.
+func (h *handler) disconnect(c echo.Context) error {
+	conn, err := h.Registry.Get(c.Param("name"))
+	if err != nil {
+		return &notFound{"No connection is named " + c.Param("name") + "."}
+	}
+	principal, err := h.signInPrincipal(c, conn)
+	if err != nil || principal == "" {
+		return err
+	}
+	if err := h.SignIns.Disconnect(bg(c), conn.Name(), principal); err != nil {
+		return err
+	}
+	h.Logger.Info("oauth sign-in disconnected", "connection", conn.Name(), "subject", sessionOf(c).Subject)
+	return c.Redirect(http.StatusSeeOther, "/admin/connections/"+url.PathEscape(conn.Name())+"?flash=signed-out")
+}
+
+// signInFailed renders a failed sign-in as a page that says what
+// happened and what to do; only a fault of patchbay itself is a 500.
+func (h *handler) signInFailed(c echo.Context, connection string, err error) error {
+	var fe *oauth.FlowError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	h.Logger.Warn("oauth sign-in failed", "connection", connection, "kind", fe.Kind, "err", fe.Message)
+	back := "/admin"
+	if connection != "" {
+		back = "/admin/connections/" + url.PathEscape(connection)
+	}
+	status := http.StatusBadRequest
+	if fe.Kind == "discovery" || fe.Kind == "registration" || fe.Kind == "exchange" {
+		status = http.StatusBadGateway
+	}
+	return h.render(c, status, signInFailedPage(h.page(c, "Sign-in failed", "overview"), fe.Kind, fe.Message, templ.SafeURL(back)))
+}
+
+// signInPanel is what the connection page shows about its sign-in.
+type signInPanel struct {
+	Kind      string // harness.SignInShared or SignInPerUser
+	Principal string // whom this session would sign in for ("" when it may not)
+	Account   *oauth.Account
+	Start     string
+}
+
+func (h *handler) signInPanel(c echo.Context, conn *harness.Connection) *signInPanel {
+	kind := conn.Access().SignIn
+	if h.SignIns == nil || kind == "" {
+		return nil
+	}
+	p := &signInPanel{Kind: kind, Start: "/oauth/" + url.PathEscape(conn.Name()) + "/start"}
+	sess := sessionOf(c)
+	switch {
+	case kind == harness.SignInPerUser:
+		p.Principal = sess.Subject
+	case sess.Operator():
+		p.Principal = operatorPrincipal
+	}
+	who := p.Principal
+	if who == "" {
+		who = operatorPrincipal
+	}
+	if a, err := h.SignIns.Account(bg(c), conn.Name(), who); err == nil {
+		p.Account = &a
+	}
+	return p
+}
