@@ -146,6 +146,8 @@ type Status struct {
 	// SignIn is "shared" or "per-user" for a connection signed in to with
 	// OAuth (see Access); the sign-in link is /oauth/{name}/start.
 	SignIn string `json:"signIn,omitempty"`
+	// SignInURL is where a browser signs in to it, set with SignIn.
+	SignInURL string `json:"signInUrl,omitempty"`
 	// Pool is the usage of a pool connection; nil for others.
 	Pool *PoolStatus `json:"pool,omitempty"`
 }

@@ -36,6 +36,7 @@ func (f *fakeCredentials) Headers(_ context.Context, connection, principal strin
 type credBundle struct {
 	execs *harness.Executions
 	mem   *harness.Memory
+	reg   *harness.Registry
 }
 
 func setupCredentials(t *testing.T, st *store.Store, access harness.Access, creds harness.Credentials) credBundle {
@@ -47,7 +48,7 @@ func setupCredentials(t *testing.T, st *store.Store, access harness.Access, cred
 	must(t, reg.Start(context.Background()))
 	execs := startWorkers(t, st, reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`,
 		harness.ExecutionsOptions{Credentials: creds})
-	return credBundle{execs: execs, mem: mem}
+	return credBundle{execs: execs, mem: mem, reg: reg}
 }
 
 func (b credBundle) run(t *testing.T, principal string) *harness.Execution {
@@ -164,5 +165,33 @@ func TestNeedsSignInThenKick(t *testing.T) {
 			t.Fatalf("not ready 1s after the kick: %+v", c.Status())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A shared sign-in whose refresh the server refused takes the whole
+// connection to needs_sign_in, with the link to sign in again; one user's
+// missing sign-in on a per-user connection does not.
+func TestRefusedSharedSignInNeedsSignIn(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{harness.SignInShared, harness.SignInPerUser} {
+		// A store each: workers of one registry must not take the other's work.
+		storetest.Each(t, func(t *testing.T, st *store.Store) {
+			creds := &fakeCredentials{tokens: map[string]string{}} // every sign-in gone
+			b := setupCredentials(t, st, harness.Access{SignIn: kind}, creds)
+			ex := b.run(t, "alice")
+			if ex.Status != harness.ExecFailed || ex.Error.Gate != harness.GateSecrets {
+				t.Fatalf("%s: %s %+v, want refused at gate 6", kind, ex.Status, ex.Error)
+			}
+			c, err := b.reg.Get("svc")
+			must(t, err)
+			s := c.Status()
+			want := harness.StateReady
+			if kind == harness.SignInShared {
+				want = harness.StateNeedsSignIn
+			}
+			if s.State != want || s.SignInURL != "/oauth/svc/start" {
+				t.Fatalf("%s: status %+v, want %s with the sign-in link", kind, s, want)
+			}
+		})
 	}
 }

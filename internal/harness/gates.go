@@ -214,13 +214,18 @@ func jsonValue(v any) any {
 // callerHeaders resolves the principal's own credentials for connection,
 // part of gate 6; every value is registered for redaction before it is
 // used.
-func (e *Executions) callerHeaders(ctx context.Context, connection, principal string) (map[string]string, error) {
+func (e *Executions) callerHeaders(ctx context.Context, conn *Connection, principal string) (map[string]string, error) {
 	if e.credentials == nil {
 		return nil, nil
 	}
+	connection := conn.Name()
 	h, ok, err := e.credentials.Headers(ctx, connection, principal)
 	if err != nil {
 		if errors.Is(err, ErrNeedsSignIn) {
+			if conn.Access().SignIn == SignInShared {
+				// Everyone's sign-in is gone, not one user's.
+				conn.needSignIn(e.redactor.String(err.Error()))
+			}
 			return nil, &denied{GateSecrets, fmt.Sprintf("connection %s needs a sign-in for %q: %v", connection, principal, e.redactor.String(err.Error()))}
 		}
 		return nil, fmt.Errorf("credentials for %s: %s", connection, e.redactor.String(err.Error()))

@@ -253,6 +253,9 @@ func (c *Connection) Status() Status {
 	defer c.mu.RUnlock()
 	s := Status{Name: c.name, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since,
 		SignIn: c.access.SignIn, Pool: c.poolStatus()}
+	if s.SignIn != "" {
+		s.SignInURL = "/oauth/" + c.name + "/start"
+	}
 	if c.conn != nil {
 		s.Identity = c.conn.Identity()
 		s.Info = c.conn.Info()
@@ -355,6 +358,26 @@ func (c *Connection) watch(conn Conn, lr lossReporter) {
 	}
 	_ = conn.Close()
 	c.reconnect()
+}
+
+// needSignIn marks a ready connection whose shared sign-in stopped
+// working (its refresh was refused): calls fail fast, status shows
+// needs_sign_in with the sign-in link, and it reconnects once someone signs
+// in again (Kick) or the backoff finds the server willing.
+func (c *Connection) needSignIn(reason string) {
+	c.mu.Lock()
+	if c.state != StateReady || c.conn == nil {
+		c.mu.Unlock()
+		return
+	}
+	conn := c.conn
+	c.conn, c.state, c.lastErr, c.since = nil, StateNeedsSignIn, reason, time.Now()
+	c.mu.Unlock()
+	if c.logger != nil {
+		c.logger.Warn("connection needs a sign-in", "connection", c.name, "err", reason)
+	}
+	_ = conn.Close()
+	go c.reconnect()
 }
 
 // reconnect tries to connect again with capped exponential backoff until it

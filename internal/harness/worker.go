@@ -612,7 +612,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 			return nil, id, err
 		}
 	}
-	headers, err := r.e.callerHeaders(ctx, conn.Name(), r.rec.Principal)
+	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
 	if err != nil {
 		return nil, id, err
 	}
