@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"maps"
 	"regexp"
@@ -17,23 +16,11 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
-// reclaimEnv overrides the lease reclaim window (default 2m) of every
-// pool: tests shorten it, and an operator may lengthen it.
-const reclaimEnv = "PATCHBAY_POOL_RECLAIM_AFTER"
-
 // poolProvider is the provider of a pooled mcp connection: each lease gets
 // a new server from spec, with ${setup.FIELD} in its args, env, url and
 // headers replaced by the lease's setup value.
-func poolProvider(st *store.Store, name string, spec config.Connection, getenv func(string) string, logger *slog.Logger, redactor *harness.SecretRedactor) (harness.Provider, error) {
-	var opts pools.Options
-	if v := getenv(reclaimEnv); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 100*time.Millisecond {
-			return nil, fmt.Errorf("%s: must be a duration of at least 100ms, like 2m", reclaimEnv)
-		}
-		opts.ReclaimAfter = d
-	}
-	pool, err := pools.New(st, name, spec.Pool.Max, &opts)
+func poolProvider(st *store.Store, name string, spec config.Connection, reclaimAfter time.Duration, logger *slog.Logger, redactor *harness.SecretRedactor) (harness.Provider, error) {
+	pool, err := pools.New(st, name, spec.Pool.Max, &pools.Options{ReclaimAfter: reclaimAfter})
 	if err != nil {
 		return nil, err
 	}

@@ -7,71 +7,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
 
 // playwrightMCP is the @playwright/mcp release the browser pool test runs,
 // pinned so a new release cannot change a result without a commit.
 const playwrightMCP = "@playwright/mcp@0.0.83"
-
-func ci() bool { return os.Getenv("CI") == "true" }
-
-// requireOrSkip fails under CI=true and skips elsewhere.
-func requireOrSkip(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if ci() {
-		t.Fatalf("CI=true: "+format, args...)
-	}
-	t.Skipf(format+" (set CI=true to make this fail)", args...)
-}
-
-// installPlaywrightMCP installs @playwright/mcp into .cache/npm/playwright
-// once (a file lock serialises concurrent test processes) and returns its
-// cli.js.
-func installPlaywrightMCP(t *testing.T) string {
-	t.Helper()
-	prefix, err := filepath.Abs("../../.cache/npm/playwright")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(prefix, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cli := filepath.Join(prefix, "node_modules", "@playwright", "mcp", "cli.js")
-	marker := filepath.Join(prefix, ".installed-"+strings.NewReplacer("/", "_", "@", "_").Replace(playwrightMCP))
-	lock, err := os.OpenFile(filepath.Join(prefix, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if _, err := os.Stat(marker); err == nil {
-		return cli
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		requireOrSkip(t, "npm is not on PATH: %v", err)
-	}
-	out, err := exec.Command(npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", prefix, playwrightMCP).CombinedOutput()
-	if err != nil {
-		requireOrSkip(t, "npm install %s: %v\n%s", playwrightMCP, err, out)
-	}
-	if err := os.WriteFile(marker, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return cli
-}
 
 // markedProcs lists the processes whose environment holds marker, with
 // their command names ("node", "chromium", …).
@@ -101,13 +50,10 @@ func TestBrowserPool(t *testing.T) {
 	t.Parallel()
 	chromium := "/usr/bin/chromium"
 	if _, err := os.Stat(chromium); err != nil {
-		requireOrSkip(t, "%s is missing: %v", chromium, err)
+		npmtest.Missing(t, "%s is missing: %v", chromium, err)
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		requireOrSkip(t, "node is not on PATH: %v", err)
-	}
-	cli := installPlaywrightMCP(t)
+	node := npmtest.Node(t)
+	cli := filepath.Join(npmtest.Require(t, "playwright", playwrightMCP), "cli.js")
 
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, "/")
@@ -124,7 +70,7 @@ connections:
   browsers:
     mcp:
       command: %q
-      args: [%q, --browser, chromium, --executable-path, %q, --headless, --isolated, --no-sandbox, "--viewport-size=${setup.viewport}"]
+      args: [%q, --browser, chromium, --executable-path, %q, --headless, --isolated, --no-sandbox, --output-dir, %q, "--viewport-size=${setup.viewport}"]
       env: { PB_POOL_TEST: %q, HOME: %q }
       timeoutMs: 60000
       requestTimeoutMs: 60000
@@ -141,7 +87,7 @@ allowlists:
   default:
     connections:
       browsers: { ops: ["browser_*"], setup: { viewport: ["*x*"] } }
-`, node, cli, chromium, strings.TrimPrefix(marker, "PB_POOL_TEST="), t.TempDir()))
+`, node, cli, chromium, t.TempDir(), strings.TrimPrefix(marker, "PB_POOL_TEST="), t.TempDir()))
 	srv := start(t, map[string]string{
 		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
 		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":", "REDIS_URL": os.Getenv("PATCHBAY_TEST_REDIS_URL"),

@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			redactor.Add(mcp.Secrets(*spec.MCP)...)
 		}
 		if spec.Pool != nil {
-			if p, err = poolProvider(st, name, spec, getenv, logger, redactor); err != nil {
+			if p, err = poolProvider(st, name, spec, cfg.PoolReclaimAfter, logger, redactor); err != nil {
 				return err
 			}
 		}

@@ -31,7 +31,11 @@ type Config struct {
 	// replica may hold an execution without renewing its claim before
 	// another replica takes it over and resumes it from the ledger.
 	ClaimTimeout time.Duration
-	MaxBodyBytes int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
+	// PoolReclaimAfter (PATCHBAY_POOL_RECLAIM_AFTER, default 2m) is how
+	// long a pool lease may go unrenewed before it is reclaimed and its
+	// server closed.
+	PoolReclaimAfter time.Duration
+	MaxBodyBytes     int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
 	// StartTriggers starts trigger delivery and cron at boot
 	// (PATCHBAY_START_TRIGGERS, default true); when false, POST
 	// /v1/harness/start does.

@@ -410,7 +410,7 @@ func TestValidate(t *testing.T) {
 			edit: func(c *config.Config) {
 				*c = config.Config{Addr: "h:1", RedisPrefix: "p:", LogLevel: "warn", LogFormat: "json"}
 			},
-			wants: []want{{"PATCHBAY_CLAIM_TIMEOUT", "from 1s to 1h"}, {"PATCHBAY_MAX_BODY_BYTES", "between"}, {"PATCHBAY_RETENTION", "at least"}, {"PATCHBAY_WORKERS", "between"}},
+			wants: []want{{"PATCHBAY_CLAIM_TIMEOUT", "from 1s to 1h"}, {"PATCHBAY_MAX_BODY_BYTES", "between"}, {"PATCHBAY_POOL_RECLAIM_AFTER", "from 100ms to 24h"}, {"PATCHBAY_RETENTION", "at least"}, {"PATCHBAY_WORKERS", "between"}},
 		},
 		{
 			name: "names",

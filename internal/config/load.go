@@ -28,7 +28,9 @@ const (
 	DefaultWorkers      = 4
 	DefaultRetention    = 168 * time.Hour
 	DefaultClaimTimeout = time.Minute
-	DefaultMaxBodyBytes = 1 << 20
+	// DefaultPoolReclaimAfter is the pool lease reclaim window.
+	DefaultPoolReclaimAfter = 2 * time.Minute
+	DefaultMaxBodyBytes     = 1 << 20
 )
 
 // LogLevels and LogFormats are the accepted values of PATCHBAY_LOG_LEVEL and
@@ -42,15 +44,16 @@ var (
 // Load returns for an empty environment. Tests start from it.
 func Default() *Config {
 	return &Config{
-		Addr:          DefaultAddr,
-		RedisPrefix:   DefaultRedisPrefix,
-		LogLevel:      DefaultLogLevel,
-		LogFormat:     DefaultLogFormat,
-		Workers:       DefaultWorkers,
-		Retention:     DefaultRetention,
-		ClaimTimeout:  DefaultClaimTimeout,
-		MaxBodyBytes:  DefaultMaxBodyBytes,
-		StartTriggers: true,
+		Addr:             DefaultAddr,
+		RedisPrefix:      DefaultRedisPrefix,
+		LogLevel:         DefaultLogLevel,
+		LogFormat:        DefaultLogFormat,
+		Workers:          DefaultWorkers,
+		Retention:        DefaultRetention,
+		ClaimTimeout:     DefaultClaimTimeout,
+		PoolReclaimAfter: DefaultPoolReclaimAfter,
+		MaxBodyBytes:     DefaultMaxBodyBytes,
+		StartTriggers:    true,
 	}
 }
 
@@ -132,6 +135,13 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 			ps.add("PATCHBAY_CLAIM_TIMEOUT", "must be a Go duration such as 60s, not %q", v)
 		} else {
 			c.ClaimTimeout = d
+		}
+	}
+	if v := strings.TrimSpace(getenv("PATCHBAY_POOL_RECLAIM_AFTER")); v != "" {
+		if d, err := time.ParseDuration(v); err != nil {
+			ps.add("PATCHBAY_POOL_RECLAIM_AFTER", "must be a Go duration such as 2m, not %q", v)
+		} else {
+			c.PoolReclaimAfter = d
 		}
 	}
 	if v := strings.TrimSpace(getenv("PATCHBAY_RETENTION")); v != "" {

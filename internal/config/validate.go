@@ -124,6 +124,9 @@ func (c *Config) validateEnv(ps *problems) {
 	if c.Workers < MinWorkers || c.Workers > MaxWorkers {
 		ps.add("PATCHBAY_WORKERS", "must be between %d and %d, not %d", MinWorkers, MaxWorkers, c.Workers)
 	}
+	if c.PoolReclaimAfter < 100*time.Millisecond || c.PoolReclaimAfter > 24*time.Hour {
+		ps.add("PATCHBAY_POOL_RECLAIM_AFTER", "must be from 100ms to 24h, not %s", c.PoolReclaimAfter)
+	}
 	if c.ClaimTimeout < time.Second || c.ClaimTimeout > time.Hour {
 		ps.add("PATCHBAY_CLAIM_TIMEOUT", "must be from 1s to 1h, not %s", c.ClaimTimeout)
 	}

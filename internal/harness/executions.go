@@ -206,6 +206,9 @@ type Executions struct {
 	redactor    Redactor
 	allowlists  *Allowlists
 	credentials Credentials
+	// life is Run's context: work that outlives a run (renewing the
+	// leases of waiting executions) stops with it.
+	life context.Context
 	models      Models
 	approvals   *Approvals
 	schemas     schemas

@@ -367,11 +367,51 @@ func (r *run) pathEnded(ctx context.Context, fr *frame, err error) {
 }
 
 // runEnded ends every lease of the run: given back when it succeeded or
-// was cancelled; kept, no longer renewed, when it failed or waits, so a
-// resume within the reclaim window takes them back.
+// was cancelled; kept, no longer renewed, when it failed, so a resume
+// within the reclaim window takes them back; kept and still renewed while
+// it waits for a person (parkLease).
 func (r *run) runEnded(ctx context.Context, err error) {
 	release := err == nil || errors.Is(context.Cause(ctx), errCancelled) || errors.Is(err, errCancelled)
+	r.parking = errors.Is(err, errWaiting) && context.Cause(ctx) == nil
 	r.endLeases(func(*heldLease) bool { return true }, release)
+}
+
+// parkLease keeps renewing, from this process, the lease of an execution
+// that waits for a person (an approval): a wait is not a crash, and may
+// be longer than the reclaim window. It stops when the execution no longer
+// waits (its resume takes the lease back and renews it itself), when the
+// lease is lost, or when the workers stop; a process that dies stops it
+// too, so the lease is then reclaimed as any other.
+func (e *Executions) parkLease(id string, hl *heldLease) {
+	life := e.life
+	if life == nil {
+		life = context.Background()
+	}
+	go func() {
+		t := time.NewTicker(hl.lease.RenewEvery())
+		defer t.Stop()
+		for {
+			select {
+			case <-life.Done():
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(life, 10*time.Second)
+			ex, err := e.Get(ctx, id)
+			if err == nil && ex.Status != ExecWaiting {
+				cancel()
+				return
+			}
+			err = hl.lease.Renew(ctx)
+			cancel()
+			if errors.Is(err, ErrLeaseLost) {
+				return
+			}
+			if err != nil {
+				e.logger.Warn("renewing the lease of a waiting execution failed; retrying", "execution", id, "lease", hl.rec.ID, "err", err)
+			}
+		}
+	}()
 }
 
 func (r *run) endLeases(match func(*heldLease) bool, release bool) {
@@ -396,6 +436,9 @@ func (r *run) endLeases(match func(*heldLease) bool, release bool) {
 		hl.wg.Wait()
 		if !release {
 			hl.lease.Keep()
+			if r.parking {
+				r.e.parkLease(r.rec.ID, hl)
+			}
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

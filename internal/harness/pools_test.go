@@ -380,3 +380,47 @@ func TestPoolRefsBoundToTheirLease(t *testing.T) {
 	}
 	unblockAll(b)
 }
+
+// An execution that waits for an approval longer than the reclaim window
+// keeps its lease (a wait is not a crash) and carries on, after the
+// approval, on the same lease and the same connection.
+func TestPoolLeaseSurvivesAnApprovalWait(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	b := poolSetup(t, st, 1, time.Second, &pools.Options{ReclaimAfter: 600 * time.Millisecond})
+	if err := b.reg.SetPolicy("browsers", harness.Policy{Approve: []string{"click"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ex, err := b.execs.Submit(ctx, harness.Request{Principal: "tester", Allowlist: "test", Workflow: json.RawMessage(`{"version":1,
+		"connections":{"browsers":{}},"root":{"kind":"sequence","id":"s","steps":[
+		{"kind":"call","id":"who","connection":"browsers","op":"whoami"},
+		{"kind":"call","id":"c","connection":"browsers","op":"click"},
+		{"kind":"call","id":"who2","connection":"browsers","op":"whoami"}]}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending []*harness.Approval
+	waitFor(t, "the click to wait for approval", func() bool {
+		pending, _ = b.execs.Approvals().List(ctx, harness.ApprovalPending, 0)
+		return len(pending) == 1
+	})
+	time.Sleep(1500 * time.Millisecond) // more than twice the window
+	if u, _ := b.pool.Status(ctx); u.Leased != 1 || b.fake.open.Load() != 1 {
+		t.Fatalf("while waiting: usage %+v, open %d; want the lease and its connection kept", u, b.fake.open.Load())
+	}
+	if _, err := b.execs.Approvals().Decide(ctx, pending[0].ID, harness.ApprovalApproved, "op", ""); err != nil {
+		t.Fatal(err)
+	}
+	ex, err = b.execs.Wait(ctx, ex.ID, 10*time.Second)
+	if err != nil || ex.Status != harness.ExecSucceeded {
+		t.Fatalf("after approval: %v %+v", err, ex)
+	}
+	if ex.Steps[0].Output.(map[string]any)["instance"] != ex.Steps[2].Output.(map[string]any)["instance"] {
+		t.Error("the approved run got another connection, want the one it waited with")
+	}
+	acquired := eventsOf(t, b.execs, ex.ID, harness.EventLeaseAcquired)
+	if len(acquired) != 2 || acquired[1].Data["lease"] != acquired[0].Data["lease"] {
+		t.Fatalf("lease events %+v: want the same lease taken back", acquired)
+	}
+}

@@ -16,9 +16,8 @@ const MaxToolIDLen = 128
 // operation never moves an existing tool's name. The map goes from
 // operation name to tool name.
 //
-// This is the rule internal/mcp.ToolIDs documents (the harness cannot
-// import mcp, which imports the harness); the algorithm is kept the same so
-// both name a tool alike.
+// internal/mcp.ToolIDs is this rule, so status and model turns name a tool
+// alike.
 func ToolIDs(connection string, ops []string) map[string]string {
 	return toolIDs(connection+"_", ops, nil)
 }

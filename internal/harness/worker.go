@@ -20,6 +20,7 @@ import (
 // replica takes it over after the visibility timeout and resumes from the
 // ledger.
 func (e *Executions) Run(ctx context.Context, n int) error {
+	e.life = ctx
 	err := e.store.Client.XGroupCreateMkStream(ctx, e.workKey(), workGroup, "0").Err()
 	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("executions: create work group: %w", err)
@@ -258,6 +259,9 @@ type run struct {
 	attached map[string]*Connection
 	// leases are the pool leases the run holds (see handles.go).
 	leases leaseSet
+	// parking: the run ends waiting for a person, so its kept leases are
+	// still renewed (parkLease).
+	parking bool
 }
 
 // errWaiting unwinds a run whose execution waits for a person.

