@@ -208,10 +208,10 @@ type Executions struct {
 	credentials Credentials
 	// life is Run's context: work that outlives a run (renewing the
 	// leases of waiting executions) stops with it.
-	life context.Context
-	models      Models
-	approvals   *Approvals
-	schemas     schemas
+	life      context.Context
+	models    Models
+	approvals *Approvals
+	schemas   schemas
 }
 
 const workGroup = "workers"
