@@ -20,9 +20,10 @@ import (
 //   - an entry that names a pool without fresh is leased per execution;
 //   - setup values are literal JSON (no expressions): they are checked
 //     against the allowlist when the document is submitted;
-//   - a lease held across a wait for a person (approval) is kept, not
-//     renewed, as for a failed run: a decision within the reclaim window
-//     takes it back, a later one gets a fresh lease;
+//   - a lease held across a wait for a person (approval) stays renewed by
+//     the process the run parked in (parkLease), however long the wait; if
+//     that process dies, the lease is reclaimed after the window like any
+//     other, and the decision's run gets a fresh one;
 //   - done ledger entries recorded on a handle are replayed whatever lease
 //     the resumed run gets (the determinism rules judge registry
 //     connections only).
