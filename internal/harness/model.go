@@ -31,8 +31,12 @@ import (
 //     failure); an explicit maxRounds stops there with the last text,
 //     leaving that round's tool calls unrun.
 //   - Structured output is not supported yet: the output is the final text.
-//   - Connections a document leases from a pool (handles) are not offered
-//     to model nodes yet.
+//   - A handle (a connection leased from a pool) offers its pool's
+//     operations under the handle's name ("app_browser_navigate"), cut by
+//     the allowlist's grant on the pool. Naming them takes no lease: the
+//     first tool call through the handle leases, for the holder the
+//     node's path gives (fresh: path), exactly as a call step would, and
+//     later calls of the turn land on the same leased connection.
 
 // KindModel is a model turn: the agent loop over connection tools.
 const KindModel = "model"
@@ -281,12 +285,13 @@ func (p *parser) pick(m map[string]any, at string) (toolPick, bool) {
 	name, _ := m["connection"].(string)
 	pick := toolPick{Connection: name, Path: at}
 	_, attached := p.attachedSpecs[name]
+	_, handle := p.handles[name]
 	_, err := p.reg.Get(name)
 	switch {
 	case !ValidName(name):
 		p.fail(at+"/connection", CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
 		return pick, false
-	case !attached && err != nil:
+	case !attached && !handle && err != nil:
 		p.fail(at+"/connection", CodeConnectionUnknown, "no connection named %q", name)
 		return pick, false
 	case !p.declared[name]:
@@ -409,7 +414,20 @@ func checkPick(doc *Document, al *Allowlist, pick toolPick) []FieldError {
 		}
 	}
 	var granted []string
+	h, isHandle := doc.Handles[pick.Connection]
 	switch {
+	case isHandle:
+		// A handle's tools are its pool's operations, judged by the
+		// pool's grant as a call step through the handle is.
+		g, ok := Grant{}, al != nil
+		if ok {
+			g, ok = al.Connections[h.Pool]
+		}
+		if !ok {
+			deny(pick.Path+"/connection", "the allowlist grants no access to pool %q (handle %s)", h.Pool, pick.Connection)
+			return problems
+		}
+		granted = g.Ops
 	case spec != nil:
 		g, ok := al.mcpGrant(*spec)
 		if !ok {
@@ -472,11 +490,11 @@ func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted 
 		if _, ok := doc.Attached[name]; ok {
 			return nil, false
 		}
-		conn, err := e.reg.Get(name)
+		src, conn, err := e.toolConn(doc, name)
 		if err != nil || conn.Status().State != StateReady {
 			return nil, false
 		}
-		turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, name, nil, conn.Manifest().Operations)})
+		turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, src, nil, conn.Manifest().Operations)})
 	}
 	for _, pick := range n.Model.Picks {
 		if pick.Attach != nil {
@@ -484,6 +502,20 @@ func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted 
 		}
 	}
 	return buildToolSet(turn, n.Model.Picks, n.Model.HasTools), true
+}
+
+// toolConn is the registry connection that names the tools of the
+// document's connection name, and the name its allowlist grant is under:
+// for a handle, its pool, whose manifest (read from a probe at start) is
+// what every lease offers. Naming tools takes no lease; the first call
+// through the handle does, as a call step's would.
+func (e *Executions) toolConn(doc *Document, name string) (grantName string, conn *Connection, err error) {
+	if h, ok := doc.Handles[name]; ok {
+		conn, err = e.reg.Get(h.Pool)
+		return h.Pool, conn, err
+	}
+	conn, err = e.reg.Get(name)
+	return name, conn, err
 }
 
 // grantedOps cuts ops to what the allowlist grants on a connection (spec:
@@ -819,8 +851,16 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 	}
 	var turn []toolSource
 	for _, name := range r.doc.Connections {
-		if _, leased := r.doc.Handles[name]; leased {
-			continue // a pool lease is held per path; model nodes are not offered one yet
+		if _, isHandle := r.doc.Handles[name]; isHandle {
+			pool, conn, err := r.e.toolConn(r.doc, name)
+			if err == nil && conn.Status().State != StateReady {
+				err = fmt.Errorf("pool %s is %s: %w", pool, conn.Status().State, ErrUnavailable)
+			}
+			if err != nil {
+				return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
+			}
+			turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, pool, nil, conn.Manifest().Operations)})
+			continue
 		}
 		attach, isAttached := r.doc.Attached[name]
 		if isAttached && spec.HasTools && !picked[name] {

@@ -5,7 +5,13 @@
 //
 // Operators sign in with the admin token (PATCHBAY_ADMIN_TOKEN) and get a
 // session kept in Redis (any replica serves it) behind an HttpOnly,
-// SameSite=Lax cookie scoped to /admin, Secure under https. Sessions
+// SameSite=Lax cookie, Secure under https. The cookie's path is / rather
+// than /admin because the OAuth sign-in routes (/oauth/{connection}/start
+// and /oauth/callback, fixed by DESIGN.md) must know who signs in; the JSON
+// API never reads cookies. A user may sign in with their API key instead:
+// such a session sees the overview and connection pages only, and exists
+// so that each user can connect their own account to a per-user OAuth
+// connection (see signin.go). Sessions
 // record how and as whom the operator signed in (Session.Method and
 // Subject) so an OIDC sign-in can be added beside the token without
 // touching the pages. Every state-changing request carries the session's
