@@ -1,0 +1,64 @@
+package web_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+	"github.com/patchbay-dev/patchbay/internal/web"
+)
+
+// fakePool is a pool provider whose usage is fixed; it leases nothing.
+type fakePool struct {
+	*harness.Memory
+	usage *harness.PoolStatus
+}
+
+func (f *fakePool) CheckSetup(map[string]any) error { return nil }
+func (f *fakePool) Lease(context.Context, harness.LeaseRequest) (harness.Lease, error) {
+	return nil, errors.New("not in this test")
+}
+func (f *fakePool) PoolStatus() *harness.PoolStatus { return f.usage }
+
+// The connection page of a pool shows its usage: leased of max, queued,
+// and each lease's holder and age.
+func TestConnectionPageShowsPoolUsage(t *testing.T) {
+	t.Parallel()
+	reg := harness.NewRegistry(nil)
+	pool := &fakePool{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "browser_navigate"}}),
+		usage: &harness.PoolStatus{Max: 4, Leased: 1, Queued: 2, Leases: []harness.PoolLease{
+			{Holder: "ex_abc/app/p0", Slot: 3, AgeMs: 65_000, SinceRenewMs: 4_000}}}}
+	must(t, reg.Add("browsers", pool))
+	must(t, reg.Start(context.Background()))
+	st := storetest.New(t)
+	als := harness.NewAllowlists(st)
+	e := echo.New()
+	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: harness.NewExecutions(st, reg, nil), Registry: reg, Allowlists: als}))
+	srv := httptest.NewServer(e)
+	t.Cleanup(func() { srv.Close(); _ = reg.Close() })
+
+	c := signIn(t, &bundle{url: srv.URL})
+	p := c.get("/admin/connections/browsers")
+	text := func(sel string) string { return strings.Join(strings.Fields(p.doc.Find(sel).Text()), " ") }
+	if got := text("#pool-leased"); got != "1 of 4" {
+		t.Errorf("leased %q", got)
+	}
+	if got := text("#pool-queued"); got != "2" {
+		t.Errorf("queued %q", got)
+	}
+	var cells []string
+	p.doc.Find("#pool-leases tbody tr td").Each(func(_ int, s *goquery.Selection) { cells = append(cells, strings.TrimSpace(s.Text())) })
+	if got := strings.Join(cells, " | "); got != "ex_abc/app/p0 | 3 | 1m5s | 4s ago" {
+		t.Errorf("lease row %q", got)
+	}
+	if p := c.get("/admin/connections/browsers"); p.doc.Find("#h-signin").Length() != 0 {
+		t.Error("a pool without OAuth shows a sign-in panel")
+	}
+}
