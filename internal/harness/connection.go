@@ -118,6 +118,14 @@ type Credentials interface {
 	Headers(ctx context.Context, connection, principal string) (headers map[string]string, ok bool, err error)
 }
 
+// CredentialRefresher is implemented by Credentials that can replace
+// credentials a server rejected before they were due to expire (an OAuth
+// token revoked or rotated early). The harness asks once per call, when
+// the call failed with ErrNeedsSignIn, and sends it again with the result.
+type CredentialRefresher interface {
+	Refresh(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, error)
+}
+
 // ErrNeedsSignIn: the connection needs a sign-in (OAuth) before it can be
 // called for this principal.
 var ErrNeedsSignIn = errors.New("sign-in needed")

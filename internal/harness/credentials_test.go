@@ -195,3 +195,50 @@ func TestRefusedSharedSignInNeedsSignIn(t *testing.T) {
 		})
 	}
 }
+
+// rotating hands out tok-1 first and tok-2 once asked to replace it.
+type rotating struct {
+	fakeCredentials
+	refreshed int
+}
+
+func (r *rotating) Refresh(_ context.Context, _, principal string, rejected map[string]string) (map[string]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refreshed++
+	r.tokens[principal] = "tok-2-0123456789"
+	return map[string]string{"Authorization": "Bearer tok-2-0123456789"}, nil
+}
+
+// strict accepts only tok-2 (the server revoked tok-1 early).
+type strict struct{ *harness.Memory }
+
+func (s strict) Connect(context.Context) (harness.Conn, error) { return s, nil }
+func (s strict) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+	if req.Headers["Authorization"] != "Bearer tok-2-0123456789" {
+		return nil, fmt.Errorf("server answered 401: %w", harness.ErrNeedsSignIn)
+	}
+	return s.Memory.Call(ctx, req)
+}
+
+// A call whose credentials the server rejects is sent once more with the
+// replacement the credentials give (an OAuth token revoked before its
+// expiry, refreshed).
+func TestRejectedCredentialsReplacedOnce(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	creds := &rotating{fakeCredentials: fakeCredentials{tokens: map[string]string{"alice": "tok-1-0123456789"}}}
+	mem := strict{harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "whoami"}})}
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("svc", mem))
+	must(t, reg.SetAccess("svc", harness.Access{SignIn: harness.SignInPerUser}))
+	must(t, reg.Start(context.Background()))
+	execs := startWorkers(t, st, reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Credentials: creds})
+	ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(callDoc("whoami", `{}`)), Principal: "alice", Allowlist: "ops"})
+	must(t, err)
+	ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
+	must(t, err)
+	if ex.Status != harness.ExecSucceeded || creds.refreshed != 1 || len(mem.Calls()) != 1 {
+		t.Fatalf("%s %+v, refreshed %d, calls that reached the server %d", ex.Status, ex.Error, creds.refreshed, len(mem.Calls()))
+	}
+}

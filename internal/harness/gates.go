@@ -239,6 +239,24 @@ func (e *Executions) callerHeaders(ctx context.Context, conn *Connection, princi
 	return h, nil
 }
 
+// refreshHeaders asks the credentials (when they can) to replace the
+// ones a server rejected; ok is false when there is nothing new to send.
+func (e *Executions) refreshHeaders(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, bool) {
+	cr, can := e.credentials.(CredentialRefresher)
+	if !can {
+		return nil, false
+	}
+	h, err := cr.Refresh(ctx, connection, principal, rejected)
+	if err != nil {
+		e.logger.Warn("rejected credentials could not be replaced", "connection", connection, "principal", principal, "err", e.redactor.String(err.Error()))
+		return nil, false
+	}
+	for _, v := range h {
+		e.redactor.Add(v)
+	}
+	return h, true
+}
+
 func (e *Executions) fillSecrets(ctx context.Context, v any) (any, error) {
 	switch x := v.(type) {
 	case secretArg:

@@ -620,8 +620,16 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	if err != nil {
 		return nil, id, err
 	}
-	out, err := conn.Call(ctx, CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey,
-		Principal: r.rec.Principal, Headers: headers})
+	req := CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Headers: headers}
+	out, err := conn.Call(ctx, req)
+	if errors.Is(err, ErrNeedsSignIn) && headers != nil {
+		// The server rejected the principal's credentials before acting
+		// (a token revoked before its expiry): replaced once, sent again.
+		if fresh, ok := r.e.refreshHeaders(ctx, conn.Name(), r.rec.Principal, headers); ok {
+			req.Headers = fresh
+			out, err = conn.Call(ctx, req)
+		}
+	}
 	if err != nil {
 		return nil, id, err
 	}

@@ -96,9 +96,14 @@
 //     help, and a caller that retries on ErrNeedsSignIn cannot loop. That
 //     is the bound on step-up retries this package gives; callers that sign
 //     in automatically (cmd/mcp-conformance) bound their own attempts too.
-//   - A 401 on a request that carried a token is reported, not acted on:
-//     the token is kept (a server hiccup must not sign everybody out) and
-//     no refresh is forced.
+//   - A 401 on a request that carried a token forces one refresh (once
+//     across replicas: a caller whose rejected token another already
+//     replaced gets the new one) and the request is sent again: Transport
+//     does it for the connection's own session, Refresh (a
+//     harness.CredentialRefresher) for a call's credentials. When that
+//     fails too the token is kept (a server hiccup must not sign everybody
+//     out) and the call reports ErrNeedsSignIn; a refresh the server
+//     refuses drops it.
 //   - Only the current key decrypts: after PATCHBAY_SECRET_KEY rotates,
 //     stored tokens and registrations read as absent (sign in again), as
 //     they are short-lived; the secret store's Rekey does not cover them.

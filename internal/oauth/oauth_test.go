@@ -666,3 +666,45 @@ func TestKeyFromSecretKey(t *testing.T) {
 		t.Errorf("short passphrase: %v", err)
 	}
 }
+
+// A token the server stops accepting before its expiry (revoked, rotated)
+// is refreshed once and the request sent again, on the connection's own
+// session (Transport) and for a call's credentials (Refresh); a second
+// caller with the same rejected token gets the new one without another
+// refresh, and a refused refresh needs a sign-in.
+func TestRejectedTokenRefreshedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil, nil)
+	b.signIn(t, b.svc, "admin")
+	revoke := func(tok string) {
+		b.as.mu.Lock()
+		delete(b.as.tokens, tok)
+		b.as.mu.Unlock()
+	}
+
+	revoke(bearer(t, b.svc, "admin"))
+	resp, err := callMCP(t, b.svc, b.mcp.url())
+	if err != nil || resp.StatusCode != http.StatusOK || b.as.refreshes.Load() != 1 {
+		t.Fatalf("Transport after a revoked token: %v %v, refreshes %d", resp, err, b.as.refreshes.Load())
+	}
+
+	old := map[string]string{"Authorization": "Bearer " + bearer(t, b.svc, "admin")}
+	revoke(bearer(t, b.svc, "admin"))
+	fresh, err := b.svc.Refresh(t.Context(), connName, "anyone", old)
+	if err != nil || fresh["Authorization"] == old["Authorization"] {
+		t.Fatalf("Refresh = %v, %v", fresh, err)
+	}
+	if tok, _ := strings.CutPrefix(fresh["Authorization"], "Bearer "); tok == "" || b.redactor.String(tok) != harness.RedactedText {
+		t.Error("the refreshed token is not registered for redaction")
+	}
+	other, _ := b.replica(t)
+	again, err := other.Refresh(t.Context(), connName, "anyone", old)
+	if err != nil || again["Authorization"] != fresh["Authorization"] || b.as.refreshes.Load() != 2 {
+		t.Fatalf("second Refresh with the same rejected token = %v, %v, refreshes %d (want the new token, 2)", again, err, b.as.refreshes.Load())
+	}
+
+	b.as.refuseRefresh.Store(true)
+	if _, err := b.svc.Refresh(t.Context(), connName, "anyone", fresh); !errors.Is(err, harness.ErrNeedsSignIn) {
+		t.Fatalf("Refresh refused = %v, want ErrNeedsSignIn", err)
+	}
+}

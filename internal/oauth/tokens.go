@@ -130,8 +130,50 @@ func (s *Service) Headers(ctx context.Context, connection, principal string) (ma
 	return map[string]string{"Authorization": "Bearer " + rec.AccessToken}, true, nil
 }
 
+// Refresh implements harness.CredentialRefresher: the server rejected
+// rejected (the headers Headers gave), so the token is refreshed now,
+// once across replicas, unless another caller already replaced it. A
+// token without a refresh token, or a refresh the server refuses, is an
+// error wrapping harness.ErrNeedsSignIn.
+func (s *Service) Refresh(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, error) {
+	c, err := s.mustConnection(connection)
+	if err != nil {
+		return nil, err
+	}
+	key, err := principalKey(c, principal)
+	if err != nil {
+		return nil, err
+	}
+	token, _ := strings.CutPrefix(rejected["Authorization"], "Bearer ")
+	rec, err := s.loadToken(ctx, c.Name, key)
+	if errors.Is(err, ErrNotSignedIn) {
+		return nil, needsSignIn(c.Name, key, "nobody is signed in")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.AccessToken == token {
+		if rec.RefreshToken == "" {
+			return nil, needsSignIn(c.Name, key, "the server did not accept the token and gave no refresh token")
+		}
+		if rec, err = s.refreshOnce(ctx, c.Name, key, token); err != nil {
+			return nil, err
+		}
+		if rec.AccessToken == token {
+			return nil, needsSignIn(c.Name, key, "the server did not accept the token and it could not be refreshed")
+		}
+	}
+	return map[string]string{"Authorization": "Bearer " + rec.AccessToken}, nil
+}
+
 func (s *Service) stale(rec record) bool {
 	return !rec.Expiry.IsZero() && !s.now().Add(RefreshMargin).Before(rec.Expiry)
+}
+
+// fresh reports whether rec needs no refresh: it is not stale and not
+// the token the server rejected.
+func (s *Service) fresh(rec record, rejected string) bool {
+	return !s.stale(rec) && (rejected == "" || rec.AccessToken != rejected)
 }
 
 func (s *Service) expired(rec record) bool {
@@ -154,14 +196,15 @@ func (s *Service) validToken(ctx context.Context, connection, principal string) 
 		}
 		return rec, nil // still valid for a little while
 	}
-	return s.refreshOnce(ctx, connection, principal)
+	return s.refreshOnce(ctx, connection, principal, "")
 }
 
 // refreshOnce refreshes the token once across replicas: the replica that
 // takes the Redis lock refreshes (after reading the token again, as
 // another may just have done it); the others wait for the lock to go and
-// read what it stored.
-func (s *Service) refreshOnce(ctx context.Context, connection, principal string) (record, error) {
+// read what it stored. A token is refreshed when it is stale, or when it
+// is the one the server just rejected (rejected; "" for none).
+func (s *Service) refreshOnce(ctx context.Context, connection, principal, rejected string) (record, error) {
 	lock := s.store.Key(lockName(connection, principal))
 	owner := randomToken(16)
 	for {
@@ -170,7 +213,7 @@ func (s *Service) refreshOnce(ctx context.Context, connection, principal string)
 			return record{}, fmt.Errorf("oauth: refresh lock for %s: %w", connection, err)
 		}
 		if got {
-			rec, err := s.refreshLocked(ctx, connection, principal)
+			rec, err := s.refreshLocked(ctx, connection, principal, rejected)
 			if uerr := unlockScript.Run(context.WithoutCancel(ctx), s.store.Client, []string{lock}, owner).Err(); uerr != nil && !errors.Is(uerr, redis.Nil) {
 				s.log.Warn("oauth: could not release the refresh lock (it expires by itself)", "connection", connection, "err", uerr)
 			}
@@ -190,7 +233,7 @@ func (s *Service) refreshOnce(ctx context.Context, connection, principal string)
 			if err != nil {
 				return record{}, err
 			}
-			if !s.stale(rec) {
+			if s.fresh(rec, rejected) {
 				return rec, nil
 			}
 			n, err := s.store.Client.Exists(ctx, lock).Result()
@@ -211,12 +254,12 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-func (s *Service) refreshLocked(ctx context.Context, connection, principal string) (record, error) {
+func (s *Service) refreshLocked(ctx context.Context, connection, principal, rejected string) (record, error) {
 	rec, err := s.loadToken(ctx, connection, principal)
 	if errors.Is(err, ErrNotSignedIn) {
 		return record{}, needsSignIn(connection, principal, "nobody is signed in")
 	}
-	if err != nil || !s.stale(rec) {
+	if err != nil || s.fresh(rec, rejected) {
 		return rec, err
 	}
 	conf := s.config(rec.Client, "", rec.TokenURL, nil)

@@ -23,7 +23,9 @@ import (
 // as it came. With no token the request goes out without one, so a server
 // that needs no sign-in for it still answers.
 //
-// A 401 answer, or a 403 with error="insufficient_scope", is recorded (its
+// A 401 to a request that carried a token that has a refresh token first
+// refreshes it (see Refresh) and sends the request once more. A 401
+// answer, or a 403 with error="insufficient_scope", is recorded (its
 // challenge guides the next Begin; for insufficient_scope with the union
 // of the token's scopes and the challenged ones) and becomes an error
 // wrapping harness.ErrNeedsSignIn. A 403 for a scope the token already has
@@ -66,14 +68,24 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	default:
 		return nil, err
 	}
-	out := req
-	if haveToken {
-		out = req.Clone(ctx)
-		out.Header.Set("Authorization", "Bearer "+rec.AccessToken)
-	}
-	resp, err := t.base.RoundTrip(out)
+	resp, err := t.send(req, rec, haveToken)
 	if err != nil {
 		return nil, err
+	}
+	if resp.StatusCode == http.StatusUnauthorized && haveToken && rec.RefreshToken != "" && replayable(req) {
+		// A token the server rejects before its expiry (revoked, rotated)
+		// is refreshed once, and the request sent again with the new one.
+		fresh, rerr := t.s.refreshOnce(ctx, c.Name, principal, rec.AccessToken)
+		if rerr == nil && fresh.AccessToken != rec.AccessToken {
+			drain(resp.Body)
+			if req, err = rewind(req); err != nil {
+				return nil, err
+			}
+			rec = fresh
+			if resp, err = t.send(req, rec, true); err != nil {
+				return nil, err
+			}
+		}
 	}
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
@@ -100,6 +112,34 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, needsSignIn(c.Name, principal, "the server wants more scope ("+clip(strings.Join(want, " "))+")")
 	}
 	return resp, nil
+}
+
+// send sends req, with rec's token when there is one.
+func (t *transport) send(req *http.Request, rec record, haveToken bool) (*http.Response, error) {
+	out := req
+	if haveToken {
+		out = req.Clone(req.Context())
+		out.Header.Set("Authorization", "Bearer "+rec.AccessToken)
+	}
+	return t.base.RoundTrip(out)
+}
+
+// replayable reports whether req can be sent a second time: it has no
+// body, or one it can get again.
+func replayable(req *http.Request) bool { return req.Body == nil || req.GetBody != nil }
+
+// rewind returns req with a fresh copy of its body.
+func rewind(req *http.Request) (*http.Request, error) {
+	if req.Body == nil || req.GetBody == nil {
+		return req, nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, fmt.Errorf("oauth: send the request again: %w", err)
+	}
+	r2 := req.Clone(req.Context())
+	r2.Body = body
+	return r2, nil
 }
 
 func subset(a, b []string) bool {
