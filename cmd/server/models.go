@@ -121,7 +121,7 @@ func (m *modelRouter) Turn(ctx context.Context, req harness.ModelRequest, onDelt
 }
 
 func toModelsRequest(model string, req harness.ModelRequest) models.Request {
-	out := models.Request{Model: model, Instructions: req.Instructions, ToolChoice: req.ToolChoice, MaxTokens: req.MaxTokens}
+	out := models.Request{Model: model, Instructions: req.Instructions, ToolChoice: req.ToolChoice, MaxTokens: req.MaxTokens, OutputSchema: req.OutputSchema}
 	for _, msg := range req.Messages {
 		mm := models.Message{Role: models.Role(msg.Role), Text: msg.Text}
 		for _, c := range msg.ToolCalls {

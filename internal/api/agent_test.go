@@ -101,6 +101,7 @@ func TestAgentShorthand(t *testing.T) {
 		{"unknown tool choice", `{"agent":{"model":"fake/m","toolChoice":"mem_sub"}}`, "/agent/toolChoice", "UNKNOWN_TOOL_CHOICE"},
 		{"unknown connection", `{"agent":{"model":"fake/m","tools":[{"connection":"ghost"}]}}`, "/agent/tools/0/connection", "CONNECTION_UNKNOWN"},
 		{"unknown field", `{"agent":{"model":"fake/m","temperature":2}}`, "/agent/temperature", "VALIDATION_FAILED"},
+		{"bad output schema", `{"agent":{"model":"fake/m","output":{"schema":{"type":"object","properties":{"n":{"type":"numbr"}}}}}}`, "/agent/output/schema/properties/n/type", "VALIDATION_FAILED"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

@@ -132,7 +132,7 @@ func decodeCreate(body []byte) (*createRequest, error) {
 		bad("/agent", "give either workflow or agent, not both")
 	case req.Agent != nil:
 		if !isObject(req.Agent) {
-			bad("/agent", "must be an object: {\"model\": \"<provider>/<model>\", \"instructions\", \"tools\"?}")
+			bad("/agent", "must be an object: {\"model\": \"<provider>/<model>\", \"instructions\", \"tools\"?, \"output\"?: {\"schema\": …}}")
 		}
 	case !isObject(req.Workflow):
 		bad("/workflow", "is required (or agent) and must be a workflow document (a JSON object)")

@@ -9,7 +9,7 @@ import (
 
 // AgentRequest is the shorthand for a one-node document: a model turn
 // ({"model", "instructions"?, "tools"?, "until"?, "toolChoice"?,
-// "maxTokens"?}) on the request's input.
+// "maxTokens"?, "output"?}) on the request's input.
 type AgentRequest struct {
 	Agent     json.RawMessage
 	Input     any
@@ -55,7 +55,7 @@ func (e *Executions) agentDocument(ctx context.Context, raw json.RawMessage, all
 	for _, k := range []string{"kind", "id"} {
 		if _, ok := agent[k]; ok {
 			return nil, &ValidationError{Problems: []FieldError{{Path: "/agent/" + k, Code: CodeValidationFailed,
-				Message: "unknown field (allowed: model, instructions, input, tools, until, toolChoice, maxTokens)"}}}
+				Message: "unknown field (allowed: model, instructions, input, tools, until, toolChoice, maxTokens, output)"}}}
 		}
 	}
 	root := map[string]any{"kind": KindModel, "id": agentNodeID}

@@ -70,6 +70,8 @@ var validationCases = []struct {
 	{"id missing", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","connection":"mem","op":"add"}}`, "/workflow/root/id", CodeValidationFailed},
 	{"unknown kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"loop","id":"a"}}`, "/workflow/root/kind", CodeValidationFailed},
 	{"model without model", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a"}}`, "/workflow/root/model", CodeValidationFailed},
+	{"model output schema does not compile", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a","model":"fake/m","output":{"schema":{"type":"object","properties":{"n":{"type":"numbr"}}}}}}`, "/workflow/root/output/schema/properties/n/type", CodeValidationFailed},
+	{"model output schema refers outside", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a","model":"fake/m","output":{"schema":{"$ref":"https://example.com/s.json"}}}}`, "/workflow/root/output/schema", CodeValidationFailed},
 	{"wait without event", `{"version":1,"connections":{"mem":{}},"root":{"kind":"wait","id":"a","connection":"mem"}}`, "/workflow/root/event", CodeValidationFailed},
 	{"unknown step field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","arg":{}}}`, "/workflow/root/arg", CodeValidationFailed},
 	{"empty sequence", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[]}}`, "/workflow/root/steps", CodeValidationFailed},

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Model nodes: the agent loop. Choices worth knowing (where DESIGN.md and
@@ -30,7 +33,19 @@ import (
 //   - Until "no_tool_calls" gives up after defaultModelRounds rounds (a
 //     failure); an explicit maxRounds stops there with the last text,
 //     leaving that round's tool calls unrun.
-//   - Structured output is not supported yet: the output is the final text.
+//   - Structured output ({"output": {"schema": …}}): the schema is
+//     compiled when the document is parsed (no $ref is fetched: only
+//     the schema itself and the built-in metaschemas resolve). Every
+//     round's instructions end with a sentence asking for a bare JSON
+//     value matching the schema (portable to every model), and the
+//     request carries the schema so a provider that can constrain its
+//     output does (OpenAI-compatible response_format json_schema; see
+//     internal/models). The final answer is parsed (one surrounding
+//     ```json fence is tolerated) and validated; an answer that fails
+//     gets one corrective round naming the problem, then the node fails
+//     with output_invalid. The node's output is the parsed value alone,
+//     so later steps read $steps.<id>.<field>; the raw text stays in the
+//     round's ledger entry.
 //   - A handle (a connection leased from a pool) offers its pool's
 //     operations under the handle's name ("app_browser_navigate"), cut by
 //     the allowlist's grant on the pool. Naming them takes no lease: the
@@ -111,6 +126,10 @@ type ModelRequest struct {
 	// ToolChoice is "", "auto", "none", "required" or a tool name.
 	ToolChoice string
 	MaxTokens  int64
+	// OutputSchema is the JSON Schema the final answer must match (nil:
+	// free text). Instructions already ask for it in words; a provider
+	// that can also constrain its output to a schema should.
+	OutputSchema json.RawMessage
 }
 
 // ModelMessage is one transcript entry.
@@ -179,15 +198,23 @@ type modelSpec struct {
 	MaxRounds    int // 0: until no tool calls, bounded by defaultModelRounds
 	ToolChoice   string
 	MaxTokens    int64
+	Output       *outputSpec // nil: the output is the final text
+}
+
+// outputSpec is a model node's structured output: the schema its final
+// answer must match.
+type outputSpec struct {
+	Raw    json.RawMessage // the schema as sent to the model
+	Schema *jsonschema.Schema
 }
 
 func (m *modelSpec) provider() string { p, _, _ := strings.Cut(m.Ref, "/"); return p }
 func (m *modelSpec) name() string     { _, n, _ := strings.Cut(m.Ref, "/"); return n }
 
 // model parses {"kind": "model", "id", "model", "instructions"?, "input"?,
-// "tools"?, "until"?, "toolChoice"?, "maxTokens"?}.
+// "tools"?, "until"?, "toolChoice"?, "maxTokens"?, "output"?}.
 func (p *parser) model(obj map[string]any, at string) *Node {
-	p.checkFields(obj, at, "kind", "id", "model", "instructions", "input", "tools", "until", "toolChoice", "maxTokens")
+	p.checkFields(obj, at, "kind", "id", "model", "instructions", "input", "tools", "until", "toolChoice", "maxTokens", "output")
 	n := &Node{Kind: KindModel, ID: p.id(obj["id"], at), Path: at}
 	spec := &modelSpec{}
 	spec.Ref, _ = obj["model"].(string)
@@ -230,9 +257,166 @@ func (p *parser) model(obj map[string]any, at string) *Node {
 		}
 		spec.MaxTokens = int64(f)
 	}
+	if v, ok := obj["output"]; ok {
+		spec.Output = p.output(v, at+"/output")
+	}
 	n.Model = spec
 	p.done[n.ID] = true
 	return n
+}
+
+// Structured output limits.
+const (
+	maxOutputSchema = 32 << 10
+	// outputRetries is how many corrective rounds an answer that does not
+	// match the schema gets before the node fails.
+	outputRetries = 1
+)
+
+// KindOutputInvalid is the code of a model node whose final answer is not
+// JSON matching its output schema.
+const KindOutputInvalid = "output_invalid"
+
+// output parses {"schema": <JSON Schema>}: the schema must compile, with
+// problems reported at their place inside it.
+func (p *parser) output(v any, at string) *outputSpec {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		p.fail(at, CodeValidationFailed, "must be {\"schema\": <JSON Schema>}")
+		return nil
+	}
+	p.checkFields(obj, at, "schema")
+	schema, ok := obj["schema"]
+	if !ok {
+		p.fail(at+"/schema", CodeValidationFailed, "is required: the JSON Schema the final answer must match")
+		return nil
+	}
+	raw, err := json.Marshal(schema)
+	switch {
+	case err != nil:
+		p.fail(at+"/schema", CodeValidationFailed, "is not JSON: %v", err)
+		return nil
+	case len(raw) > maxOutputSchema:
+		p.fail(at+"/schema", CodeValidationFailed, "is %d bytes; at most %d", len(raw), maxOutputSchema)
+		return nil
+	}
+	if _, isObj := schema.(map[string]any); !isObj {
+		if _, isBool := schema.(bool); !isBool {
+			p.fail(at+"/schema", CodeValidationFailed, "must be a JSON Schema (an object, or true/false)")
+			return nil
+		}
+	}
+	compiled, where, err := compileOutputSchema(raw)
+	if err != nil {
+		p.fail(at+"/schema"+where, CodeValidationFailed, "is not a valid JSON Schema: %v", err)
+		return nil
+	}
+	return &outputSpec{Raw: raw, Schema: compiled}
+}
+
+// compileOutputSchema compiles a document's schema. Nothing is fetched: a
+// $ref must point inside the schema (or to a built-in metaschema). where
+// is the JSON Pointer of a problem inside the schema, when known.
+func compileOutputSchema(raw json.RawMessage) (sch *jsonschema.Schema, where string, err error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, "", err
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(jsonschema.SchemeURLLoader{}) // no file:, http: or other loads
+	const url = "mem://model-output/schema.json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, "", err
+	}
+	sch, err = c.Compile(url)
+	if err == nil {
+		return sch, "", nil
+	}
+	var sve *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &sve) && errors.As(sve.Err, &ve) {
+		leaves := schemaLeaves(ve)
+		if len(leaves) > 0 {
+			where = "/" + strings.Join(leaves[0].InstanceLocation, "/")
+			if len(leaves[0].InstanceLocation) == 0 {
+				where = ""
+			}
+		}
+		return nil, where, errors.New(schemaProblems(ve))
+	}
+	var le *jsonschema.LoadURLError
+	if errors.As(err, &le) {
+		return nil, "", fmt.Errorf("$ref %q points outside the schema; only refs inside it (\"#/$defs/…\") are followed", le.URL)
+	}
+	return nil, "", errors.New(strings.ReplaceAll(err.Error(), url, "the schema"))
+}
+
+// schemaLeaves are the innermost causes of a validation error: the ones
+// that say what is wrong rather than which branch failed.
+func schemaLeaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(ve.Causes) == 0 {
+		return []*jsonschema.ValidationError{ve}
+	}
+	var out []*jsonschema.ValidationError
+	for _, c := range ve.Causes {
+		out = append(out, schemaLeaves(c)...)
+	}
+	return out
+}
+
+// schemaProblems is a validation error as one line: up to three of its
+// innermost causes ("at '/age': got string, want integer").
+func schemaProblems(ve *jsonschema.ValidationError) string {
+	leaves := schemaLeaves(ve)
+	var parts []string
+	for i, l := range leaves {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(leaves)-i))
+			break
+		}
+		parts = append(parts, strings.ReplaceAll(l.Error(), "\n", " "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// outputInstruction is appended to a node's instructions when it asks for
+// structured output.
+func outputInstruction(instructions string, schema json.RawMessage) string {
+	ask := "When you are done (calling no more tools), answer with only a JSON value that matches this JSON Schema: no other text, no code fences.\n" + string(schema)
+	if instructions == "" {
+		return ask
+	}
+	return instructions + "\n\n" + ask
+}
+
+// parseOutput reads a final answer as JSON matching the schema. The error
+// says what is wrong, in words the model can act on.
+func (o *outputSpec) parse(text string) (any, error) {
+	s := strings.TrimSpace(text)
+	if rest, ok := strings.CutPrefix(s, "```"); ok && strings.HasSuffix(rest, "```") {
+		rest = strings.TrimSuffix(rest, "```")
+		rest = strings.TrimPrefix(rest, "json")
+		s = strings.TrimSpace(rest)
+	}
+	if s == "" {
+		return nil, errors.New("the answer is empty, not a JSON value")
+	}
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(s))
+	if err != nil {
+		return nil, fmt.Errorf("the answer is not a single JSON value: %v", err)
+	}
+	if err := o.Schema.Validate(inst); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("the answer does not match the output schema: %s", schemaProblems(ve))
+		}
+		return nil, fmt.Errorf("the answer does not match the output schema: %v", err)
+	}
+	var out any
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, fmt.Errorf("the answer is not a single JSON value: %v", err)
+	}
+	return out, nil
 }
 
 func (p *parser) until(v any, at string) int {
@@ -591,10 +775,15 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 	}
 	req := ModelRequest{Model: spec.Ref, Instructions: spec.Instructions, Tools: ts.list(), ToolChoice: spec.ToolChoice, MaxTokens: spec.MaxTokens,
 		Messages: []ModelMessage{{Role: RoleUser, Text: input}}}
+	if spec.Output != nil {
+		req.Instructions = outputInstruction(spec.Instructions, spec.Output.Raw)
+		req.OutputSchema = spec.Output.Raw
+	}
 	limit := spec.MaxRounds
 	if limit == 0 {
 		limit = defaultModelRounds
 	}
+	corrections := 0
 	for round := 1; ; round++ {
 		resp, err := r.round(ctx, f, n, round, req)
 		if err != nil {
@@ -602,10 +791,32 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 		}
 		req.Messages = append(req.Messages, ModelMessage{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
-			return resp.Text, nil
+			if spec.Output == nil {
+				return resp.Text, nil
+			}
+			out, err := spec.Output.parse(resp.Text)
+			if err == nil {
+				return out, nil
+			}
+			if corrections == outputRetries {
+				return nil, &stepError{step: n.ID, code: KindOutputInvalid, err: fmt.Errorf("round %d: %w (after %d corrective round)", round, err, outputRetries)}
+			}
+			// One more round, derived from the recorded answer, so a
+			// resumed run asks (or replays) exactly the same.
+			corrections++
+			req.Messages = append(req.Messages, ModelMessage{Role: RoleUser,
+				Text: err.Error() + ". Answer again with only the JSON value, matching the schema in your instructions."})
+			continue
 		}
 		if round >= limit {
 			if spec.MaxRounds > 0 {
+				if spec.Output != nil {
+					out, err := spec.Output.parse(resp.Text)
+					if err != nil {
+						return nil, &stepError{step: n.ID, code: KindOutputInvalid, err: fmt.Errorf("stopped at maxRounds %d while the model still called tools: %w", limit, err)}
+					}
+					return out, nil
+				}
 				return resp.Text, nil
 			}
 			return nil, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("the model still calls tools after %d rounds; set until {\"maxRounds\": n} to stop earlier on purpose", limit)}

@@ -20,6 +20,9 @@
 //   - The API key is passed explicitly; the SDKs' environment defaults
 //     (ANTHROPIC_API_KEY, OPENAI_API_KEY, base URLs, …) are not consulted, so
 //     what is configured is what is sent. Errors returned never contain the key.
+//   - Structured output (Request.OutputSchema) is a response_format for
+//     OpenAI-compatible servers and nothing on the wire for Anthropic; the
+//     caller validates the answer either way.
 //   - Tool-call arguments that are not valid JSON after the stream ends are an
 //     error (ErrToolArguments) rather than passed on half-formed.
 package models
@@ -70,6 +73,14 @@ type Request struct {
 	// MaxTokens bounds the output; Anthropic requires one, so 0 means the
 	// provider's DefaultMaxTokens there and "unset" for OpenAI-compatible servers.
 	MaxTokens int64
+	// OutputSchema is the JSON Schema the final answer must match, or nil.
+	// Callers also ask for it in Instructions (the portable way); the
+	// OpenAI-compatible provider adds response_format json_schema (strict
+	// off, so any schema is accepted) when the schema is an object
+	// schema. Anthropic gets the instruction only: its output_config
+	// format accepts a subset of JSON Schema and only on some models, so a
+	// document's schema could fail the whole request.
+	OutputSchema json.RawMessage
 }
 
 // Message is one transcript entry. Which fields are used depends on Role:

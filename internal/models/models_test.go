@@ -431,3 +431,59 @@ func TestOpenAIPlainTextErrorBody(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestOutputSchemaOnTheWire: an object output schema becomes an
+// OpenAI-compatible response_format (strict off); a non-object schema is
+// left to the instructions, and Anthropic requests carry no format.
+func TestOutputSchemaOnTheWire(t *testing.T) {
+	t.Parallel()
+	const schema = `{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`
+	tests := []struct {
+		name, wire, schema string
+		want               string // the response_format sent, as JSON; "" none
+	}{
+		{"openai object schema", "openai", schema, `{"json_schema":{"name":"output","schema":` + schema + `,"strict":false},"type":"json_schema"}`},
+		{"openai array schema", "openai", `{"type":"array"}`, ""},
+		{"openai no schema", "openai", "", ""},
+		{"anthropic", "anthropic", schema, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req := weatherRequest()
+			req.OutputSchema = json.RawMessage(tt.schema)
+			var srv *fakeServer
+			var p Provider
+			if tt.wire == "openai" {
+				srv = newFakeServer(t, openAITextStream)
+				p = NewOpenAI(OpenAIOptions{BaseURL: srv.URL + "/v1/"})
+			} else {
+				srv = newFakeServer(t, anthropicTextStream)
+				p = NewAnthropic(AnthropicOptions{APIKey: testKey, BaseURL: srv.URL + "/"})
+			}
+			if _, err := p.Turn(context.Background(), req, nil); err != nil {
+				t.Fatal(err)
+			}
+			body := srv.requests()[0].Body
+			for _, field := range []string{"output_config", "output_format"} {
+				if _, ok := body[field]; ok {
+					t.Errorf("request has %s: %v", field, body[field])
+				}
+			}
+			got := ""
+			if rf, ok := body["response_format"]; ok {
+				b, _ := json.Marshal(rf)
+				got = string(b)
+			}
+			if tt.want != "" {
+				var w any
+				_ = json.Unmarshal([]byte(tt.want), &w)
+				b, _ := json.Marshal(w)
+				tt.want = string(b)
+			}
+			if got != tt.want {
+				t.Errorf("response_format = %s\nwant              %s", got, tt.want)
+			}
+		})
+	}
+}

@@ -234,6 +234,9 @@ func (p *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
 	}
+	if format, ok := responseFormat(req.OutputSchema); ok {
+		params.ResponseFormat = format
+	}
 	switch req.ToolChoice {
 	case "":
 	case ToolChoiceAuto, ToolChoiceNone, ToolChoiceRequired:
@@ -256,4 +259,19 @@ func (p *OpenAI) wrapErr(err error) error {
 		return scrub(out, p.apiKey)
 	}
 	return scrub(fmt.Errorf("openai: %w", err), p.apiKey)
+}
+
+// responseFormat asks an OpenAI-compatible server for JSON matching schema.
+// Strict mode is off: it accepts only a subset of JSON Schema, and the
+// caller validates the answer anyway. Only an object schema is sent
+// (servers refuse others as a response format); any other is left to the
+// instructions.
+func responseFormat(schema json.RawMessage) (openai.ChatCompletionNewParamsResponseFormatUnion, bool) {
+	var m map[string]any
+	if len(schema) == 0 || json.Unmarshal(schema, &m) != nil || m["type"] != "object" {
+		return openai.ChatCompletionNewParamsResponseFormatUnion{}, false
+	}
+	return openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+		JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "output", Schema: m, Strict: openai.Bool(false)},
+	}}, true
 }
