@@ -1091,7 +1091,7 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 		if p.Attach == nil {
 			continue
 		}
-		conn, err := r.attachStep(ctx, *p.Attach)
+		conn, err := r.attach(ctx, *p.Attach)
 		if err != nil {
 			return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
 		}
@@ -1111,47 +1111,4 @@ func (r *run) grants(ctx context.Context) (*Allowlist, bool, error) {
 		return nil, false, &storageError{err}
 	}
 	return al, false, nil
-}
-
-// attachStep connects a server a model node brings for itself. It joins
-// the run's attached servers (so calls find it by name) and is closed when
-// the run ends, like the document's own.
-func (r *run) attachStep(ctx context.Context, spec AttachSpec) (*Connection, error) {
-	r.mu.Lock()
-	c, ok := r.attached[spec.Name]
-	r.mu.Unlock()
-	if ok {
-		return c, nil
-	}
-	if r.e.attacher == nil {
-		return nil, &denied{GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", spec.Name)}
-	}
-	values := map[string]string{}
-	for _, sec := range spec.secrets() {
-		if r.e.secrets == nil {
-			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", sec)}
-		}
-		v, err := r.e.secrets.Resolve(ctx, sec)
-		if err != nil {
-			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q could not be resolved", sec)}
-		}
-		r.e.redactor.Add(v)
-		values[sec] = v
-	}
-	conn, err := r.e.attacher.Attach(ctx, spec, values)
-	if err != nil {
-		return nil, fmt.Errorf("attach %s: %s", spec.Name, r.e.redactor.String(err.Error()))
-	}
-	c = &Connection{name: spec.Name, conn: conn, manifest: conn.Manifest(), state: StateReady, since: time.Now()}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if prev, ok := r.attached[spec.Name]; ok { // attached meanwhile by a parallel path
-		_ = c.close()
-		return prev, nil
-	}
-	if r.attached == nil {
-		r.attached = map[string]*Connection{}
-	}
-	r.attached[spec.Name] = c
-	return c, nil
 }

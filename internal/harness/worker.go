@@ -653,13 +653,22 @@ func (r *run) conn(ctx context.Context, name string) (*Connection, error) {
 	if !ok {
 		return r.e.reg.Get(name)
 	}
+	return r.attach(ctx, spec)
+}
+
+// attach connects a server the document or a model node brings, on first
+// use. It joins the run's attached servers (so calls find it by name) and
+// is closed when the run ends. The lock is not held while connecting; two
+// paths that attach the same server at once keep the first.
+func (r *run) attach(ctx context.Context, spec AttachSpec) (*Connection, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c, ok := r.attached[name]; ok {
+	c, ok := r.attached[spec.Name]
+	r.mu.Unlock()
+	if ok {
 		return c, nil
 	}
 	if r.e.attacher == nil {
-		return nil, &denied{GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", name)}
+		return nil, &denied{GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", spec.Name)}
 	}
 	values := map[string]string{}
 	for _, sec := range spec.secrets() {
@@ -675,13 +684,19 @@ func (r *run) conn(ctx context.Context, name string) (*Connection, error) {
 	}
 	conn, err := r.e.attacher.Attach(ctx, spec, values)
 	if err != nil {
-		return nil, fmt.Errorf("attach %s: %s", name, r.e.redactor.String(err.Error()))
+		return nil, fmt.Errorf("attach %s: %s", spec.Name, r.e.redactor.String(err.Error()))
 	}
-	c := &Connection{name: name, conn: conn, manifest: conn.Manifest(), state: StateReady, since: time.Now()}
+	c = &Connection{name: spec.Name, conn: conn, manifest: conn.Manifest(), state: StateReady, since: time.Now()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.attached[spec.Name]; ok { // attached meanwhile by a parallel path
+		_ = c.close()
+		return prev, nil
+	}
 	if r.attached == nil {
 		r.attached = map[string]*Connection{}
 	}
-	r.attached[name] = c
+	r.attached[spec.Name] = c
 	return c, nil
 }
 
