@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/patchbay-dev/patchbay/internal/chromiumtest"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
 
@@ -36,10 +36,7 @@ func TestOAuthSignInInTheBrowser(t *testing.T) {
 	t.Parallel()
 	sdk := npmtest.Require(t, "sdk", sdkVersion)
 	node := npmtest.Node(t)
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		npmtest.Missing(t, "chromium is not installed (apt-get install -y chromium)")
-	}
+	chromiumtest.Path(t)
 	mcpAddr, authAddr := freeAddr(t), freeAddr(t)
 	startNodeServer(t, node, filepath.Join(sdk, "dist", "esm", "examples", "server", "simpleStreamableHttp.js"),
 		[]string{"--oauth"}, "MCP_PORT="+port(mcpAddr), "MCP_AUTH_PORT="+port(authAddr))
@@ -59,10 +56,10 @@ allowlists:
 		t.Fatalf("before sign-in the connection is %q, want needs_sign_in", st)
 	}
 
-	ctx := headless(t, chromium)
+	ctx := chromiumtest.Context(t)
 	var signedIn, location, state string
 	var shot []byte
-	err = chromedp.Run(ctx,
+	err := chromedp.Run(ctx,
 		chromedp.Navigate(srv.url+"/admin/sign-in?next=/admin/connections/demo"),
 		chromedp.SendKeys(`input[name="token"]`, adminTok, chromedp.ByQuery),
 		chromedp.Submit(`input[name="token"]`, chromedp.ByQuery),
@@ -134,21 +131,6 @@ func startNodeServer(t *testing.T, node, script string, args []string, env ...st
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-}
-
-// headless starts Debian's chromium with the flags this machine needs.
-func headless(t *testing.T, path string) context.Context {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelC := chromedp.NewContext(actx)
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
-	return ctx
 }
 
 // saveScreenshot leaves a picture in artifacts/screenshots (gitignored).

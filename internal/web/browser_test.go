@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/patchbay-dev/patchbay/internal/chromiumtest"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -21,28 +21,11 @@ import (
 // (gitignored; the README's come from here).
 var screenshots = filepath.Join("..", "..", "artifacts", "screenshots")
 
-// browser starts Debian's headless chromium. Under CI=true a missing
-// chromium fails the test; elsewhere it skips.
+// browser starts Debian's headless chromium (see chromiumtest).
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI requires chromium for the admin UI's browser tests (apt-get install -y chromium)")
-		}
-		t.Skip("chromium is not installed")
-	}
+	ctx := chromiumtest.Context(t)
 	must(t, os.MkdirAll(screenshots, 0o755))
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelC := chromedp.NewContext(actx)
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
-	must(t, chromedp.Run(ctx))
 	return ctx
 }
 
