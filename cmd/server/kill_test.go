@@ -164,6 +164,10 @@ allowlists:
 		time.Sleep(100 * time.Millisecond)
 	}
 	if len(pending) > 0 {
+		for id := range pending {
+			_, ex := get2(replicas[0].addr, "kill-key", "/v1/executions/"+id)
+			t.Logf("unfinished %s: status %v, steps %v", id, ex["status"], ex["steps"])
+		}
 		logs, _ := os.ReadFile(replicas[0].logPath)
 		t.Fatalf("%d executions not finished after 90s; replica 0 log:\n%s", len(pending), logs)
 	}

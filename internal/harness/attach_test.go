@@ -52,10 +52,11 @@ func TestDocumentBringsItsOwnServer(t *testing.T) {
 		t.Fatalf("status %s %+v", ex.Status, ex.Error)
 	}
 	att.mu.Lock()
-	if len(att.specs) != 1 || att.secrets[0]["linear.token"] != "Bearer lin-secret-123456" || att.closed != 1 {
-		t.Fatalf("attached %+v with %v, closed %d", att.specs, att.secrets, att.closed)
-	}
+	specs, secretsSeen, closed := len(att.specs), att.secrets[0]["linear.token"], att.closed
 	att.mu.Unlock()
+	if specs != 1 || secretsSeen != "Bearer lin-secret-123456" || closed != 1 {
+		t.Fatalf("attached %d with %q, closed %d", specs, secretsSeen, closed)
+	}
 
 	refused := []struct{ name, allowlist, doc, path string }{
 		{"no grant", "none", attachingDoc, "/workflow/connections/linear/mcp"},

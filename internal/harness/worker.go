@@ -284,9 +284,11 @@ func (r *run) execute(ctx context.Context) error {
 	var out any
 	if err == nil {
 		r.doc = doc
-		defer r.detach()
 		out, err = r.node(ctx, &frame{steps: map[string]any{}}, doc.Root)
+		// Leases and attached servers end before the outcome is written, so
+		// whoever sees the execution finished also sees them let go.
 		r.runEnded(ctx, err)
+		r.detach()
 	}
 	switch {
 	case errors.Is(context.Cause(ctx), errCancelled):
