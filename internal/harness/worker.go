@@ -89,6 +89,10 @@ func (e *Executions) handle(ctx context.Context, msg redis.XMessage) {
 	id, _ := msg.Values["id"].(string)
 	if err := e.execute(ctx, id); err != nil {
 		// Left unacknowledged: the item stays pending for a later claim.
+		if errors.Is(err, errClaimed) {
+			e.logger.Debug("execution is run elsewhere; its item waits", "execution", id)
+			return
+		}
 		e.logger.Error("execution interrupted", "execution", id, "err", err)
 		return
 	}
@@ -194,10 +198,10 @@ func (e *Executions) execute(ctx context.Context, id string) error {
 	}
 	token := rand.Text()
 	epoch, err := e.claim(ctx, id, token)
-	if errors.Is(err, errClaimed) {
-		return nil // its runner acknowledges its own item; this one is a duplicate
-	}
 	if err != nil {
+		// errClaimed included: the item stays pending, because the runner
+		// holding the claim may die before it finishes (or enqueues again
+		// on release); a later claim of this item then takes over.
 		return err
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
