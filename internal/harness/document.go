@@ -18,9 +18,6 @@ const (
 	KindVerify   = "verify"
 )
 
-// kinds that later issues add; refused by name so the message is useful.
-var laterKinds []string
-
 const kindList = "sequence, call, parallel, verify, wait or model"
 
 // Document is a parsed and validated workflow document, ready to run.
@@ -221,8 +218,6 @@ func (p *parser) node(v any, path string) *Node {
 		return p.wait(obj, path)
 	case kind == KindModel:
 		return p.model(obj, path)
-	case slices.Contains(laterKinds, kind):
-		p.fail(path+"/kind", CodeNotSupported, "kind %q is not yet supported", kind)
 	case obj["kind"] == nil && len(obj) == 1:
 		return p.shorthand(obj, path)
 	case obj["kind"] == nil:

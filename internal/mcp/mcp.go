@@ -93,10 +93,11 @@
 // gone) and the next epoch. Expired again right after, the call fails
 // with a clear error instead of looping; the next call tries once more.
 //
-// Not yet here: OAuth sign-in (its own issue; this package only sends the
-// headers the harness resolved). Tenant sessions are keyed by their exact
-// header values, so a refreshed token opens a new session and the old one
-// waits for eviction (bounded by 64).
+// OAuth sign-in is internal/oauth's: this package sends the headers the
+// harness resolved for a call, and the sign-in service's Transport sits
+// under Options.HTTPClient for the connection's own session. Tenant
+// sessions are keyed by their exact header values, so a refreshed token
+// opens a new session and the old one waits for eviction (bounded by 64).
 package mcp
 
 import (
