@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/patchbay-dev/patchbay/internal/chromiumtest"
@@ -31,7 +32,9 @@ const sdkVersion = "@modelcontextprotocol/sdk@1.32.2"
 // goes through the real redirects (discovery, dynamic registration, PKCE)
 // and lands on the connection page signed in; the connection turns ready
 // and an execution calls its greet tool with the stored token, which shows
-// nowhere.
+// nowhere. Then the per-user path: alice signs in to the UI with her API
+// key and connects her own account to a per-user connection; her execution
+// uses it, and bob, who has not signed in, is refused.
 func TestOAuthSignInInTheBrowser(t *testing.T) {
 	t.Parallel()
 	sdk := npmtest.Require(t, "sdk", sdkVersion)
@@ -41,14 +44,19 @@ func TestOAuthSignInInTheBrowser(t *testing.T) {
 	startNodeServer(t, node, filepath.Join(sdk, "dist", "esm", "examples", "server", "simpleStreamableHttp.js"),
 		[]string{"--oauth"}, "MCP_PORT="+port(mcpAddr), "MCP_AUTH_PORT="+port(authAddr))
 
+	const adminTok, apiKey = "oauth-admin-token-0123", "oauth-api-key-0123"
+	const aliceKey, bobKey = "oauth-alice-key-0123", "oauth-bob-key-0123"
 	addr := freeAddr(t)
 	cfg := writeConfig(t, fmt.Sprintf(`
 connections:
-  demo: { mcp: { url: "http://localhost:%s/mcp", timeoutMs: 20000 }, auth: oauth }
+  demo: { mcp: { url: "http://localhost:%[1]s/mcp", timeoutMs: 20000 }, auth: oauth }
+  mine: { mcp: { url: "http://localhost:%[1]s/mcp", timeoutMs: 20000 }, auth: { oauth: {}, perUser: true } }
 allowlists:
-  default: { connections: { demo: { ops: ["*"] } } }
-`, port(mcpAddr)))
-	const adminTok, apiKey = "oauth-admin-token-0123", "oauth-api-key-0123"
+  default: { connections: { demo: { ops: ["*"] }, mine: { ops: ["*"] } } }
+apiKeys:
+  - { name: alice, key: %[2]s, allowlist: default }
+  - { name: bob, key: %[3]s, allowlist: default }
+`, port(mcpAddr), aliceKey, bobKey))
 	srv := start(t, map[string]string{
 		"PATCHBAY_ADDR": addr, "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": apiKey, "PATCHBAY_ADMIN_TOKEN": adminTok,
 	})
@@ -91,6 +99,33 @@ allowlists:
 	if code != http.StatusOK || body["status"] != "succeeded" || !strings.Contains(fmt.Sprint(body["output"]), "Hello, patchbay!") {
 		t.Fatalf("execution: %d %v\n%s", code, body, srv.output)
 	}
+	// A per-user connection: alice signs in to the UI with her API key and
+	// connects her own account; her execution uses it, bob (not signed in)
+	// is refused at gate 6 before anything is sent.
+	err = chromedp.Run(ctx,
+		network.ClearBrowserCookies(),
+		chromedp.Navigate(srv.url+"/admin/sign-in?next=/admin/connections/mine"),
+		chromedp.SendKeys(`input[name="token"]`, aliceKey, chromedp.ByQuery),
+		chromedp.Submit(`input[name="token"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#connect`, chromedp.ByQuery),
+		chromedp.Click(`#connect`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#signed-in strong`, chromedp.ByQuery),
+		chromedp.Text(`#signed-in strong`, &signedIn, chromedp.ByQuery),
+	)
+	if err != nil || signedIn != "alice" {
+		t.Fatalf("alice's sign-in: %v, signed in as %q\n%s", err, signedIn, srv.output)
+	}
+	doc = strings.ReplaceAll(doc, `"demo"`, `"mine"`)
+	code, body = postJSON(t, srv.url+"/v1/executions", aliceKey, `{"workflow":`+doc+`,"wait":"20s"}`)
+	if code != http.StatusOK || body["status"] != "succeeded" || !strings.Contains(fmt.Sprint(body["output"]), "Hello, patchbay!") {
+		t.Fatalf("alice's execution: %d %v\n%s", code, body, srv.output)
+	}
+	code, bobs := postJSON(t, srv.url+"/v1/executions", bobKey, `{"workflow":`+doc+`,"wait":"20s"}`)
+	bobErr, _ := bobs["error"].(map[string]any)
+	if code != http.StatusOK || bobs["status"] != "failed" || bobErr["code"] != "steering_denied" || bobErr["gate"] != 6.0 {
+		t.Fatalf("bob's execution without a sign-in: %d %v", code, bobs)
+	}
+
 	// The token is the server's (random) to know; what patchbay shows and
 	// logs must not carry any bearer credential.
 	for what, text := range map[string]string{"execution": fmt.Sprint(body), "log": srv.output.String()} {
