@@ -27,32 +27,31 @@ type SignIns interface {
 // operatorPrincipal is whom a shared sign-in is kept for.
 const operatorPrincipal = "admin"
 
-// signInPrincipal is whom this session signs in for on conn, or an error
-// page when it may not: a shared connection is signed in to by operators
-// for everyone, a per-user one by each person for themselves.
-func (h *handler) signInPrincipal(c echo.Context, conn *harness.Connection) (string, error) {
-	sess := sessionOf(c)
+// signInTarget is the connection the path names and whom this session
+// signs in for there: a shared connection is signed in to by operators for
+// everyone, a per-user one by each person for themselves.
+func (h *handler) signInTarget(c echo.Context) (*harness.Connection, string, error) {
+	conn, err := h.Registry.Get(c.Param("name"))
+	if err != nil {
+		return nil, "", &notFound{"No connection is named " + c.Param("name") + "."}
+	}
 	switch conn.Access().SignIn {
 	case harness.SignInShared:
-		if !sess.Operator() {
-			return "", h.forbidden(c, "Only an operator signs in to "+conn.Name()+": it uses one shared account.")
+		if !sessionOf(c).Operator() {
+			return nil, "", &refused{"Only an operator signs in to " + conn.Name() + ": it uses one shared account."}
 		}
-		return operatorPrincipal, nil
+		return conn, operatorPrincipal, nil
 	case harness.SignInPerUser:
-		return sess.Subject, nil
+		return conn, sessionOf(c).Subject, nil
 	default:
-		return "", &notFound{"Connection " + conn.Name() + " is not signed in to with OAuth."}
+		return nil, "", &notFound{"Connection " + conn.Name() + " is not signed in to with OAuth."}
 	}
 }
 
 // startSignIn sends the browser to the connection's authorization server.
 func (h *handler) startSignIn(c echo.Context) error {
-	conn, err := h.Registry.Get(c.Param("name"))
+	conn, principal, err := h.signInTarget(c)
 	if err != nil {
-		return &notFound{"No connection is named " + c.Param("name") + "."}
-	}
-	principal, err := h.signInPrincipal(c, conn)
-	if err != nil || principal == "" {
 		return err
 	}
 	id, _ := c.Get(sessionIDKey).(string)
@@ -103,12 +102,8 @@ const readyWait = 5 * time.Second
 
 // disconnect revokes and deletes this session's sign-in.
 func (h *handler) disconnect(c echo.Context) error {
-	conn, err := h.Registry.Get(c.Param("name"))
+	conn, principal, err := h.signInTarget(c)
 	if err != nil {
-		return &notFound{"No connection is named " + c.Param("name") + "."}
-	}
-	principal, err := h.signInPrincipal(c, conn)
-	if err != nil || principal == "" {
 		return err
 	}
 	if err := h.SignIns.Disconnect(bg(c), conn.Name(), principal); err != nil {

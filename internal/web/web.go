@@ -175,6 +175,10 @@ func (h *handler) wrap(f echo.HandlerFunc) echo.HandlerFunc {
 		if errors.As(err, &nf) {
 			return h.render(c, http.StatusNotFound, errorPage(h.page(c, "Not found", ""), nf.what))
 		}
+		var rf *refused
+		if errors.As(err, &rf) {
+			return h.forbidden(c, rf.why)
+		}
 		var he *echo.HTTPError
 		if errors.As(err, &he) && he.Code < 500 {
 			return h.render(c, he.Code, errorPage(h.page(c, http.StatusText(he.Code), ""), http.StatusText(he.Code)))
@@ -187,6 +191,11 @@ func (h *handler) wrap(f echo.HandlerFunc) echo.HandlerFunc {
 type notFound struct{ what string }
 
 func (n *notFound) Error() string { return n.what }
+
+// refused is a request this session may not make, shown as a 403 page.
+type refused struct{ why string }
+
+func (r *refused) Error() string { return r.why }
 
 func (h *handler) forbidden(c echo.Context, msg string) error {
 	return h.render(c, http.StatusForbidden, errorPage(h.page(c, "Forbidden", ""), msg))
