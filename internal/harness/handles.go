@@ -199,6 +199,72 @@ type heldLease struct {
 	wg     sync.WaitGroup
 }
 
+// holder is who holds the lease of handle h in frame f: the execution, or
+// the parallel path for fresh: path.
+func (r *run) holder(h Handle, f *frame) string {
+	scope := ""
+	if h.Fresh == FreshPath {
+		scope = f.scope
+	}
+	return r.rec.ID + "/" + h.Name + scope
+}
+
+// recheckHandle applies determinism to a done entry recorded on a pooled
+// handle whose lease the run kept (a failed run being resumed): the lease
+// is taken back now, and when the connection behind it is not the one the
+// entry was recorded against (the lease was reclaimed, or this process no
+// longer has its server), the pool's determinism decides, as for a
+// replaced registry connection; rerun may name the handle or the pool. A
+// scope that ended gave its lease back, and its results stand.
+func (r *run) recheckHandle(ctx context.Context, f *frame, name, key string) error {
+	h, ok := Handle{}, false
+	if r.doc != nil {
+		h, ok = r.doc.Handles[name]
+	}
+	if !ok {
+		return nil
+	}
+	holder := r.holder(h, f)
+	r.mu.Lock()
+	i := r.entry(key)
+	var st StepRecord
+	if i >= 0 {
+		st = r.rec.Steps[i]
+	}
+	kept := slices.ContainsFunc(r.rec.Leases, func(l LeaseRecord) bool { return l.Holder == holder })
+	r.mu.Unlock()
+	if i < 0 || st.Status != StepDone || st.Identity == nil || !kept {
+		return nil
+	}
+	conn, err := r.connFor(ctx, f, st.ID, name)
+	if err != nil {
+		return err
+	}
+	now := conn.Identity()
+	if now.Instance == st.Identity.Instance {
+		return nil
+	}
+	mode := ""
+	if pc, err := r.e.reg.Get(h.Pool); err == nil {
+		mode = pc.Policy().Determinism
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i = r.entry(key); i < 0 {
+		return nil // discarded meanwhile: runs live
+	}
+	switch {
+	case mode == Replayable:
+		return nil
+	case mode == Costly || slices.Contains(r.rec.Rerun, name) || slices.Contains(r.rec.Rerun, h.Pool):
+		r.rec.Steps = r.rec.Steps[:i] // from here on, live on the new connection
+		return nil
+	}
+	return &stepError{step: st.ID, code: "resume_refused", err: fmt.Errorf(
+		"%w: %s is a new %s connection (was instance %s, now %s); resume with rerun [%q] to run it live",
+		errIdentityChanged, name, h.Pool, st.Identity.Instance, now.Instance, name)}
+}
+
 // connFor returns the connection a call on name uses: a handle's leased
 // connection (acquired on first use in its scope), else r.conn's.
 func (r *run) connFor(ctx context.Context, f *frame, step, name string) (*Connection, error) {
@@ -210,11 +276,7 @@ func (r *run) connFor(ctx context.Context, f *frame, step, name string) (*Connec
 	if !ok {
 		return r.conn(ctx, name)
 	}
-	scope := ""
-	if h.Fresh == FreshPath {
-		scope = f.scope
-	}
-	holder := r.rec.ID + "/" + name + scope
+	holder := r.holder(h, f)
 	ls := &r.leases
 	ls.mu.Lock()
 	if hl, ok := ls.held[holder]; ok {
@@ -231,6 +293,10 @@ func (r *run) connFor(ctx context.Context, f *frame, step, name string) (*Connec
 	}
 	if ls.held == nil {
 		ls.held = map[string]*heldLease{}
+	}
+	scope := ""
+	if h.Fresh == FreshPath {
+		scope = f.scope
 	}
 	hl := &heldLease{ready: make(chan struct{}), scope: scope, handle: h}
 	ls.held[holder] = hl

@@ -24,9 +24,11 @@ import (
 //     the process the run parked in (parkLease), however long the wait; if
 //     that process dies, the lease is reclaimed after the window like any
 //     other, and the decision's run gets a fresh one;
-//   - done ledger entries recorded on a handle are replayed whatever lease
-//     the resumed run gets (the determinism rules judge registry
-//     connections only).
+//   - a resumed run that takes a kept lease back on another connection
+//     (the lease was reclaimed, or another process resumes) judges the
+//     entries recorded on the old one by the pool's determinism, like a
+//     replaced registry connection (recheckHandle); a scope that ended gave
+//     its lease back and its results stand.
 
 // Leaser is the provider of a pooled connection. Implementations must be
 // safe for concurrent use.

@@ -424,3 +424,47 @@ func TestPoolLeaseSurvivesAnApprovalWait(t *testing.T) {
 		t.Fatalf("lease events %+v: want the same lease taken back", acquired)
 	}
 }
+
+// A resumed run whose kept lease was reclaimed meanwhile gets a new
+// connection: results recorded on the old one describe a world that is
+// gone, so (determinism unsafe, the default) the resume is refused, and a
+// resume that names the handle in rerun runs those steps live again.
+func TestPoolResumeOnANewConnectionFollowsDeterminism(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	b := poolSetup(t, st, 1, time.Second, &pools.Options{ReclaimAfter: 600 * time.Millisecond})
+	ctx := context.Background()
+	b.fake.failOnce.Store(true)
+	ex := b.run(t, `{"version":1,"connections":{"browsers":{}},"root":{"kind":"sequence","id":"s","steps":[
+		{"kind":"call","id":"who","connection":"browsers","op":"whoami"},
+		{"kind":"call","id":"f","connection":"browsers","op":"flaky"}]}}`)
+	if ex.Status != harness.ExecFailed {
+		t.Fatalf("status %s", ex.Status)
+	}
+	first := ex.Steps[0].Output.(map[string]any)["instance"]
+	waitFor(t, "the kept lease to be reclaimed", func() bool { return b.fake.open.Load() == 0 })
+	b.fake.failOnce.Store(false)
+
+	resume := func(rerun []string) *harness.Execution {
+		t.Helper()
+		waitFor(t, "the resume to be accepted", func() bool {
+			_, err := b.execs.Resume(ctx, ex.ID, rerun)
+			return err == nil
+		})
+		got, err := b.execs.Wait(ctx, ex.ID, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := resume(nil); got.Status != harness.ExecFailed || got.Error == nil || got.Error.Code != "resume_refused" {
+		t.Fatalf("resume over a replaced connection: %s %+v, want resume_refused", got.Status, got.Error)
+	}
+	got := resume([]string{"browsers"})
+	if got.Status != harness.ExecSucceeded {
+		t.Fatalf("resume with rerun: %s %+v", got.Status, got.Error)
+	}
+	if again := got.Steps[0].Output.(map[string]any)["instance"]; again == first {
+		t.Errorf("step who was replayed from the old connection (%v), want it run live on the new one", first)
+	}
+}

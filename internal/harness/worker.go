@@ -538,12 +538,15 @@ func (r *run) fail(ctx context.Context, key string, n *Node, err error) error {
 // re-sent with the same idempotency key; a waiting one checks its approval.
 func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
 	key := n.ID + f.suffix
-	if out, err, ok := r.replayed(key, n); ok {
-		return out, err
-	}
 	conn := n.Connection
 	if n.ConnFromItem {
 		conn = f.item
+	}
+	if err := r.recheckHandle(ctx, f, conn, key); err != nil {
+		return nil, err
+	}
+	if out, err, ok := r.replayed(key, n); ok {
+		return out, err
 	}
 	r.begin(n, key, conn)
 	started := time.Now()
