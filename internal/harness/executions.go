@@ -310,6 +310,9 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 	if err != nil {
 		return nil, err
 	}
+	if problems := resolveSetups(doc, e.reg, req.Input, "/workflow"); len(problems) > 0 {
+		return nil, &ValidationError{Problems: problems}
+	}
 	problems := al.check(doc, "/workflow")
 	problems = append(problems, e.checkModels(doc, al, false)...)
 	if len(problems) > 0 {
@@ -340,8 +343,12 @@ func (e *Executions) allowlist(ctx context.Context, name string) (*Allowlist, er
 // that dies between the two leaves a claimed key without a record; the next
 // call with that key (the event's redelivery) writes it under the claimed id.
 func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.RawMessage, input any) (ex *Execution, created bool, err error) {
-	if _, err := ParseDocument(workflow, e.reg, "/workflow"); err != nil {
+	doc, err := ParseDocument(workflow, e.reg, "/workflow")
+	if err != nil {
 		return nil, false, err
+	}
+	if problems := resolveSetups(doc, e.reg, input, "/workflow"); len(problems) > 0 {
+		return nil, false, &ValidationError{Problems: problems}
 	}
 	msgKey := e.store.Key("msg", key)
 	id := newExecutionID()

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/expr-lang/expr/ast"
 )
 
 // Handle is a manifest entry that takes a connection of its own from a
@@ -20,8 +23,12 @@ type Handle struct {
 	Pool string
 	// Fresh is the lease's scope: FreshExecution or FreshPath.
 	Fresh string
-	// Setup are the document's setup values (literal JSON).
+	// Setup are the document's setup values: literal JSON, or for a
+	// top-level field {"$expr": …} over $input alone, resolved when the
+	// execution is submitted (see resolveSetups).
 	Setup map[string]any
+	// exprs are the setup fields given as expressions.
+	exprs map[string]*expression
 }
 
 // Lease scopes of a handle.
@@ -85,13 +92,24 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 			return
 		}
 		for _, k := range sortedKeys(setup) {
+			fp := at + "/setup/" + escape(k)
+			if src, ok := inputExpr(setup[k]); ok {
+				if e := p.inputExpression(src, fp+"/$expr"); e != nil {
+					if h.exprs == nil {
+						h.exprs = map[string]*expression{}
+					}
+					h.exprs[k] = e
+				}
+				continue
+			}
 			if computed(setup[k]) {
-				p.fail(at+"/setup/"+escape(k), CodeValidationFailed, "setup values are literal JSON ($expr, $secret and $ref are not taken here)")
+				p.fail(fp, CodeValidationFailed, "setup values are literal JSON or {\"$expr\": …} over $input ($secret and $ref are not taken here)")
 			}
 		}
 		h.Setup = setup
 	}
-	if l, ok := conn.leaser(); ok {
+	if l, ok := conn.leaser(); ok && len(h.exprs) == 0 {
+		// With expressions the values are known, and checked, at submit.
 		if err := l.CheckSetup(h.Setup); err != nil {
 			p.fail(at+"/setup", CodeValidationFailed, "%v", err)
 		}
@@ -100,6 +118,78 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 		p.handles = map[string]Handle{}
 	}
 	p.handles[name] = h
+}
+
+// inputExpr reports whether v is {"$expr": src} and returns src.
+func inputExpr(v any) (string, bool) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) != 1 {
+		return "", false
+	}
+	src, ok := m["$expr"].(string)
+	return src, ok
+}
+
+// inputExpression compiles a setup expression, which may read $input
+// only: a lease is taken before any step has run.
+func (p *parser) inputExpression(src, path string) *expression {
+	before := len(p.problems)
+	v := p.expression(src, path)
+	e, ok := v.(*expression)
+	if !ok || len(p.problems) > before {
+		return nil
+	}
+	node := e.prog.Node()
+	only := &inputOnly{}
+	ast.Walk(&node, only)
+	if only.other != "" {
+		p.fail(path, CodeExpressionInvalid, "a setup expression may read $input only, not %s", only.other)
+		return nil
+	}
+	return e
+}
+
+// inputOnly finds the first variable other than $input an expression reads.
+type inputOnly struct{ other string }
+
+func (v *inputOnly) Visit(n *ast.Node) {
+	if id, ok := (*n).(*ast.IdentifierNode); ok && v.other == "" && strings.HasPrefix(id.Value, "$") && id.Value != "$input" {
+		v.other = id.Value
+	}
+}
+
+// resolveSetups evaluates the setup expressions of doc's handles against
+// input, in place, and checks the values against each pool's setup schema.
+// It runs at submit (so the allowlist judges the values a run will use)
+// and again in each run (the same input gives the same values).
+func resolveSetups(doc *Document, reg *Registry, input any, base string) []FieldError {
+	var problems []FieldError
+	for _, name := range sortedKeys(doc.Handles) {
+		h := doc.Handles[name]
+		if len(h.exprs) == 0 {
+			continue
+		}
+		at := base + "/connections/" + escape(name) + "/setup"
+		setup := maps.Clone(h.Setup)
+		for _, k := range sortedKeys(h.exprs) {
+			v, err := h.exprs[k].eval(scope{Input: input})
+			if err != nil {
+				problems = append(problems, FieldError{Path: at + "/" + escape(k), Code: CodeExpressionInvalid, Message: err.Error()})
+				continue
+			}
+			setup[k] = v
+		}
+		if conn, err := reg.Get(h.Pool); err == nil {
+			if l, ok := conn.leaser(); ok {
+				if err := l.CheckSetup(setup); err != nil {
+					problems = append(problems, FieldError{Path: at, Code: CodeValidationFailed, Message: err.Error()})
+				}
+			}
+		}
+		h.Setup, h.exprs = setup, nil
+		doc.Handles[name] = h
+	}
+	return problems
 }
 
 // computed reports whether v holds an object with a "$" key (an

@@ -18,8 +18,9 @@ import (
 // entry {"from": "<pool>", "fresh": "execution"|"path", "setup": {…}}
 // (see handles.go). Departures from DESIGN.md and the issue, chosen here:
 //   - an entry that names a pool without fresh is leased per execution;
-//   - setup values are literal JSON (no expressions): they are checked
-//     against the allowlist when the document is submitted;
+//   - setup values are literal JSON, or a top-level {"$expr"} over $input
+//     alone, resolved when the execution is submitted so the allowlist
+//     and the schema judge the values the lease will get;
 //   - a lease held across a wait for a person (approval) stays renewed by
 //     the process the run parked in (parkLease), however long the wait; if
 //     that process dies, the lease is reclaimed after the window like any

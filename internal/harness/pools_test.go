@@ -212,7 +212,8 @@ func TestPoolDocumentValidation(t *testing.T) {
 		{"host-only field", doc(`{"from":"browsers","setup":{"profile":"/etc"}}`), "VALIDATION_FAILED", "/workflow/connections/app/setup"},
 		{"schema refuses", doc(`{"from":"browsers","setup":{"viewport":"big"}}`), "VALIDATION_FAILED", "/workflow/connections/app/setup"},
 		{"unknown setup field", doc(`{"from":"browsers","setup":{"colour":"red"}}`), "VALIDATION_FAILED", "/workflow/connections/app/setup"},
-		{"expression in setup", doc(`{"from":"browsers","setup":{"url":{"$expr":"$input.u"}}}`), "VALIDATION_FAILED", "/workflow/connections/app/setup/url"},
+		{"secret in setup", doc(`{"from":"browsers","setup":{"url":{"$secret":"u"}}}`), "VALIDATION_FAILED", "/workflow/connections/app/setup/url"},
+		{"expression failing on the input", doc(`{"from":"browsers","setup":{"url":{"$expr":"$input.u"}}}`), "EXPRESSION_INVALID", "/workflow/connections/app/setup/url"},
 		{"bad fresh", doc(`{"from":"browsers","fresh":"thread"}`), "VALIDATION_FAILED", "/workflow/connections/app/fresh"},
 		{"unknown pool", doc(`{"from":"nothing"}`), "CONNECTION_UNKNOWN", "/workflow/connections/app/from"},
 		{"unknown op", `{"version":1,"connections":{"app":{"from":"browsers"}},"root":{"kind":"call","id":"a","connection":"app","op":"nope"}}`, "OPERATION_UNKNOWN", "/workflow/root/op"},
@@ -466,5 +467,50 @@ func TestPoolResumeOnANewConnectionFollowsDeterminism(t *testing.T) {
 	}
 	if again := got.Steps[0].Output.(map[string]any)["instance"]; again == first {
 		t.Errorf("step who was replayed from the old connection (%v), want it run live on the new one", first)
+	}
+}
+
+// A setup value may be an expression over $input (a preview URL per run):
+// it is resolved at submit, so the allowlist and the pool's schema judge
+// the value the lease will get.
+func TestPoolSetupFromInput(t *testing.T) {
+	t.Parallel()
+	b := poolSetup(t, storetest.New(t), 1, time.Second, nil)
+	ctx := context.Background()
+	doc := func(expr string) json.RawMessage {
+		return json.RawMessage(`{"version":1,"connections":{"browsers":{"setup":{"url":{"$expr":"` + expr + `"}}}},
+			"root":{"kind":"call","id":"who","connection":"browsers","op":"whoami"}}`)
+	}
+	ex, err := b.execs.Submit(ctx, harness.Request{Workflow: doc("$input.preview"), Input: map[string]any{"preview": "http://ok/pr-7"},
+		Principal: "tester", Allowlist: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err = b.execs.Wait(ctx, ex.ID, 10*time.Second)
+	if err != nil || ex.Status != harness.ExecSucceeded {
+		t.Fatalf("%v %+v", err, ex)
+	}
+	if got := ex.Steps[0].Output.(map[string]any)["setup"].(map[string]any)["url"]; got != "http://ok/pr-7" {
+		t.Fatalf("the lease got url %v, want the input's", got)
+	}
+
+	refused := []struct {
+		name, expr string
+		input      any
+		path       string
+		code       harness.Code
+	}{
+		{"outside the allowlist", "$input.preview", map[string]any{"preview": "http://evil/"}, "/workflow/connections/browsers/setup/url", harness.CodeConnectionNotAllowed},
+		{"against the schema", "$input.preview", map[string]any{"preview": 5}, "/workflow/connections/browsers/setup", harness.CodeValidationFailed},
+		{"reads a step", "$steps.who.instance", nil, "/workflow/connections/browsers/setup/url/$expr", harness.CodeExpressionInvalid},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := b.execs.Submit(ctx, harness.Request{Workflow: doc(tt.expr), Input: tt.input, Principal: "tester", Allowlist: "test"})
+			var ve *harness.ValidationError
+			if !errors.As(err, &ve) || ve.Problems[0].Path != tt.path || ve.Problems[0].Code != tt.code {
+				t.Fatalf("Submit = %v, want %s at %s", err, tt.code, tt.path)
+			}
+		})
 	}
 }

@@ -285,6 +285,11 @@ func (r *run) execute(ctx context.Context) error {
 	r.e.logger.Info("execution running", "execution", r.rec.ID, "epoch", r.epoch)
 
 	doc, err := ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
+	if err == nil {
+		if problems := resolveSetups(doc, r.e.reg, r.rec.Input, "/workflow"); len(problems) > 0 {
+			err = &ValidationError{Problems: problems}
+		}
+	}
 	var out any
 	if err == nil {
 		r.doc = doc
