@@ -830,8 +830,17 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 			results = append(results, res)
 		}
 		req.Messages = append(req.Messages, ModelMessage{Role: RoleTool, ToolResults: results})
+		if forcesCall(req.ToolChoice) {
+			// A forced call is the first round's: forced every round, the
+			// model could never answer and the loop never end.
+			req.ToolChoice = "auto"
+		}
 	}
 }
+
+// forcesCall reports whether a tool choice makes the model call a tool
+// ("required", its synonym "any", or a tool's name).
+func forcesCall(choice string) bool { return choice != "" && choice != "auto" && choice != "none" }
 
 // modelInput is the user message: the node's input (default $input), as
 // text; anything but a string is sent as JSON.

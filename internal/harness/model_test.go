@@ -358,6 +358,10 @@ func TestToolChoiceCheckedWhenAttached(t *testing.T) {
 	if len(reqs[0].Tools) != 1 || reqs[0].ToolChoice != "linear_issues_list" || !strings.Contains(reqs[1].Messages[2].ToolResults[0].Content, "PB-1") {
 		t.Fatalf("first node's requests = %+v", reqs[:2])
 	}
+	// The forced call is the first round's; the next may answer.
+	if reqs[1].ToolChoice != "auto" {
+		t.Fatalf("second round's tool choice = %q, want auto", reqs[1].ToolChoice)
+	}
 	if last := reqs[len(reqs)-1]; len(last.Tools) != 0 || !last.Messages[2].ToolResults[0].IsError {
 		t.Fatalf("a node without tools was offered the step's server: %+v", last)
 	}
