@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,9 +54,8 @@ type conn struct {
 	tools     map[string]mcp.Tool // usable tools, for a tenant's Mcp-Param-* headers
 	resources int
 
-	mu           sync.Mutex // identity
-	identity     harness.Identity
-	baseInstance string
+	mu       sync.Mutex // identity
+	identity harness.Identity
 
 	fault    once
 	done     chan struct{}
@@ -309,10 +307,12 @@ func isNetwork(err error) bool {
 }
 
 // reinit runs the handshake again on s after the server expired its
-// session, unless another call did since generation gen. The session is
-// replaced, and whatever state the server kept in it is gone, so the
-// connection's identity gets a new instance (of the same URL-derived base);
-// a tenant's session counts too, since the identity is the connection's.
+// session, unless another call did since generation gen. The identity's
+// epoch moves on but its instance stays: a remote server's instance is
+// derived from its URL because it is the same server whichever replica or
+// session reaches it (each replica has sessions of its own, and every
+// replica must judge recorded results alike), and one caller's expired
+// session must not make every other caller's results look stale.
 func (c *conn) reinit(ctx context.Context, s *session, gen int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,7 +326,6 @@ func (c *conn) reinit(ctx context.Context, s *session, gen int64) error {
 	}
 	s.gen++
 	c.mu.Lock()
-	c.identity.Instance = c.baseInstance + "-s" + strings.ToLower(rand.Text()[:10])
 	c.identity.Epoch++
 	c.mu.Unlock()
 	if s.tenant {

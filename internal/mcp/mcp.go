@@ -89,8 +89,8 @@
 // new identity instance. A 2025 session the server expired (HTTP 404 on
 // its Mcp-Session-Id), the connection's own or a tenant's, is
 // re-initialized once and the call sent again; the identity keeps its
-// URL-derived base but gets a new instance (the server's session state is
-// gone) and the next epoch. Expired again right after, the call fails
+// URL-derived instance (see instanceOf) and moves to the next epoch.
+// Expired again right after, the call fails
 // with a clear error instead of looping; the next call tries once more.
 //
 // OAuth sign-in is internal/oauth's: this package sends the headers the
@@ -275,7 +275,6 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 		tenants:        &tenants{max: maxTenants},
 		configured:     p.spec.Headers,
 	}
-	c.baseInstance = c.identity.Instance
 	trans, err := open(c)
 	if err != nil {
 		return nil, err

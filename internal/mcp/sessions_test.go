@@ -395,8 +395,8 @@ func TestSessionExpiry(t *testing.T) {
 			if gotAuth != auth || after == before || after == "" {
 				t.Errorf("after expiry: %q on session %q (was %q)", gotAuth, after, before)
 			}
-			if now := conn.Identity(); now.Instance == id.Instance || now.Surface != id.Surface {
-				t.Errorf("identity after re-initialize = %+v, was %+v; want a new instance", now, id)
+			if now := conn.Identity(); now.Instance != id.Instance || now.Epoch != id.Epoch+1 {
+				t.Errorf("identity after re-initialize = %+v, was %+v; want the same instance, the next epoch", now, id)
 			}
 
 			fake.set(func(f *eraServer) { f.expire[auth] = 2 })
