@@ -65,6 +65,14 @@ func (s *Service) discover(ctx context.Context, c Connection) (discovery, error)
 		ch = s.probe(ctx, c.ResourceURL)
 	}
 	prm, err := s.resourceMetadata(ctx, server, ch)
+	if err != nil && ch.ResourceMetadata == "" {
+		// A server of the 2025-03-26 revision publishes no resource
+		// metadata and is its own authorization server, at its origin.
+		if as, aerr := s.serverMetadata(ctx, server.Scheme+"://"+server.Host); aerr == nil {
+			s.log.Debug("oauth: no protected resource metadata; the server's origin is its authorization server", "connection", c.Name)
+			return discovery{Resource: c.ResourceURL, Challenge: ch, AS: as}, nil
+		}
+	}
 	if err != nil {
 		return discovery{}, err
 	}

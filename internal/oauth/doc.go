@@ -20,7 +20,11 @@
 //     resource_metadata, else /.well-known/oauth-protected-resource with
 //     the server's path, else at the root. Its resource must be the
 //     server's URL or a parent of it (same origin), else nothing is sent;
-//     it is then sent as published, unnormalised.
+//     it is then sent as published, unnormalised. A server that publishes
+//     none (and names none in its challenge) is taken, as the 2025-03-26
+//     revision has it, to be its own authorization server at its origin,
+//     whose metadata must then be found there (its endpoints are not
+//     guessed: PKCE S256 could not be confirmed).
 //  3. Authorization server metadata: RFC 8414 and OpenID discovery, with
 //     the path-insertion forms for an issuer with a path. The document's
 //     issuer must equal the issuer asked for, byte for byte; S256 must be
@@ -107,8 +111,6 @@
 //   - Only the current key decrypts: after PATCHBAY_SECRET_KEY rotates,
 //     stored tokens and registrations read as absent (sign in again), as
 //     they are short-lived; the secret store's Rekey does not cover them.
-//   - No fallback for servers without protected resource metadata (the
-//     2025-03-26 convention of an authorization server at the MCP
-//     server's origin), and no client credentials, DPoP or enterprise
-//     grants (extensions of the conformance suite, not scored).
+//   - No client credentials, DPoP or enterprise grants (extensions of the
+//     conformance suite, not scored).
 package oauth

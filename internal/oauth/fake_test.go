@@ -93,7 +93,11 @@ func newFakeAS(t *testing.T, configure func(*fakeAS)) *fakeAS {
 
 func (a *fakeAS) issuer() string { return a.srv.URL + a.issuerPath }
 
-func (a *fakeAS) metadata(w http.ResponseWriter, r *http.Request) {
+func (a *fakeAS) metadata(w http.ResponseWriter, r *http.Request) { a.metadataAs(w, "") }
+
+// metadataAs writes the metadata document; claim, when set, is the issuer
+// it names (another origin publishing this server's endpoints).
+func (a *fakeAS) metadataAs(w http.ResponseWriter, claim string) {
 	iss := a.issuer()
 	md := map[string]any{
 		"issuer":                                iss,
@@ -106,6 +110,9 @@ func (a *fakeAS) metadata(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.issuerClaim != "" {
 		md["issuer"] = a.issuerClaim
+	}
+	if claim != "" {
+		md["issuer"] = claim
 	}
 	if a.noS256 {
 		md["code_challenge_methods_supported"] = []string{"plain"}
@@ -329,6 +336,7 @@ type fakeMCP struct {
 	resource   string   // "" is the real /mcp URL
 	needScopes []string // a token must hold these, else 403 insufficient_scope
 	inHeader   bool     // resource_metadata in the challenge
+	legacy     bool     // 2025-03-26: no resource metadata; the AS metadata at this origin
 	redirectTo string
 	forbid     string       // every authorized request: 403 insufficient_scope for this scope
 	seen       atomic.Int32 // authorized requests
@@ -341,17 +349,16 @@ func newFakeMCP(t *testing.T, as *fakeAS, configure func(*fakeMCP)) *fakeMCP {
 		configure(m)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", func(w http.ResponseWriter, r *http.Request) {
-		res := m.resource
-		if res == "" {
-			res = m.url()
-		}
-		md := map[string]any{"resource": res, "authorization_servers": []string{as.issuer()}}
-		if m.prmScopes != nil {
-			md["scopes_supported"] = m.prmScopes
-		}
-		writeJSON(w, http.StatusOK, md)
-	})
+	if m.legacy {
+		m.inHeader = false
+		// The authorization server's document, naming this origin its
+		// issuer, as a 2025-03-26 server that is its own AS publishes it.
+		mux.HandleFunc("GET /.well-known/oauth-authorization-server", func(w http.ResponseWriter, r *http.Request) {
+			as.metadataAs(w, m.srv.URL)
+		})
+	} else {
+		mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", m.resourceMetadata)
+	}
 	mux.HandleFunc("/mcp", m.serve)
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, m.redirectTo, http.StatusFound)
@@ -359,6 +366,18 @@ func newFakeMCP(t *testing.T, as *fakeAS, configure func(*fakeMCP)) *fakeMCP {
 	m.srv = httptest.NewServer(mux)
 	t.Cleanup(m.srv.Close)
 	return m
+}
+
+func (m *fakeMCP) resourceMetadata(w http.ResponseWriter, r *http.Request) {
+	res := m.resource
+	if res == "" {
+		res = m.url()
+	}
+	md := map[string]any{"resource": res, "authorization_servers": []string{m.as.issuer()}}
+	if m.prmScopes != nil {
+		md["scopes_supported"] = m.prmScopes
+	}
+	writeJSON(w, http.StatusOK, md)
 }
 
 func (m *fakeMCP) url() string { return m.srv.URL + "/mcp" }

@@ -708,3 +708,18 @@ func TestRejectedTokenRefreshedOnce(t *testing.T) {
 		t.Fatalf("Refresh refused = %v, want ErrNeedsSignIn", err)
 	}
 }
+
+// A server of the 2025-03-26 revision has no protected resource metadata:
+// its origin is its authorization server, and signing in works all the
+// same (with PKCE S256 and the issuer check).
+func TestServerWithoutResourceMetadata(t *testing.T) {
+	t.Parallel()
+	// Its authorization responses carry no iss (RFC 9207 postdates it).
+	b := setup(t, func(a *fakeAS) { a.issMode, a.issSupported = "omit", false }, func(m *fakeMCP) { m.legacy = true }, nil)
+	b.signIn(t, b.svc, "admin")
+	bearer(t, b.svc, "admin")
+	resp, err := callMCP(t, b.svc, b.mcp.url())
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("after sign-in: %v %v", resp, err)
+	}
+}
