@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -224,6 +225,7 @@ type Keyring struct {
 
 type secretKey struct {
 	id   string
+	raw  []byte
 	aead cipher.AEAD
 }
 
@@ -323,7 +325,7 @@ func NewKeyring(keys ...KeyringKey) (Keyring, error) {
 		if err != nil {
 			return Keyring{}, fmt.Errorf("secret key: %w", err)
 		}
-		k.keys = append(k.keys, secretKey{id: key.ID, aead: aead})
+		k.keys = append(k.keys, secretKey{id: key.ID, raw: bytes.Clone(key.Key), aead: aead})
 	}
 	return k, nil
 }
@@ -334,6 +336,16 @@ func (k Keyring) Current() string {
 		return ""
 	}
 	return k.keys[0].id
+}
+
+// CurrentKey is the current key and its id, for a package that derives
+// its own key from PATCHBAY_SECRET_KEY (OAuth tokens) rather than reading
+// the variable a second time; nil for an empty keyring.
+func (k Keyring) CurrentKey() (id string, key []byte) {
+	if len(k.keys) == 0 {
+		return "", nil
+	}
+	return k.keys[0].id, bytes.Clone(k.keys[0].raw)
 }
 
 func (k Keyring) key(id string) (cipher.AEAD, bool) {

@@ -29,40 +29,22 @@ const (
 	// keyInfo separates this package's key from the secret store's,
 	// which uses the same PATCHBAY_SECRET_KEY.
 	keyInfo = "patchbay oauth tokens v1"
-	// passphraseInfo and passphraseKeyID are those of harness.ParseKeyring
-	// for a passphrase (see KeyFromSecretKey).
-	passphraseInfo = "patchbay secret key v1"
 )
 
 var (
 	keyIDRE        = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
-	keyEncodings   = []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding}
 	errKeyMismatch = errors.New("oauth: a stored value does not decrypt (another key, or tampered)")
 )
 
 // KeyFromSecretKey returns the current key of PATCHBAY_SECRET_KEY and its
-// id, derived exactly as harness.ParseKeyring does (which also checks the
-// value): the first key of an "id:base64key,…" list, or the HKDF-SHA256
-// key "k1" of a passphrase. Errors never quote the value.
+// id, as harness.ParseKeyring reads it (which also checks the value).
+// Errors never quote the value.
 func KeyFromSecretKey(v string) (id string, key []byte, err error) {
 	kr, err := harness.ParseKeyring(v)
 	if err != nil {
 		return "", nil, err
 	}
-	id = kr.Current()
-	v = strings.TrimSpace(v)
-	first, _, _ := strings.Cut(v, ",")
-	if kid, b64, ok := strings.Cut(strings.TrimSpace(first), ":"); ok && kid == id {
-		for _, enc := range keyEncodings {
-			if b, err := enc.DecodeString(b64); err == nil && len(b) == harness.SecretKeySize {
-				return id, b, nil
-			}
-		}
-	}
-	key, err = hkdf.Key(sha256.New, []byte(v), nil, passphraseInfo, harness.SecretKeySize)
-	if err != nil {
-		return "", nil, fmt.Errorf("oauth: derive key: %w", err)
-	}
+	id, key = kr.CurrentKey()
 	return id, key, nil
 }
 
