@@ -346,18 +346,29 @@ func (c *Connection) watch(conn Conn, lr lossReporter) {
 	if err := lr.Err(); err != nil {
 		msg = err.Error()
 	}
-	c.mu.Lock()
-	if c.conn != conn || c.state == StateClosed {
-		c.mu.Unlock()
+	if !c.takeDown(conn, StateUnavailable, msg) {
 		return
 	}
-	c.conn, c.state, c.lastErr, c.since = nil, StateUnavailable, msg, time.Now()
-	c.mu.Unlock()
 	if c.logger != nil {
 		c.logger.Error("connection lost; reconnecting", "connection", c.name, "err", msg)
 	}
-	_ = conn.Close()
 	c.reconnect()
+}
+
+// takeDown takes the live Conn out of service and closes it, showing state
+// and reason; with only set, just when that is still the live Conn. It
+// reports whether it did (false: nothing live, already replaced or closed).
+func (c *Connection) takeDown(only Conn, state State, reason string) bool {
+	c.mu.Lock()
+	conn := c.conn
+	if conn == nil || c.state == StateClosed || (only != nil && conn != only) {
+		c.mu.Unlock()
+		return false
+	}
+	c.conn, c.state, c.lastErr, c.since = nil, state, reason, time.Now()
+	c.mu.Unlock()
+	_ = conn.Close()
+	return true
 }
 
 // needSignIn marks a ready connection whose shared sign-in stopped
@@ -365,18 +376,12 @@ func (c *Connection) watch(conn Conn, lr lossReporter) {
 // needs_sign_in with the sign-in link, and it reconnects once someone signs
 // in again (Kick) or the backoff finds the server willing.
 func (c *Connection) needSignIn(reason string) {
-	c.mu.Lock()
-	if c.state != StateReady || c.conn == nil {
-		c.mu.Unlock()
+	if !c.takeDown(nil, StateNeedsSignIn, reason) {
 		return
 	}
-	conn := c.conn
-	c.conn, c.state, c.lastErr, c.since = nil, StateNeedsSignIn, reason, time.Now()
-	c.mu.Unlock()
 	if c.logger != nil {
 		c.logger.Warn("connection needs a sign-in", "connection", c.name, "err", reason)
 	}
-	_ = conn.Close()
 	go c.reconnect()
 }
 
