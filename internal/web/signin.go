@@ -35,17 +35,28 @@ func (h *handler) signInTarget(c echo.Context) (*harness.Connection, string, err
 	if err != nil {
 		return nil, "", &notFound{"No connection is named " + c.Param("name") + "."}
 	}
-	switch conn.Access().SignIn {
-	case harness.SignInShared:
-		if !sessionOf(c).Operator() {
-			return nil, "", &refused{"Only an operator signs in to " + conn.Name() + ": it uses one shared account."}
-		}
-		return conn, operatorPrincipal, nil
-	case harness.SignInPerUser:
-		return conn, sessionOf(c).Subject, nil
-	default:
+	kind := conn.Access().SignIn
+	if kind == "" {
 		return nil, "", &notFound{"Connection " + conn.Name() + " is not signed in to with OAuth."}
 	}
+	principal := signInPrincipal(kind, sessionOf(c))
+	if principal == "" {
+		return nil, "", &refused{"Only an operator signs in to " + conn.Name() + ": it uses one shared account."}
+	}
+	return conn, principal, nil
+}
+
+// signInPrincipal is whom sess signs in for on a connection of this
+// sign-in kind: each person for themselves on a per-user one, operators
+// for everyone on a shared one; "" when sess may not.
+func signInPrincipal(kind string, sess *Session) string {
+	switch {
+	case kind == harness.SignInPerUser:
+		return sess.Subject
+	case kind == harness.SignInShared && sess.Operator():
+		return operatorPrincipal
+	}
+	return ""
 }
 
 // startSignIn sends the browser to the connection's authorization server.
@@ -146,13 +157,7 @@ func (h *handler) signInPanel(c echo.Context, conn *harness.Connection) *signInP
 		return nil
 	}
 	p := &signInPanel{Kind: kind, Start: "/oauth/" + url.PathEscape(conn.Name()) + "/start"}
-	sess := sessionOf(c)
-	switch {
-	case kind == harness.SignInPerUser:
-		p.Principal = sess.Subject
-	case sess.Operator():
-		p.Principal = operatorPrincipal
-	}
+	p.Principal = signInPrincipal(kind, sessionOf(c))
 	who := p.Principal
 	if who == "" {
 		who = operatorPrincipal
