@@ -22,10 +22,13 @@ test: lint ## vet, format check and every test (CI=true: nothing may skip, and t
 	@# CI: the committed templ output must be what `make generate` makes.
 	@if [ "$${CI:-}" = true ]; then $(MAKE) --no-print-directory generate && git diff --exit-code -- '*_templ.go'; fi
 	$(GO) test -race -count=1 ./...
-	@if [ "$${CI:-}" = true ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=10s; fi
+	@# CI fuzzes by count, not time: Go 1.26's fuzz coordinator can fail a
+	@# duration-bound run with "context deadline exceeded" at the deadline
+	@# under load, with no crasher (go.dev/issue/75804, fixed in Go 1.27).
+	@if [ "$${CI:-}" = true ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=50000x; fi
 
 FUZZTIME ?= 30s
-fuzz: ## run each fuzz target for FUZZTIME (default 30s)
+fuzz: ## run each fuzz target for FUZZTIME (default 30s; a count such as 50000x also works)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDocument$$' -fuzztime $(FUZZTIME) ./internal/harness/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpression$$' -fuzztime $(FUZZTIME) ./internal/harness/
 
