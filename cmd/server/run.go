@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
@@ -90,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		pol := harness.Policy{Determinism: spec.Determinism}
 		if p := spec.Policy; p != nil {
-			pol.Approve, pol.Deny = p.Approve, p.Deny
+			pol.Approve, pol.Deny, pol.Approvers = p.Approve, p.Deny, p.Approvers
 		}
 		if err := reg.SetPolicy(name, pol); err != nil {
 			return err
@@ -212,12 +213,13 @@ func overrides(getenv func(string) string, flags map[string]string) func(string)
 func apiKeys(cfg *config.Config, stdout io.Writer) []api.Key {
 	keys := make([]api.Key, 0, len(cfg.APIKeys))
 	for _, k := range cfg.APIKeys {
-		keys = append(keys, api.Key{SHA256: k.SHA256, Name: k.Name, Allowlist: k.Allowlist})
+		keys = append(keys, api.Key{SHA256: k.SHA256, Principal: authz.Principal{
+			Name: k.Name, Allowlist: k.Allowlist, Roles: k.Roles, Approve: k.Approve, Push: k.Push}})
 	}
 	if len(keys) == 0 {
 		key := "pb_" + rand.Text()
 		fmt.Fprintf(stdout, "No PATCHBAY_API_KEYS set; this run's API key is: %s\n", key)
-		keys = append(keys, api.Key{SHA256: sha256.Sum256([]byte(key)), Name: "generated", Allowlist: config.DefaultAllowlist})
+		keys = append(keys, api.Key{SHA256: sha256.Sum256([]byte(key)), Principal: authz.Principal{Name: "generated", Allowlist: config.DefaultAllowlist}})
 	}
 	return keys
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -60,7 +61,7 @@ func setupAgents(t *testing.T) *bundle {
 	go func() { _ = execs.Run(ctx, 1); close(done) }()
 	srv := httptest.NewServer(api.New(api.Options{
 		Executions: execs, Registry: reg, Allowlists: als, MaxBodyBytes: 64 << 10, Metrics: metrics,
-		APIKeys: []api.Key{{SHA256: sha256.Sum256([]byte(testKey)), Name: "tester", Allowlist: "test"}},
+		APIKeys: []api.Key{{SHA256: sha256.Sum256([]byte(testKey)), Principal: authz.Principal{Name: "tester", Allowlist: "test", Roles: []authz.Role{authz.Admin}}}},
 	}))
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	router, err := gorillamux.NewRouter(loadSpec(t))

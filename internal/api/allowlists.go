@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -30,19 +31,44 @@ func allowlistProblem(err error) error {
 	return err
 }
 
+// A key sees its own allowlist (what it may use); read sees them all.
+func seesAllowlist(c echo.Context, name string) bool {
+	p := principal(c)
+	return p.SeesAll() || p.Allowlist == name
+}
+
 func (h *handlers) listAllowlists(c echo.Context) error {
 	items, err := h.Allowlists.List(c.Request().Context())
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, allowlistList{Items: items})
+	out := []*harness.Allowlist{}
+	for _, al := range items {
+		if seesAllowlist(c, al.Name) {
+			out = append(out, al)
+		}
+	}
+	return c.JSON(http.StatusOK, allowlistList{Items: out})
+}
+
+// seenAllowlist returns the named allowlist if the key may see it; others
+// are not found.
+func (h *handlers) seenAllowlist(c echo.Context, name string) (*harness.Allowlist, error) {
+	if !seesAllowlist(c, name) {
+		return nil, allowlistProblem(fmt.Errorf("allowlist %s: %w", name, harness.ErrAllowlistNotFound))
+	}
+	al, err := h.Allowlists.Get(c.Request().Context(), name)
+	if err != nil {
+		return nil, allowlistProblem(err)
+	}
+	return al, nil
 }
 
 func (h *handlers) getAllowlist(c echo.Context) error {
 	ctx := c.Request().Context()
-	al, err := h.Allowlists.Get(ctx, c.Param("name"))
+	al, err := h.seenAllowlist(c, c.Param("name"))
 	if err != nil {
-		return allowlistProblem(err)
+		return err
 	}
 	hist, err := h.Allowlists.History(ctx, al.Name)
 	if err != nil {
@@ -79,9 +105,9 @@ func (h *handlers) deleteAllowlist(c echo.Context) error {
 }
 
 func (h *handlers) describeAllowlist(c echo.Context) error {
-	al, err := h.Allowlists.Get(c.Request().Context(), c.Param("name"))
+	al, err := h.seenAllowlist(c, c.Param("name"))
 	if err != nil {
-		return allowlistProblem(err)
+		return err
 	}
 	return c.JSON(http.StatusOK, allowlistDescription{Name: al.Name, Connections: harness.Describe(h.Registry, al)})
 }

@@ -17,18 +17,40 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
 const testKey = "test-key"
 
+// The keys of the authorization tests, each with its principal (the test
+// key, tester, is an admin). Every key is bound to the test allowlist.
+var roleKeys = map[string]authz.Principal{
+	"alice-key":    {Name: "alice"},
+	"bob-key":      {Name: "bob", Roles: []authz.Role{authz.Run}},
+	"auditor-key":  {Name: "auditor", Roles: []authz.Role{authz.Read}},
+	"approver-key": {Name: "approver", Roles: []authz.Role{authz.Approve}},
+	"pusher-key":   {Name: "pusher", Push: []string{"deploys"}},
+}
+
+func testKeys() []api.Key {
+	keys := []api.Key{{SHA256: sha256.Sum256([]byte(testKey)), Principal: authz.Principal{Name: "tester", Allowlist: "test", Roles: []authz.Role{authz.Admin}}}}
+	for plain, p := range roleKeys {
+		p.Allowlist = "test"
+		keys = append(keys, api.Key{SHA256: sha256.Sum256([]byte(plain)), Principal: p})
+	}
+	return keys
+}
+
 type bundle struct {
 	url    string
 	router routers.Router
 	spec   *openapi3.T
+	routes []*echo.Route // every route the server has
 
 	mu   sync.Mutex
 	seen map[string]bool // "METHOD /route status"
@@ -94,20 +116,21 @@ func setup(t testing.TB, opts ...func(*api.Options)) *bundle {
 	trig, hooks := triggerParts(t, st, execs, reg)
 	o := api.Options{
 		Executions: execs, Registry: reg, Allowlists: als,
-		APIKeys:      []api.Key{{SHA256: sha256.Sum256([]byte(testKey)), Name: "tester", Allowlist: "test"}},
+		APIKeys:      testKeys(),
 		MaxBodyBytes: 64 << 10, Metrics: metrics, Triggers: trig, Webhooks: hooks,
 	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	srv := httptest.NewServer(api.New(o))
+	e := api.New(o)
+	srv := httptest.NewServer(e)
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	s := loadSpec(t)
 	router, err := gorillamux.NewRouter(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{url: srv.URL, router: router, spec: s, seen: map[string]bool{}}
+	return &bundle{url: srv.URL, router: router, spec: s, seen: map[string]bool{}, routes: e.Routes()}
 }
 
 type reply struct {
@@ -397,10 +420,14 @@ func exerciseApprovals(t *testing.T, b *bundle) {
 	if r = b.do(t, "GET", "/v1/approvals/"+id, "", ""); r.status != 200 || r.json(t)["requestedBy"] != "tester" {
 		t.Fatalf("GET approval = %d %s", r.status, r.body)
 	}
-	if r = b.do(t, "POST", "/v1/approvals/"+id+"/approve", "application/json", `{"note":"fine"}`); r.status != 200 || r.json(t)["state"] != "approved" {
+	if r = b.do(t, "POST", "/v1/approvals/"+id+"/approve", "application/json", `{"note":"fine"}`); r.status != 409 || r.json(t)["code"] != "APPROVAL_SELF" {
+		t.Fatalf("approve own call = %d %s", r.status, r.body)
+	}
+	r = b.do(t, "POST", "/v1/approvals/"+id+"/approve", "application/json", `{"note":"fine"}`, "Authorization", "Bearer approver-key")
+	if r.status != 200 || r.json(t)["state"] != "approved" || r.json(t)["decidedBy"] != "approver" {
 		t.Fatalf("approve = %d %s", r.status, r.body)
 	}
-	if r = b.do(t, "POST", "/v1/approvals/"+id+"/deny", "", ""); r.status != 409 || r.json(t)["code"] != "APPROVAL_DECIDED" {
+	if r = b.do(t, "POST", "/v1/approvals/"+id+"/deny", "", "", "Authorization", "Bearer approver-key"); r.status != 409 || r.json(t)["code"] != "APPROVAL_DECIDED" {
 		t.Fatalf("deny after approve = %d %s", r.status, r.body)
 	}
 	if r = b.do(t, "GET", "/v1/approvals/ap_nope", "", ""); r.status != 404 {

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -24,8 +25,26 @@ func approvalProblem(err error) error {
 		return problem(http.StatusNotFound, "APPROVAL_NOT_FOUND", "no approval with that id")
 	case errors.Is(err, harness.ErrApprovalDecided):
 		return problem(http.StatusConflict, "APPROVAL_DECIDED", err.Error())
+	case errors.Is(err, harness.ErrSelfApproval):
+		return problem(http.StatusConflict, "APPROVAL_SELF", "the key that requested this call cannot decide it; another approver must")
+	case errors.Is(err, harness.ErrNotApprover):
+		return forbidden("%s", err.Error())
 	}
 	return err
+}
+
+// seen returns the approval if the request's key may see it: one its own
+// executions asked for, one it may decide, or any with read. Others are
+// not found.
+func (h *handlers) seenApproval(c echo.Context, id string) (*harness.Approval, error) {
+	ap, err := h.Executions.Approvals().Get(c.Request().Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if !principal(c).SeesApproval(ap.RequestedBy, ap.Connection, ap.Op) {
+		return nil, fmt.Errorf("approval %s: %w", id, harness.ErrApprovalNotFound)
+	}
+	return ap, nil
 }
 
 func (h *handlers) listApprovals(c echo.Context) error {
@@ -43,15 +62,22 @@ func (h *handlers) listApprovals(c echo.Context) error {
 		}
 		limit = n
 	}
-	items, err := h.Executions.Approvals().List(c.Request().Context(), state, limit)
+	items, err := h.Executions.Approvals().List(c.Request().Context(), state, 200)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, approvalList{Items: items})
+	p := principal(c)
+	out := []*harness.Approval{}
+	for _, ap := range items {
+		if len(out) < limit && p.SeesApproval(ap.RequestedBy, ap.Connection, ap.Op) {
+			out = append(out, ap)
+		}
+	}
+	return c.JSON(http.StatusOK, approvalList{Items: out})
 }
 
 func (h *handlers) getApproval(c echo.Context) error {
-	ap, err := h.Executions.Approvals().Get(c.Request().Context(), c.Param("id"))
+	ap, err := h.seenApproval(c, c.Param("id"))
 	if err != nil {
 		return approvalProblem(err)
 	}
@@ -80,7 +106,10 @@ func (h *handlers) decide(c echo.Context, state harness.ApprovalState) error {
 	if len(body.Note) > maxNote {
 		return fieldProblem(harness.CodeValidationFailed, "/note", "must be at most 2000 characters")
 	}
-	ap, err := h.Executions.Approvals().Decide(c.Request().Context(), c.Param("id"), state, principal(c).Name, body.Note)
+	if _, err := h.seenApproval(c, c.Param("id")); err != nil {
+		return approvalProblem(err)
+	}
+	ap, err := h.Executions.Approvals().DecideAs(c.Request().Context(), c.Param("id"), state, principal(c), body.Note)
 	if err != nil {
 		return approvalProblem(err)
 	}

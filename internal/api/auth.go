@@ -3,26 +3,49 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/authz"
 )
 
-// Key is one accepted API key: its SHA-256 digest, the principal it names
-// and the allowlist bounding what its documents may use.
+// Key is one accepted API key: its SHA-256 digest and the principal it
+// names (its roles and the allowlist bounding what its documents may use).
 type Key struct {
-	SHA256    [32]byte
-	Name      string
-	Allowlist string
+	SHA256 [32]byte
+	authz.Principal
 }
 
 const principalKey = "principal"
 
-// principal is the key a request was authenticated with.
-func principal(c echo.Context) Key {
+// principal is who the request was authenticated as.
+func principal(c echo.Context) authz.Principal {
 	k, _ := c.Get(principalKey).(Key)
-	return k
+	return k.Principal
+}
+
+// codeForbidden: the key is known but lacks the role or grant the route
+// needs. Resources another key owns answer 404 instead, so that their
+// existence is not disclosed.
+const codeForbidden = "FORBIDDEN"
+
+// need admits keys holding role r; others get 403.
+func need(r authz.Role) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if !principal(c).Has(r) {
+				return forbidden("this API key lacks the %s role", r)
+			}
+			return next(c)
+		}
+	}
+}
+
+func forbidden(format string, args ...any) *Problem {
+	return problem(http.StatusForbidden, codeForbidden, fmt.Sprintf(format, args...))
 }
 
 // requireAPIKey admits requests bearing one of keys. Every digest is

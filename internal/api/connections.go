@@ -1,6 +1,8 @@
 package api
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -17,16 +19,48 @@ type connectionDetail struct {
 	Operations []harness.Operation `json:"operations"`
 }
 
+// connectionFilter says which connections the request's key may see:
+// every one with read, else those its allowlist grants (what its
+// documents may use).
+func (h *handlers) connectionFilter(c echo.Context) (func(name string) bool, error) {
+	p := principal(c)
+	if p.SeesAll() {
+		return func(string) bool { return true }, nil
+	}
+	al, err := h.Allowlists.Get(c.Request().Context(), p.Allowlist)
+	if errors.Is(err, harness.ErrAllowlistNotFound) {
+		return func(string) bool { return false }, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func(name string) bool { _, ok := al.Connections[name]; return ok }, nil
+}
+
 func (h *handlers) listConnections(c echo.Context) error {
+	sees, err := h.connectionFilter(c)
+	if err != nil {
+		return err
+	}
 	out := connectionList{Items: []harness.Status{}}
 	for _, conn := range h.Registry.List() {
-		out.Items = append(out.Items, conn.Status())
+		if sees(conn.Name()) {
+			out.Items = append(out.Items, conn.Status())
+		}
 	}
 	return c.JSON(http.StatusOK, out)
 }
 
 func (h *handlers) getConnection(c echo.Context) error {
-	conn, err := h.Registry.Get(c.Param("name"))
+	sees, err := h.connectionFilter(c)
+	if err != nil {
+		return err
+	}
+	name := c.Param("name")
+	if !sees(name) {
+		return &harness.Error{Code: harness.CodeConnectionUnknown, Message: fmt.Sprintf("no connection named %q", name)}
+	}
+	conn, err := h.Registry.Get(name)
 	if err != nil {
 		return err
 	}

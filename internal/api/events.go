@@ -25,6 +25,9 @@ func (h *handlers) streamEvents(c echo.Context) error {
 	if after == "" {
 		after = c.QueryParam("after")
 	}
+	if _, err := h.visible(c, id); err != nil {
+		return err
+	}
 	// The first read answers 404 before any stream headers are sent.
 	events, err := h.Executions.Events(ctx, id, after, 0)
 	if err != nil {
@@ -84,6 +87,9 @@ func (h *handlers) resumeExecution(c echo.Context) error {
 			return fieldProblem(harness.CodeValidationFailed, fmt.Sprintf("/rerun/%d", i), "must be a connection name")
 		}
 	}
+	if _, err := h.actable(c, c.Param("id")); err != nil {
+		return err
+	}
 	ex, err := h.Executions.Resume(c.Request().Context(), c.Param("id"), req.Rerun)
 	if errors.Is(err, harness.ErrNotResumable) {
 		return problem(http.StatusConflict, "EXECUTION_NOT_RESUMABLE", err.Error())
@@ -95,6 +101,9 @@ func (h *handlers) resumeExecution(c echo.Context) error {
 }
 
 func (h *handlers) cancelExecution(c echo.Context) error {
+	if _, err := h.actable(c, c.Param("id")); err != nil {
+		return err
+	}
 	ex, err := h.Executions.Cancel(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err

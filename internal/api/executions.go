@@ -188,8 +188,35 @@ func malformed(err error) *Problem {
 	return problem(http.StatusBadRequest, codeMalformedJSON, detail)
 }
 
+// visible returns the execution if the request's key may see it: its own,
+// or any with read. One it may not see is "not found", as if it did not
+// exist, so ids cannot be probed.
+func (h *handlers) visible(c echo.Context, id string) (*harness.Execution, error) {
+	ex, err := h.Executions.Get(c.Request().Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if !principal(c).Sees(ex.Principal) {
+		return nil, fmt.Errorf("execution %s: %w", id, harness.ErrNotFound)
+	}
+	return ex, nil
+}
+
+// actable returns the execution if the request's key may change it
+// (cancel, resume): its own with run, any with admin.
+func (h *handlers) actable(c echo.Context, id string) (*harness.Execution, error) {
+	ex, err := h.visible(c, id)
+	if err != nil {
+		return nil, err
+	}
+	if !principal(c).Acts(ex.Principal) {
+		return nil, forbidden("only the key that started this execution, or an admin, may change it")
+	}
+	return ex, nil
+}
+
 func (h *handlers) getExecution(c echo.Context) error {
-	ex, err := h.Executions.Get(c.Request().Context(), c.Param("id"))
+	ex, err := h.visible(c, c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -198,6 +225,9 @@ func (h *handlers) getExecution(c echo.Context) error {
 
 func (h *handlers) listExecutions(c echo.Context) error {
 	opts := harness.ListOptions{Cursor: c.QueryParam("cursor")}
+	if p := principal(c); !p.SeesAll() {
+		opts.Principal = p.Name
+	}
 	if s := c.QueryParam("status"); s != "" {
 		if !harness.ValidExecState(s) {
 			return fieldProblem(harness.CodeValidationFailed, "status", "must be one of queued, running, waiting, succeeded, failed, cancelled")

@@ -76,6 +76,11 @@ func (h *handlers) pushEvent(c echo.Context) error {
 		return problem(http.StatusServiceUnavailable, codeNotReady, "triggers are not configured")
 	}
 	name := c.Param("name")
+	if !principal(c).MayPush(name) {
+		// Checked before the source's existence, so that a key without
+		// the grant learns nothing about which sources exist.
+		return forbidden("this API key may not push events into %q (the key's push grant names the sources it may)", name)
+	}
 	if !h.Triggers.HasSource(name) {
 		return problem(http.StatusNotFound, codeConnectionNotFound, fmt.Sprintf("no source named %q", name))
 	}

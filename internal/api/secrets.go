@@ -65,8 +65,8 @@ func decodeSecret(body []byte) (string, error) {
 		bad("/value", "is required")
 	case json.Unmarshal(raw, &value) != nil:
 		bad("/value", "must be a string")
-	case value == "":
-		bad("/value", "must not be empty")
+	case len(value) < harness.MinSecretSize:
+		bad("/value", fmt.Sprintf("must be at least %d bytes: a shorter value cannot be redacted from output without destroying ordinary text", harness.MinSecretSize))
 	case len(value) > harness.MaxSecretSize:
 		bad("/value", fmt.Sprintf("must be at most %d bytes", harness.MaxSecretSize))
 	}

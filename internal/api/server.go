@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/webhooks"
@@ -73,9 +74,14 @@ func New(o Options) *echo.Echo {
 	// The key is checked per route rather than as group middleware: echo
 	// gives a group with middleware a catch-all route, which would turn a
 	// wrong method (405) into a 404.
+	//
+	// Each route says who may use it: need(role) for role-gated routes;
+	// the handlers of owned resources (executions, approvals, allowlists)
+	// answer 404 for what the key may not see (see package authz).
 	auth := requireAPIKey(o.APIKeys)
+	run, read, admin := need(authz.Run), need(authz.Read), need(authz.Admin)
 	v1 := e.Group("/v1")
-	v1.POST("/executions", h.createExecution, auth)
+	v1.POST("/executions", h.createExecution, auth, run)
 	v1.GET("/executions", h.listExecutions, auth)
 	v1.GET("/executions/:id", h.getExecution, auth)
 	v1.GET("/executions/:id/events", h.streamEvents, auth)
@@ -83,18 +89,18 @@ func New(o Options) *echo.Echo {
 	v1.POST("/executions/:id/resume", h.resumeExecution, auth)
 	v1.GET("/connections", h.listConnections, auth)
 	v1.GET("/connections/:name", h.getConnection, auth)
-	v1.PUT("/secrets/:name", h.putSecret, auth)
+	v1.PUT("/secrets/:name", h.putSecret, auth, admin)
 	// Triggers (issue 6). /hooks authenticates by signature, not API key.
 	e.POST("/hooks/:connection", h.receiveWebhook)
 	v1.POST("/sources/:name/events", h.pushEvent, auth)
-	v1.POST("/harness/start", h.startHarness, auth)
-	v1.GET("/harness/status", h.harnessStatus, auth)
-	v1.GET("/deadletters", h.listDeadLetters, auth)
-	v1.POST("/deadletters/:id/redeliver", h.redeliverDeadLetter, auth)
+	v1.POST("/harness/start", h.startHarness, auth, admin)
+	v1.GET("/harness/status", h.harnessStatus, auth, read)
+	v1.GET("/deadletters", h.listDeadLetters, auth, read)
+	v1.POST("/deadletters/:id/redeliver", h.redeliverDeadLetter, auth, admin)
 	v1.GET("/allowlists", h.listAllowlists, auth)
 	v1.GET("/allowlists/:name", h.getAllowlist, auth)
-	v1.PUT("/allowlists/:name", h.putAllowlist, auth)
-	v1.DELETE("/allowlists/:name", h.deleteAllowlist, auth)
+	v1.PUT("/allowlists/:name", h.putAllowlist, auth, admin)
+	v1.DELETE("/allowlists/:name", h.deleteAllowlist, auth, admin)
 	v1.GET("/allowlists/:name/describe", h.describeAllowlist, auth)
 	v1.GET("/approvals", h.listApprovals, auth)
 	v1.GET("/approvals/:id", h.getApproval, auth)

@@ -6,6 +6,8 @@ package config
 import (
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
+
 	"gopkg.in/yaml.v3"
 )
 
@@ -53,16 +55,27 @@ type APIKey struct {
 	// Allowlist names the allowlist that bounds what documents sent with
 	// this key may use ("default" for keys from PATCHBAY_API_KEYS).
 	Allowlist string
+	// Roles say what the key may do beyond running its own work (see
+	// package authz); none means run. Keys from PATCHBAY_API_KEYS have
+	// none: other roles are given in the config file only.
+	Roles []authz.Role
+	// Approve limits the approve role to "<connection>.<operation>" globs.
+	Approve []string
+	// Push names the sources the key may push events into.
+	Push []string
 }
 
 // FileAPIKey is an API key declared in the config file, bound to a named
 // allowlist. Exactly one of Key (plain, usually ${env:...}) and SHA256 (64
 // hex digits) is given.
 type FileAPIKey struct {
-	Name      string `yaml:"name"`
-	Key       string `yaml:"key"`
-	SHA256    string `yaml:"sha256"`
-	Allowlist string `yaml:"allowlist"`
+	Name      string   `yaml:"name"`
+	Key       string   `yaml:"key"`
+	SHA256    string   `yaml:"sha256"`
+	Allowlist string   `yaml:"allowlist"`
+	Roles     []string `yaml:"roles"`
+	Approve   []string `yaml:"approve"`
+	Push      []string `yaml:"push"`
 }
 
 // Policy is a connection's call policy: operations matching a deny glob are
@@ -70,6 +83,9 @@ type FileAPIKey struct {
 type Policy struct {
 	Approve []string `yaml:"approve"`
 	Deny    []string `yaml:"deny"`
+	// Approvers, when given, are the only ones who may decide this
+	// connection's approvals: principal names, or "role:<role>".
+	Approvers []string `yaml:"approvers"`
 }
 
 // File is the YAML (or JSON) config file.

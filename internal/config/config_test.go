@@ -506,6 +506,24 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "api key roles and grants",
+			edit: func(c *config.Config) {
+				c.File.Connections = map[string]config.Connection{
+					"demo":    {MCP: &config.MCP{Command: "x"}, Policy: &config.Policy{Approvers: []string{"sam", "role:On Call"}}},
+					"deploys": {Source: &config.Source{Events: map[string]any{"x": true}}},
+				}
+				c.File.APIKeys = []config.FileAPIKey{{Name: "patchbay", Key: "k", Allowlist: "a",
+					Roles: []string{"admin", "Root"}, Approve: []string{"[bad"}, Push: []string{"deploys", "demo"}}}
+			},
+			wants: []want{
+				{"apiKeys[0].approve[0]", "not a valid glob"},
+				{"apiKeys[0].name", `"patchbay" is reserved`},
+				{"apiKeys[0].push[1]", `"demo" is not a source connection`},
+				{"apiKeys[0].roles[1]", `"Root" is not a role name`},
+				{"connections.demo.policy.approvers[1]", "role:<role>"},
+			},
+		},
+		{
 			name: "triggers",
 			edit: func(c *config.Config) { c.File.Triggers = []config.Trigger{{ID: "x"}} },
 			wants: []want{

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/patchbay-dev/patchbay/internal/authz"
 )
 
 // Defaults of the environment settings.
@@ -91,7 +93,25 @@ func Load(getenv func(string) string, readFile func(string) ([]byte, error)) (*C
 		return nil, err
 	}
 	c.APIKeys = append(c.APIKeys, c.File.fileAPIKeys()...)
+	if err := uniqueKeys(c.APIKeys); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// uniqueKeys refuses a key configured twice (in PATCHBAY_API_KEYS and the
+// file, say): which name and roles it carried would depend on the order.
+func uniqueKeys(keys []APIKey) error {
+	var ps problems
+	seen := map[[32]byte]string{}
+	for _, k := range keys {
+		if first, ok := seen[k.SHA256]; ok {
+			ps.add("apiKeys", "keys %q and %q are the same key; give each key once", first, k.Name)
+			continue
+		}
+		seen[k.SHA256] = k.Name
+	}
+	return ps.err()
 }
 
 func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
@@ -197,7 +217,10 @@ const DefaultAllowlist = "default"
 func (f *File) fileAPIKeys() []APIKey {
 	var keys []APIKey
 	for _, k := range f.APIKeys {
-		key := APIKey{Name: k.Name, Allowlist: k.Allowlist}
+		key := APIKey{Name: k.Name, Allowlist: k.Allowlist, Approve: k.Approve, Push: k.Push}
+		for _, r := range k.Roles {
+			key.Roles = append(key.Roles, authz.Role(r))
+		}
 		if k.Key != "" {
 			key.SHA256 = sha256.Sum256([]byte(k.Key))
 		} else if b, err := hex.DecodeString(k.SHA256); err == nil && len(b) == 32 {

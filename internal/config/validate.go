@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/authz"
 )
 
 // Problem is one thing wrong with the configuration. Path names where: an
@@ -239,6 +241,11 @@ func (p *Policy) validate(ps *problems, path string) {
 			}
 		}
 	}
+	for i, a := range p.Approvers {
+		if !authz.ValidApprover(a) {
+			ps.add(fmt.Sprintf("%s.approvers[%d]", path, i), "%q must be a key's name or \"role:<role>\"", a)
+		}
+	}
 }
 
 func (f *File) validateAPIKeys(ps *problems) {
@@ -247,9 +254,10 @@ func (f *File) validateAPIKeys(ps *problems) {
 		switch k.Name {
 		case "":
 			ps.add(path+".name", "is required")
-		case "admin", "trigger":
+		case "admin", "trigger", "patchbay":
 			// admin is the operator's principal (shared sign-ins), trigger
-			// that of host-trusted runs.
+			// that of host-trusted runs, patchbay the decider of expired
+			// approvals.
 			ps.add(path+".name", "%q is reserved", k.Name)
 		}
 		if (k.Key == "") == (k.SHA256 == "") {
@@ -262,6 +270,21 @@ func (f *File) validateAPIKeys(ps *problems) {
 		}
 		if k.Allowlist == "" {
 			ps.add(path+".allowlist", "is required: the allowlist that bounds this key")
+		}
+		for j, r := range k.Roles {
+			if !authz.ValidRole(r) {
+				ps.add(fmt.Sprintf("%s.roles[%d]", path, j), "%q is not a role name (run, read, approve, admin, or your own: lowercase letters, digits, '_', '-')", r)
+			}
+		}
+		for j, g := range k.Approve {
+			if _, err := pathpkg.Match(g, ""); err != nil || g == "" {
+				ps.add(fmt.Sprintf("%s.approve[%d]", path, j), "%q is not a valid glob over \"<connection>.<operation>\"", g)
+			}
+		}
+		for j, src := range k.Push {
+			if c, ok := f.Connections[src]; !ok || c.Source == nil {
+				ps.add(fmt.Sprintf("%s.push[%d]", path, j), "%q is not a source connection of this file", src)
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -246,12 +247,75 @@ func (al *Allowlist) check(doc *Document, base string) []FieldError {
 var ErrAllowlistNotFound = errors.New("allowlist not found")
 
 // Allowlists keeps allowlists in Redis, with a short history of changes.
+//
+// A grant of a server that runs a command on this host (an mcp grant with
+// a command) is trusted only from the config file: Seed keeps such grants
+// in memory, never in Redis, Get adds them back, and Put refuses any
+// command grant the config file did not make. Whoever can write an
+// allowlist through the API or the UI therefore cannot make the host run
+// a program, and a command grant found in Redis (written by an older
+// version) is ignored.
 type Allowlists struct {
 	store *store.Store
+	mu    sync.RWMutex
+	host  map[string][]MCPGrant // allowlist name → the config file's command grants
 }
 
 // NewAllowlists returns the allowlist store over st.
-func NewAllowlists(st *store.Store) *Allowlists { return &Allowlists{store: st} }
+func NewAllowlists(st *store.Store) *Allowlists {
+	return &Allowlists{store: st, host: map[string][]MCPGrant{}}
+}
+
+// CodeHostGrant: an allowlist written through the API or the UI grants a
+// server that runs a command on the host.
+const CodeHostGrant Code = "HOST_GRANT_REFUSED"
+
+func (a *Allowlists) hostGrants(name string) []MCPGrant {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.host[name]
+}
+
+// withoutCommands splits al's mcp grants into those that run a command
+// and the rest.
+func withoutCommands(grants []MCPGrant) (rest, commands []MCPGrant) {
+	for _, g := range grants {
+		if g.Command != "" {
+			commands = append(commands, g)
+		} else {
+			rest = append(rest, g)
+		}
+	}
+	return rest, commands
+}
+
+// refuseCommands reports each command grant of al that the config file
+// did not make; those it did make are dropped, since Get adds them back.
+func (a *Allowlists) refuseCommands(al *Allowlist) error {
+	host := a.hostGrants(al.Name)
+	var problems []FieldError
+	var rest []MCPGrant
+	for i, g := range al.MCP {
+		if g.Command == "" {
+			rest = append(rest, g)
+			continue
+		}
+		if !slices.ContainsFunc(host, func(h MCPGrant) bool { return sameGrant(h, g) }) {
+			problems = append(problems, FieldError{Path: fmt.Sprintf("/mcp/%d/command", i), Code: CodeHostGrant,
+				Message: "a server that runs a command on this host can be granted only in the config file"})
+		}
+	}
+	if len(problems) > 0 {
+		return &ValidationError{Problems: problems}
+	}
+	al.MCP = rest
+	return nil
+}
+
+func sameGrant(a, b MCPGrant) bool {
+	return a.Name == b.Name && a.URL == b.URL && a.Command == b.Command && slices.Equal(a.Args, b.Args) &&
+		slices.Equal(a.Secrets, b.Secrets) && slices.Equal(a.Ops, b.Ops)
+}
 
 func (a *Allowlists) key(name string) string     { return a.store.Key("allowlist", name) }
 func (a *Allowlists) history(name string) string { return a.store.Key("allowlist-history", name) }
@@ -281,6 +345,8 @@ func (a *Allowlists) Get(ctx context.Context, name string) (*Allowlist, error) {
 	if err := json.Unmarshal(data, &al); err != nil {
 		return nil, fmt.Errorf("allowlists: decode %s: %w", name, err)
 	}
+	al.MCP, _ = withoutCommands(al.MCP)
+	al.MCP = append(al.MCP, a.hostGrants(name)...)
 	return &al, nil
 }
 
@@ -305,14 +371,27 @@ func (a *Allowlists) List(ctx context.Context) ([]*Allowlist, error) {
 	return out, nil
 }
 
-// Put creates or replaces an allowlist; created reports which.
+// Put creates or replaces an allowlist; created reports which. A command
+// grant the config file did not make is refused (CodeHostGrant).
 func (a *Allowlists) Put(ctx context.Context, al *Allowlist, by string) (created bool, err error) {
-	return a.write(ctx, al, by, false)
+	if err := a.refuseCommands(al); err != nil {
+		return false, err
+	}
+	created, err = a.write(ctx, al, by, false)
+	al.MCP = append(al.MCP, a.hostGrants(al.Name)...)
+	return created, err
 }
 
 // Seed writes al only when no allowlist of that name exists, so edits made
-// through the API survive a restart with the same config file.
+// through the API survive a restart with the same config file. Its
+// command grants are kept in memory as the host's, whether or not it was
+// written.
 func (a *Allowlists) Seed(ctx context.Context, al *Allowlist) (bool, error) {
+	var commands []MCPGrant
+	al.MCP, commands = withoutCommands(al.MCP)
+	a.mu.Lock()
+	a.host[al.Name] = commands
+	a.mu.Unlock()
 	return a.write(ctx, al, "config", true)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
@@ -48,6 +49,13 @@ var (
 	ErrApprovalNotFound = errors.New("approval not found")
 	// ErrApprovalDecided: the approval was already decided otherwise.
 	ErrApprovalDecided = errors.New("approval already decided")
+	// ErrSelfApproval: the decider is the principal that requested the
+	// call. An approval needs a second person, or the gate would be
+	// decorative.
+	ErrSelfApproval = errors.New("the principal that requested a call cannot decide its approval")
+	// ErrNotApprover: the decider lacks the approve role for this call,
+	// or the connection's policy names other approvers.
+	ErrNotApprover = errors.New("not an approver of this call")
 )
 
 // Approvals keeps approval records in Redis. Deciding is one script on the
@@ -58,6 +66,9 @@ type Approvals struct {
 	resume func(ctx context.Context, execution string) error
 	// emit puts the decision on the execution's event stream.
 	emit func(ctx context.Context, exec, typ string, data map[string]any)
+	// approvers returns whom a connection's policy lets decide its calls
+	// (nil: anyone with the approve role).
+	approvers func(connection string) []string
 }
 
 func (a *Approvals) key(id string) string { return a.store.Key("approval", "{"+id+"}") }
@@ -166,12 +177,50 @@ redis.call('HSET', KEYS[1], 'state', ARGV[1], 'decidedBy', ARGV[2], 'decidedAt',
 return 1
 `)
 
-// Decide approves or denies (or expires) a pending approval. It returns
-// the approval; deciding an approval already in that state returns it
-// unchanged, one decided otherwise is ErrApprovalDecided. A decision
-// resumes the execution, which runs the call (approved) or fails the step
-// with steering_denied.
+// DecideAs is Decide for a principal of the API or the admin UI: it must
+// hold the approve role for the call's connection and operation, be named
+// by the connection's approvers when its policy names any, and not be the
+// principal that requested the call.
+func (a *Approvals) DecideAs(ctx context.Context, id string, state ApprovalState, p authz.Principal, note string) (*Approval, error) {
+	ap, err := a.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.mayDecide(ap, p); err != nil {
+		return ap, err
+	}
+	return a.Decide(ctx, id, state, p.Name, note)
+}
+
+func (a *Approvals) mayDecide(ap *Approval, p authz.Principal) error {
+	if p.Name == ap.RequestedBy {
+		return fmt.Errorf("approval %s: %w", ap.ID, ErrSelfApproval)
+	}
+	if !p.MayApprove(ap.Connection, ap.Op) {
+		return fmt.Errorf("approval %s of %s.%s: %w", ap.ID, ap.Connection, ap.Op, ErrNotApprover)
+	}
+	if a.approvers != nil && !p.Named(a.approvers(ap.Connection)) {
+		return fmt.Errorf("approval %s: the policy of %s names its approvers: %w", ap.ID, ap.Connection, ErrNotApprover)
+	}
+	return nil
+}
+
+// MayDecide reports whether p may decide ap (see DecideAs), so a page can
+// offer the buttons only to those who may press them.
+func (a *Approvals) MayDecide(ap *Approval, p authz.Principal) bool { return a.mayDecide(ap, p) == nil }
+
+// Decide approves or denies (or expires) a pending approval as by. It
+// returns the approval; deciding an approval already in that state
+// returns it unchanged, one decided otherwise is ErrApprovalDecided, and
+// the principal that requested the call may never decide it
+// (ErrSelfApproval). A decision resumes the execution, which runs the
+// call (approved) or fails the step with steering_denied.
 func (a *Approvals) Decide(ctx context.Context, id string, state ApprovalState, by, note string) (*Approval, error) {
+	if ap, err := a.Get(ctx, id); err != nil {
+		return nil, err
+	} else if ap.RequestedBy == by {
+		return ap, fmt.Errorf("approval %s: %w", id, ErrSelfApproval)
+	}
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 	code, err := decideScript.Run(ctx, a.store.Client, []string{a.key(id)}, string(state), by, now, note).Int()
 	if err != nil {

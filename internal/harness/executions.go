@@ -252,11 +252,20 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher, credentials: o.Credentials,
 		models: o.Models,
 	}
-	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit}
+	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit, approvers: e.approversOf}
 	return e
 }
 
 func (e *Executions) redact(v any) any { return e.redactor.Value(v) }
+
+// approversOf is whom the policy of connection names as its approvers.
+func (e *Executions) approversOf(connection string) []string {
+	c, err := e.reg.Get(connection)
+	if err != nil {
+		return nil
+	}
+	return c.Policy().Approvers
+}
 
 // Approvals is the approval store of these executions.
 func (e *Executions) Approvals() *Approvals { return e.approvals }
@@ -505,6 +514,8 @@ type ListOptions struct {
 	Status ExecState // empty: every state
 	Cursor string    // from a previous page's Next; empty: the newest
 	Limit  int       // 1..100, default 20
+	// Principal, when set, keeps only the executions it started.
+	Principal string
 }
 
 // Page is one page of executions, newest first.
@@ -546,7 +557,8 @@ func (e *Executions) List(ctx context.Context, opts ListOptions) (Page, error) {
 			return Page{}, err
 		}
 		for i, rec := range recs {
-			if rec == nil || (opts.Status != "" && rec.Status != opts.Status) {
+			if rec == nil || (opts.Status != "" && rec.Status != opts.Status) ||
+				(opts.Principal != "" && rec.Principal != opts.Principal) {
 				continue
 			}
 			page.Items = append(page.Items, &rec.Execution)

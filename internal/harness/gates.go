@@ -17,6 +17,9 @@ type Policy struct {
 	Deny []string
 	// Approve globs send matching operations to the approver (gate 5).
 	Approve []string
+	// Approvers, when set, are the only ones who may decide this
+	// connection's approvals: principal names or "role:<role>".
+	Approvers []string
 	// Determinism says what a resumed run does with results recorded
 	// against a connection whose identity has since been replaced:
 	// replayable keeps them; costly runs live again from the first

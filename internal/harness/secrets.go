@@ -54,6 +54,15 @@ var (
 // password or a token, not a file.
 const MaxSecretSize = 64 << 10
 
+// MinSecretSize is the shortest secret any store gives out. A shorter
+// value cannot be redacted without shredding ordinary text ("abc" is in
+// many words), so it would leak wherever it was echoed: it is refused when
+// written and when resolved, with a message saying why.
+const MinSecretSize = 8
+
+// ErrSecretTooShort is a secret value shorter than MinSecretSize.
+var ErrSecretTooShort = fmt.Errorf("a secret must be at least %d bytes: a shorter value cannot be redacted from output", MinSecretSize)
+
 var validSecretNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 // ValidSecretName reports whether name may name a secret: 1 to 128
@@ -98,6 +107,9 @@ func (c secretChain) Resolve(ctx context.Context, name string) (string, error) {
 		v, err := s.Resolve(ctx, name)
 		if errors.Is(err, ErrSecretNotFound) {
 			continue
+		}
+		if err == nil && len(v) < MinSecretSize {
+			return "", fmt.Errorf("secrets: %q: %w", name, ErrSecretTooShort)
 		}
 		return v, err
 	}
@@ -435,8 +447,11 @@ func (r *RedisSecrets) Put(ctx context.Context, name, value string) error {
 	if err := checkSecretName(name); err != nil {
 		return err
 	}
-	if value == "" || len(value) > MaxSecretSize {
-		return fmt.Errorf("secrets: the value of %q must be 1 to %d bytes", name, MaxSecretSize)
+	if len(value) < MinSecretSize {
+		return fmt.Errorf("secrets: %q: %w", name, ErrSecretTooShort)
+	}
+	if len(value) > MaxSecretSize {
+		return fmt.Errorf("secrets: the value of %q must be at most %d bytes", name, MaxSecretSize)
 	}
 	stored, err := r.keys.seal(name, value)
 	if err != nil {

@@ -163,7 +163,9 @@ func (r *run) listen(ctx context.Context, f *frame, n *Node, cursor string, dead
 		if left <= 0 {
 			return nil, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("no %s event of %s arrived within %s", n.Event, n.Connection, n.Timeout)}
 		}
-		block := min(left, 5*time.Second)
+		// At least 1 ms: go-redis sends whole milliseconds, and BLOCK 0
+		// would wait forever.
+		block := max(min(left, 5*time.Second), time.Millisecond)
 		streams, err := r.e.store.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{r.e.connEventsKey(n.Connection), cursor}, Count: 100, Block: block}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
