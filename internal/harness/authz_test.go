@@ -165,4 +165,3 @@ func TestCommandGrantsComeFromTheConfigFile(t *testing.T) {
 		}
 	}
 }
-
