@@ -2,8 +2,6 @@
 SHELL := bash
 GO ?= go
 BIN := bin
-PATCHBAY_API_KEYS ?= dev-key
-export PATCHBAY_API_KEYS
 
 .PHONY: help build run test fuzz lint bench conformance interop generate clean
 
@@ -15,7 +13,7 @@ build: ## build bin/server, bin/demo-mcp and bin/mcp-conformance
 	$(GO) build -o $(BIN)/demo-mcp ./cmd/demo-mcp
 	$(GO) build -o $(BIN)/mcp-conformance ./cmd/mcp-conformance
 
-run: build ## run the server on the embedded Redis with the demo connection (API key: PATCHBAY_API_KEYS, default dev-key)
+run: build ## run the server on the embedded Redis with the demo connection (API key dev-key, an admin: see examples/patchbay.yaml)
 	PATCHBAY_CONFIG=$${PATCHBAY_CONFIG:-examples/patchbay.yaml} ./$(BIN)/server
 
 test: lint ## vet, format check and every test (CI=true: nothing may skip, and the fuzz targets run briefly)

@@ -171,6 +171,8 @@ models:
   local: { type: openai, baseURL: %q }
 allowlists:
   default: { connections: { counter: { ops: ["*"] } } }
+apiKeys:
+  - { name: oncall, key: approver-key, allowlist: default, roles: [approve] }
 `, mcpSrv.URL+"/mcp", llm.URL, llm.URL+"/v1"))
 	for mode, redisURL := range redisModes(t) {
 		t.Run(mode, func(t *testing.T) {
@@ -223,7 +225,7 @@ func approveWhenAsked(t *testing.T, base, exec string) {
 			ap := it.(map[string]any)
 			if ap["execution"] == exec {
 				req, _ := http.NewRequest("POST", base+"/v1/approvals/"+ap["id"].(string)+"/approve", nil)
-				req.Header.Set("Authorization", "Bearer k1")
+				req.Header.Set("Authorization", "Bearer approver-key") // a second person
 				if status, _ := do2(req); status != 200 {
 					t.Fatalf("approve = %d", status)
 				}

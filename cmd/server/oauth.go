@@ -112,7 +112,7 @@ func serveClientMetadata(e *echo.Echo, svc *oauth.Service) {
 func uiUsers(cfg *config.Config) []web.User {
 	users := make([]web.User, 0, len(cfg.APIKeys))
 	for _, k := range cfg.APIKeys {
-		users = append(users, web.User{Name: k.Name, SHA256: k.SHA256})
+		users = append(users, web.User{SHA256: k.SHA256, Principal: principalOf(k)})
 	}
 	return users
 }

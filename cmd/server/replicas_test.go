@@ -92,6 +92,8 @@ allowlists:
   default:
     connections:
       demo: { ops: ["*"] }
+apiKeys:
+  - { name: oncall, key: approver-key, allowlist: default, roles: [approve] }
 `, demoBin))
 	env := map[string]string{
 		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
@@ -129,7 +131,7 @@ allowlists:
 	if _, got := call(t, "GET", a.url+"/v1/executions/"+id, "k1", nil); got["status"] != "waiting" {
 		t.Fatalf("status while waiting = %v", got["status"])
 	}
-	if status, ap := call(t, "POST", b.url+"/v1/approvals/"+approval+"/approve", "k1", map[string]any{"note": "from B"}); status != 200 || ap["decidedBy"] != "env-1" {
+	if status, ap := call(t, "POST", b.url+"/v1/approvals/"+approval+"/approve", "approver-key", map[string]any{"note": "from B"}); status != 200 || ap["decidedBy"] != "oncall" {
 		t.Fatalf("approve on B = %d %v", status, ap)
 	}
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {

@@ -213,8 +213,7 @@ func overrides(getenv func(string) string, flags map[string]string) func(string)
 func apiKeys(cfg *config.Config, stdout io.Writer) []api.Key {
 	keys := make([]api.Key, 0, len(cfg.APIKeys))
 	for _, k := range cfg.APIKeys {
-		keys = append(keys, api.Key{SHA256: k.SHA256, Principal: authz.Principal{
-			Name: k.Name, Allowlist: k.Allowlist, Roles: k.Roles, Approve: k.Approve, Push: k.Push}})
+		keys = append(keys, api.Key{SHA256: k.SHA256, Principal: principalOf(k)})
 	}
 	if len(keys) == 0 {
 		key := "pb_" + rand.Text()
@@ -222,6 +221,11 @@ func apiKeys(cfg *config.Config, stdout io.Writer) []api.Key {
 		keys = append(keys, api.Key{SHA256: sha256.Sum256([]byte(key)), Principal: authz.Principal{Name: "generated", Allowlist: config.DefaultAllowlist}})
 	}
 	return keys
+}
+
+// principalOf is who a configured key names: its roles and grants.
+func principalOf(k config.APIKey) authz.Principal {
+	return authz.Principal{Name: k.Name, Allowlist: k.Allowlist, Roles: k.Roles, Approve: k.Approve, Push: k.Push}
 }
 
 // adminToken is the token that signs operators in to /admin; with none

@@ -43,8 +43,33 @@ func hashString(s string) uint32 {
 	return h
 }
 
+// pending lists the pending approvals this session may decide.
 func (h *handler) pending(c echo.Context) ([]*harness.Approval, error) {
-	return h.Executions.Approvals().List(bg(c), harness.ApprovalPending, 200)
+	all, err := h.Executions.Approvals().List(bg(c), harness.ApprovalPending, 200)
+	if err != nil {
+		return nil, err
+	}
+	who := h.principal(c)
+	out := make([]*harness.Approval, 0, len(all))
+	for _, ap := range all {
+		if h.Executions.Approvals().MayDecide(ap, who) {
+			out = append(out, ap)
+		}
+	}
+	return out, nil
+}
+
+// seen keeps the approvals this session may see: those its own runs asked
+// for, those it may decide, or all with read.
+func (h *handler) seen(c echo.Context, aps []*harness.Approval) []*harness.Approval {
+	who := h.principal(c)
+	out := make([]*harness.Approval, 0, len(aps))
+	for _, ap := range aps {
+		if who.SeesApproval(ap.RequestedBy, ap.Connection, ap.Op) {
+			out = append(out, ap)
+		}
+	}
+	return out
 }
 
 func (h *handler) approvals(c echo.Context) error {
@@ -62,6 +87,7 @@ func (h *handler) approvals(c echo.Context) error {
 	if d.History, err = h.Executions.Approvals().List(bg(c), state, 100); err != nil {
 		return err
 	}
+	d.History = h.seen(c, d.History)
 	return h.render(c, http.StatusOK, approvalsPage(h.page(c, "Approvals", "approvals"), d))
 }
 
@@ -132,10 +158,17 @@ func (h *handler) decide(c echo.Context, state harness.ApprovalState) error {
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	_, err := h.Executions.Approvals().Decide(bg(c), c.Param("id"), state, by(c), note)
+	if ap, err := h.Executions.Approvals().Get(bg(c), c.Param("id")); err == nil && len(h.seen(c, []*harness.Approval{ap})) == 0 {
+		return c.Redirect(http.StatusSeeOther, back+sep+"flash=gone")
+	}
+	_, err := h.Executions.Approvals().DecideAs(bg(c), c.Param("id"), state, h.principal(c), note)
 	switch {
 	case errors.Is(err, harness.ErrApprovalNotFound):
 		return c.Redirect(http.StatusSeeOther, back+sep+"flash=gone")
+	case errors.Is(err, harness.ErrSelfApproval):
+		return c.Redirect(http.StatusSeeOther, back+sep+"flash=self")
+	case errors.Is(err, harness.ErrNotApprover):
+		return &refused{"You may not decide this approval: it needs the approve role for this connection and operation, and the connection's policy may name its approvers."}
 	case errors.Is(err, harness.ErrApprovalDecided):
 		return c.Redirect(http.StatusSeeOther, back+sep+"flash=decided")
 	case err != nil:

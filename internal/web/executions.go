@@ -21,6 +21,9 @@ type executionsData struct {
 func (h *handler) executions(c echo.Context) error {
 	d := executionsData{Filter: c.QueryParam("status")}
 	opts := harness.ListOptions{Cursor: c.QueryParam("cursor"), Limit: 50}
+	if who := h.principal(c); !who.SeesAll() {
+		opts.Principal = who.Name
+	}
 	if harness.ValidExecState(d.Filter) {
 		opts.Status = harness.ExecState(d.Filter)
 	} else {
@@ -28,7 +31,7 @@ func (h *handler) executions(c echo.Context) error {
 	}
 	pg, err := h.Executions.List(bg(c), opts)
 	if errors.Is(err, harness.ErrBadCursor) {
-		pg, err = h.Executions.List(bg(c), harness.ListOptions{Status: opts.Status, Limit: 50})
+		pg, err = h.Executions.List(bg(c), harness.ListOptions{Status: opts.Status, Limit: 50, Principal: opts.Principal})
 	}
 	if err != nil {
 		return err
@@ -45,12 +48,29 @@ type executionData struct {
 
 func (d executionData) live() bool { return !d.Ex.Status.Terminal() }
 
+// visible returns the execution if the session may see it (its own, or
+// any with read); one it may not see is not found, as in the API.
+func (h *handler) visible(c echo.Context, id string) (*harness.Execution, error) {
+	ex, err := h.Executions.Get(bg(c), id)
+	if errors.Is(err, harness.ErrNotFound) || (err == nil && !h.principal(c).Sees(ex.Principal)) {
+		return nil, &notFound{"No execution has that id (it may have expired)."}
+	}
+	return ex, err
+}
+
+// actable returns the execution if the session may cancel or resume it:
+// its owner with run, or admin.
+func (h *handler) actable(c echo.Context, id string) (*harness.Execution, error) {
+	ex, err := h.visible(c, id)
+	if err == nil && !h.principal(c).Acts(ex.Principal) {
+		return nil, &refused{"Only whoever started this execution, or an admin, may change it."}
+	}
+	return ex, err
+}
+
 func (h *handler) loadExecution(c echo.Context) (executionData, error) {
 	ctx := bg(c)
-	ex, err := h.Executions.Get(ctx, c.Param("id"))
-	if errors.Is(err, harness.ErrNotFound) {
-		return executionData{}, &notFound{"No execution has that id (it may have expired)."}
-	}
+	ex, err := h.visible(c, c.Param("id"))
 	if err != nil {
 		return executionData{}, err
 	}
@@ -102,6 +122,9 @@ func (h *handler) executionStream(c echo.Context) error {
 	ctx := bg(c)
 	id := c.Param("id")
 	after := c.Request().Header.Get("Last-Event-ID")
+	if _, err := h.visible(c, id); err != nil {
+		return err
+	}
 	events, err := h.Executions.Events(ctx, id, after, time.Millisecond)
 	if err != nil {
 		return &notFound{"No execution has that id."}
@@ -135,6 +158,9 @@ func (h *handler) executionStream(c echo.Context) error {
 
 func (h *handler) cancel(c echo.Context) error {
 	id := c.Param("id")
+	if _, err := h.actable(c, id); err != nil {
+		return err
+	}
 	if _, err := h.Executions.Cancel(bg(c), id); errors.Is(err, harness.ErrNotFound) {
 		return &notFound{"No execution has that id."}
 	} else if err != nil {
@@ -145,6 +171,9 @@ func (h *handler) cancel(c echo.Context) error {
 
 func (h *handler) resume(c echo.Context) error {
 	id := c.Param("id")
+	if _, err := h.actable(c, id); err != nil {
+		return err
+	}
 	_, err := h.Executions.Resume(bg(c), id, nil)
 	switch {
 	case errors.Is(err, harness.ErrNotResumable):

@@ -71,7 +71,7 @@ func layout(p page) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			for _, it := range navItems {
-				if !p.Operator && it.Key != "overview" {
+				if !p.shows(it.Key) {
 				} else if it.Key == p.Nav {
 					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "<a href=\"")
 					if templ_7745c5c3_Err != nil {

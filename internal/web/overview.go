@@ -29,9 +29,14 @@ func (h *handler) overview(c echo.Context) error {
 	for _, conn := range h.Registry.List() {
 		d.Connections = append(d.Connections, conn.Status())
 	}
+	who := h.principal(c)
+	owner := ""
+	if !who.SeesAll() {
+		owner = who.Name
+	}
 	for _, s := range execStates {
 		// One page of up to 100 per state: "100+" says there are more.
-		pg, err := h.Executions.List(ctx, harness.ListOptions{Status: s, Limit: 100})
+		pg, err := h.Executions.List(ctx, harness.ListOptions{Status: s, Limit: 100, Principal: owner})
 		if err != nil {
 			return err
 		}
@@ -41,12 +46,12 @@ func (h *handler) overview(c echo.Context) error {
 		}
 		d.Executions = append(d.Executions, stateCount{State: s, Count: n})
 	}
-	pending, err := h.Executions.Approvals().List(ctx, harness.ApprovalPending, 200)
+	pending, err := h.pending(c)
 	if err != nil {
 		return err
 	}
 	d.Pending = len(pending)
-	if h.Triggers != nil {
+	if h.Triggers != nil && who.SeesAll() {
 		st, err := h.Triggers.Status(ctx)
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -86,7 +87,7 @@ func setupSignIns(t *testing.T) (*bundle, *fakeSignIns) {
 	f := &fakeSignIns{states: map[string][3]string{}, accounts: map[string]oauth.Account{}}
 	e := echo.New()
 	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: execs, Registry: reg, Allowlists: als,
-		SignIns: f, Users: []web.User{{Name: "alice", SHA256: sha256.Sum256([]byte(aliceKey))}}}))
+		SignIns: f, Users: []web.User{{SHA256: sha256.Sum256([]byte(aliceKey)), Principal: authz.Principal{Name: "alice"}}}}))
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); _ = reg.Close() })
 	return &bundle{url: srv.URL, execs: execs, als: als}, f

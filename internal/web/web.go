@@ -9,9 +9,12 @@
 // than /admin because the OAuth sign-in routes (/oauth/{connection}/start
 // and /oauth/callback, fixed by DESIGN.md) must know who signs in; the JSON
 // API never reads cookies. A user may sign in with their API key instead:
-// such a session sees the overview and connection pages only, and exists
-// so that each user can connect their own account to a per-user OAuth
-// connection (see signin.go). Sessions
+// such a session has the key's roles (package authz) and sees what they
+// allow, as the API does — their own executions and approvals with run,
+// everything with read, the approvals they may decide with approve,
+// allowlists and dead letters to change with admin. The connection pages
+// are open to every session, so that each user can connect their own
+// account to a per-user OAuth connection (see signin.go). Sessions
 // record how and as whom the operator signed in (Session.Method and
 // Subject) so an OIDC sign-in can be added beside the token without
 // touching the pages. Every state-changing request carries the session's
@@ -43,6 +46,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -77,10 +81,12 @@ type Options struct {
 	Users []User
 }
 
-// User is an API key that may sign in to the UI as its principal.
+// User is an API key that may sign in to the UI as its principal. Its
+// session has the key's roles (see package authz), looked up on every
+// request, so a change of roles or a removed key takes effect at once.
 type User struct {
-	Name   string
 	SHA256 [32]byte
+	authz.Principal
 }
 
 // ErrNoAdminToken is returned by Mount without Options.AdminToken.
@@ -120,9 +126,12 @@ func Mount(e *echo.Echo, o Options) error {
 	e.GET("/admin/sign-in", h.wrap(h.signInPage))
 	e.POST("/admin/sign-in", h.wrap(h.signIn))
 
+	// Each page says who may use it: anyone signed in (the operator, or
+	// a user with an API key, who sees only their own work), or a role.
+	// The operator (admin token) holds every role.
 	anyone := func(f func(echo.Context) error) echo.HandlerFunc { return h.wrap(h.requireSession(f)) }
-	auth := func(f func(echo.Context) error) echo.HandlerFunc {
-		return h.wrap(h.requireSession(h.requireOperator(f)))
+	need := func(r authz.Role, f func(echo.Context) error) echo.HandlerFunc {
+		return h.wrap(h.requireSession(h.requireRole(r, f)))
 	}
 	e.GET("/admin", anyone(h.overview))
 	e.GET("/admin/", anyone(h.overview))
@@ -133,26 +142,31 @@ func Mount(e *echo.Echo, o Options) error {
 		e.GET("/oauth/callback", anyone(h.finishSignIn))
 		e.POST("/admin/connections/:name/disconnect", anyone(h.disconnect))
 	}
-	e.GET("/admin/allowlists", auth(h.allowlists))
-	e.GET("/admin/allowlists/new", auth(h.newAllowlist))
-	e.POST("/admin/allowlists", auth(h.createAllowlist))
-	e.GET("/admin/allowlists/:name", auth(h.editAllowlist))
-	e.POST("/admin/allowlists/:name", auth(h.saveAllowlist))
-	e.GET("/admin/allowlists/:name/delete", auth(h.confirmDeleteAllowlist))
-	e.POST("/admin/allowlists/:name/delete", auth(h.deleteAllowlist))
-	e.GET("/admin/approvals", auth(h.approvals))
-	e.GET("/admin/approvals/pending", auth(h.pendingFragment))
-	e.GET("/admin/approvals/stream", auth(h.approvalsStream))
-	e.POST("/admin/approvals/:id/approve", auth(h.approve))
-	e.POST("/admin/approvals/:id/deny", auth(h.deny))
-	e.GET("/admin/executions", auth(h.executions))
-	e.GET("/admin/executions/:id", auth(h.execution))
-	e.GET("/admin/executions/:id/body", auth(h.executionBody))
-	e.GET("/admin/executions/:id/stream", auth(h.executionStream))
-	e.POST("/admin/executions/:id/cancel", auth(h.cancel))
-	e.POST("/admin/executions/:id/resume", auth(h.resume))
-	e.GET("/admin/deadletters", auth(h.deadLetters))
-	e.POST("/admin/deadletters/:id/redeliver", auth(h.redeliver))
+	e.GET("/admin/allowlists", need(authz.Read, h.allowlists))
+	e.GET("/admin/allowlists/new", need(authz.Admin, h.newAllowlist))
+	e.POST("/admin/allowlists", need(authz.Admin, h.createAllowlist))
+	e.GET("/admin/allowlists/:name", need(authz.Read, h.editAllowlist))
+	e.POST("/admin/allowlists/:name", need(authz.Admin, h.saveAllowlist))
+	e.GET("/admin/allowlists/:name/delete", need(authz.Admin, h.confirmDeleteAllowlist))
+	e.POST("/admin/allowlists/:name/delete", need(authz.Admin, h.deleteAllowlist))
+	// Approvals: each person sees those their own runs asked for and
+	// those they may decide (all of them with read); deciding is checked
+	// by harness.Approvals.DecideAs.
+	e.GET("/admin/approvals", anyone(h.approvals))
+	e.GET("/admin/approvals/pending", anyone(h.pendingFragment))
+	e.GET("/admin/approvals/stream", anyone(h.approvalsStream))
+	e.POST("/admin/approvals/:id/approve", anyone(h.approve))
+	e.POST("/admin/approvals/:id/deny", anyone(h.deny))
+	// Executions: one's own, or all with read; changing one takes its
+	// owner (with run) or admin.
+	e.GET("/admin/executions", anyone(h.executions))
+	e.GET("/admin/executions/:id", anyone(h.execution))
+	e.GET("/admin/executions/:id/body", anyone(h.executionBody))
+	e.GET("/admin/executions/:id/stream", anyone(h.executionStream))
+	e.POST("/admin/executions/:id/cancel", anyone(h.cancel))
+	e.POST("/admin/executions/:id/resume", anyone(h.resume))
+	e.GET("/admin/deadletters", need(authz.Read, h.deadLetters))
+	e.POST("/admin/deadletters/:id/redeliver", need(authz.Admin, h.redeliver))
 	return nil
 }
 
@@ -215,16 +229,21 @@ type page struct {
 	Nav     string
 	CSRF    string
 	Subject string
-	// Operator: the whole UI; false for a user signed in with an API key.
+	// Operator: the admin token's session; false for a user signed in
+	// with an API key.
 	Operator bool
-	Flash    string
-	Bad      bool
+	// Who is the session's principal, whose roles decide what the
+	// navigation offers.
+	Who   authz.Principal
+	Flash string
+	Bad   bool
 }
 
 func (h *handler) page(c echo.Context, title, nav string) page {
 	p := page{Title: title, Nav: nav}
 	if s := sessionOf(c); s != nil {
 		p.CSRF, p.Subject, p.Operator = s.CSRF, s.Subject, s.Operator()
+		p.Who = h.principal(c)
 	}
 	if msg, ok := flashes[c.QueryParam("flash")]; ok {
 		p.Flash = msg
@@ -254,6 +273,7 @@ var badFlashes = map[string]string{
 	"decided":       "That approval was already decided by someone else.",
 	"gone":          "That item no longer exists.",
 	"not-resumable": "That execution cannot be resumed now (it is running, or finished).",
+	"self":          "You asked for that call, so someone else must decide it.",
 }
 
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }
@@ -329,16 +349,51 @@ func (h *handler) user(presented string) (subject, method string) {
 	return subject, method
 }
 
-// requireOperator keeps user sessions (API keys) out of the operator's
-// pages: they may only see connections and sign in to their own
-// accounts.
-func (h *handler) requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
+// principal is who the session acts as: the operator holds every role;
+// a user has their API key's roles, read afresh from the configured keys
+// (a key no longer configured holds none).
+func (h *handler) principal(c echo.Context) authz.Principal {
+	s := sessionOf(c)
+	if s == nil {
+		return authz.Principal{Roles: []authz.Role{noRoles}}
+	}
+	if s.Operator() {
+		return authz.Operator(s.Subject)
+	}
+	for _, u := range h.Users {
+		if u.Name == s.Subject {
+			return u.Principal
+		}
+	}
+	return authz.Principal{Name: s.Subject, Roles: []authz.Role{noRoles}}
+}
+
+// noRoles is held by a session whose key is gone: a role that grants
+// nothing, so that it does not fall back to run.
+const noRoles authz.Role = "none"
+
+// requireRole admits sessions whose principal holds r; others get a 403
+// page saying which role the page needs.
+func (h *handler) requireRole(r authz.Role, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if s := sessionOf(c); s == nil || !s.Operator() {
-			return h.forbidden(c, "This page is for operators. You are signed in with an API key, which may only connect your own accounts.")
+		if !h.principal(c).Has(r) {
+			return h.forbidden(c, "This page needs the "+string(r)+" role, which your sign-in does not have.")
 		}
 		return next(c)
 	}
+}
+
+// shows reports whether the navigation offers the page nav to p.Who.
+func (p page) shows(nav string) bool {
+	switch nav {
+	case "allowlists", "deadletters":
+		return p.Who.Has(authz.Read)
+	case "approvals":
+		return p.Who.Has(authz.Read) || p.Who.Has(authz.Approve)
+	case "executions":
+		return p.Who.Has(authz.Read) || p.Who.Has(authz.Run)
+	}
+	return true
 }
 
 // by names the operator in records (allowlist history, decisions).

@@ -33,7 +33,8 @@ type bundle struct {
 	als   *harness.Allowlists
 }
 
-func setup(t testing.TB) *bundle {
+// setup mounts the UI; users are API keys that may sign in as themselves.
+func setup(t testing.TB, users ...web.User) *bundle {
 	t.Helper()
 	mem := harness.NewMemory(
 		harness.MemoryOp{Operation: harness.Operation{Name: "echo", Description: "answers with its arguments",
@@ -56,7 +57,7 @@ func setup(t testing.TB) *bundle {
 	done := make(chan struct{})
 	go func() { _ = execs.Run(ctx, 2); close(done) }()
 	e := echo.New()
-	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: execs, Registry: reg, Allowlists: als, PollInterval: 100 * time.Millisecond}))
+	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: execs, Registry: reg, Allowlists: als, PollInterval: 100 * time.Millisecond, Users: users}))
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; _ = reg.Close() })
 	return &bundle{url: srv.URL, execs: execs, als: als}
