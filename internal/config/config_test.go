@@ -345,6 +345,27 @@ triggers:
 				{"triggers[0].workflow", "is required"},
 			},
 		},
+		{
+			name: "a key given twice",
+			file: `
+apiKeys:
+  - { name: dev, key: dev-key, allowlist: default, roles: [admin] }
+`,
+			env:   env{"PATCHBAY_API_KEYS": "dev-key"},
+			wants: []want{{"apiKeys", `keys "env-1" and "dev" are the same key`}},
+		},
+		{
+			name: "roles from the file",
+			file: `
+apiKeys:
+  - { name: sam, key: sam-key, allowlist: ops, roles: [approve, oncall], approve: ["prod.*"] }
+`,
+			check: func(t *testing.T, f config.File) {
+				if k := f.APIKeys[0]; k.Roles[1] != "oncall" || k.Approve[0] != "prod.*" {
+					t.Errorf("key = %+v", k)
+				}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
