@@ -109,6 +109,9 @@ func toProblem(err error) *Problem {
 		he *harness.Error
 		ee *echo.HTTPError
 	)
+	if p := idempotencyProblem(err); p != nil {
+		return p
+	}
 	switch {
 	case errors.As(err, &p):
 		return p
