@@ -235,6 +235,7 @@ func downSetup(t *testing.T) *bundle {
 	srv := httptest.NewServer(api.New(api.Options{
 		Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Webhooks: hooks,
 		APIKeys: []api.Key{{SHA256: sha256.Sum256([]byte(testKey)), Name: "tester", Allowlist: "test"}},
+		Ready:   st.Ping,
 	}))
 	t.Cleanup(srv.Close)
 	s := loadSpec(t)
@@ -271,6 +272,7 @@ func TestStoreDownIs503(t *testing.T) {
 		{"POST", "/v1/sources/deploys/events", event, nil},
 		{"POST", "/v1/sources/deploys/events", event, []string{"Idempotency-Key", "down-2"}},
 		{"POST", "/hooks/deploys", event, signed(t, hookSecret, "msg_down", time.Now(), event)},
+		{"GET", "/readyz", "", nil},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			contentType := ""

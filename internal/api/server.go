@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/webhooks"
 )
@@ -139,6 +140,9 @@ func (h *handlers) healthz(c echo.Context) error {
 func (h *handlers) readyz(c echo.Context) error {
 	if h.Ready != nil {
 		if err := h.Ready(c.Request().Context()); err != nil {
+			if store.Unavailable(err) {
+				return err // STORE_UNAVAILABLE, as on every other route
+			}
 			return problem(http.StatusServiceUnavailable, codeNotReady, err.Error())
 		}
 	}
