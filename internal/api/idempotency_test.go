@@ -262,6 +262,8 @@ func TestStoreDownIs503(t *testing.T) {
 		{"GET", "/v1/executions", "", nil},
 		{"GET", "/v1/executions/ex_missing", "", nil},
 		{"POST", "/v1/executions/ex_missing/cancel", "", nil},
+		{"POST", "/v1/executions/ex_missing/resume", "", nil},
+		{"GET", "/v1/executions/ex_missing/events", "", nil},
 		{"GET", "/v1/approvals", "", nil},
 		{"GET", "/v1/approvals/ap_missing", "", nil},
 		{"POST", "/v1/approvals/ap_missing/approve", "", nil},
