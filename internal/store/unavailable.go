@@ -39,7 +39,9 @@ func Unavailable(err error) bool {
 		return true
 	}
 	// A dial that failed or timed out, a read that timed out: go-redis
-	// returns the net package's errors as they are.
+	// returns the net package's errors as they are. A context deadline
+	// (a net.Error too) that ran out while waiting for Redis counts: the
+	// server did not answer in time.
 	var ne net.Error
 	if errors.As(err, &ne) {
 		return true

@@ -25,6 +25,7 @@ func TestUnavailable(t *testing.T) {
 		{"wrapped key missing", fmt.Errorf("load: %w", redis.Nil), false},
 		{"wrong type", redis.Error(proto("WRONGTYPE Operation against a key holding the wrong kind of value")), false},
 		{"cancelled by the caller", context.Canceled, false},
+		{"deadline waiting for an answer", fmt.Errorf("x: %w", context.DeadlineExceeded), true},
 		{"plain error", errors.New("boom"), false},
 		{"sentinel", fmt.Errorf("x: %w", ErrUnavailable), true},
 		{"client closed", fmt.Errorf("submit: %w", redis.ErrClosed), true},
