@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,14 +65,18 @@ func (h *handlers) createExecution(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	idem, err := idempotencyKey(c)
+	if err != nil {
+		return err
+	}
 	ctx := c.Request().Context()
 	key := principal(c)
-	var ex *harness.Execution
-	if req.Agent != nil {
-		ex, err = h.Executions.SubmitAgent(ctx, harness.AgentRequest{Agent: req.Agent, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist})
-	} else {
-		ex, err = h.Executions.Submit(ctx, harness.Request{Workflow: req.Workflow, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist})
-	}
+	ex, err := h.submitOnce(c, idem, body, func(ctx context.Context, id string) (*harness.Execution, error) {
+		if req.Agent != nil {
+			return h.Executions.SubmitAgent(ctx, harness.AgentRequest{Agent: req.Agent, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist, ID: id})
+		}
+		return h.Executions.Submit(ctx, harness.Request{Workflow: req.Workflow, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist, ID: id})
+	})
 	if err != nil {
 		return err
 	}

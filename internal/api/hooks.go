@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -88,10 +89,28 @@ func (h *handlers) pushEvent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ev, err := triggers.DecodeEvent(body, "")
+	key, err := idempotencyKey(c)
+	if err != nil {
+		return err
+	}
+	if key != "" {
+		return h.pushOnce(c, name, key, body)
+	}
+	status, ans, err := h.push(c.Request().Context(), name, body, "")
+	if err != nil {
+		return err
+	}
+	return c.JSON(status, ans)
+}
+
+// push emits the event of body to the source and returns the status and
+// answer of the push. A body without an id takes defaultID ("": the id
+// is required).
+func (h *handlers) push(ctx context.Context, name string, body []byte, defaultID string) (int, eventAnswer, error) {
+	ev, err := triggers.DecodeEvent(body, defaultID)
 	if err == nil {
 		var res triggers.Result
-		res, err = h.Triggers.Emit(c.Request().Context(), name, ev, triggers.Via{Kind: "api"})
+		res, err = h.Triggers.Emit(ctx, name, ev, triggers.Via{Kind: "api"})
 		if err == nil {
 			ans := eventAnswer{Status: "accepted", Connection: name, Type: ev.Type, ID: ev.ID, Triggers: res.Triggers}
 			if ans.Triggers == nil {
@@ -99,20 +118,20 @@ func (h *handlers) pushEvent(c echo.Context) error {
 			}
 			if res.Duplicate {
 				ans.Status = "duplicate"
-				return c.JSON(http.StatusOK, ans)
+				return http.StatusOK, ans, nil
 			}
-			return c.JSON(http.StatusAccepted, ans)
+			return http.StatusAccepted, ans, nil
 		}
 	}
 	var ee *triggers.EventError
 	switch {
 	case errors.As(err, &ee):
-		h.Triggers.Reject(c.Request().Context(), name, triggers.Receipt{Via: "api", Status: http.StatusUnprocessableEntity, Reason: codeValidationFailed + ": " + ee.Error(), EventID: ev.ID, Type: ev.Type})
-		return problem(http.StatusUnprocessableEntity, codeValidationFailed, ee.Error(), fieldErrors(ee.Problems)...)
+		h.Triggers.Reject(ctx, name, triggers.Receipt{Via: "api", Status: http.StatusUnprocessableEntity, Reason: codeValidationFailed + ": " + ee.Error(), EventID: ev.ID, Type: ev.Type})
+		return 0, eventAnswer{}, problem(http.StatusUnprocessableEntity, codeValidationFailed, ee.Error(), fieldErrors(ee.Problems)...)
 	case errors.Is(err, triggers.ErrUnknownSource):
-		return problem(http.StatusNotFound, codeConnectionNotFound, fmt.Sprintf("no source named %q", name))
+		return 0, eventAnswer{}, problem(http.StatusNotFound, codeConnectionNotFound, fmt.Sprintf("no source named %q", name))
 	}
-	return err
+	return 0, eventAnswer{}, err
 }
 
 // startHarness is POST /v1/harness/start: starts trigger delivery and cron

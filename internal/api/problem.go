@@ -4,11 +4,13 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
 // Problem is an RFC 9457 problem document with patchbay's stable code and
@@ -20,6 +22,10 @@ type Problem struct {
 	Detail string               `json:"detail,omitempty"`
 	Code   string               `json:"code"`
 	Errors []harness.FieldError `json:"errors,omitempty"`
+
+	// retryAfter is the Retry-After of a problem a retry may fix, in
+	// seconds; 0 means the default of its status (see retryAfterOf).
+	retryAfter int
 }
 
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
@@ -38,6 +44,16 @@ const (
 	codeExecutionNotFound  = string(harness.CodeExecutionNotFound)
 	codeValidationFailed   = string(harness.CodeValidationFailed)
 	codeConnectionNotFound = string(harness.CodeConnectionUnknown)
+	codeStoreUnavailable   = "STORE_UNAVAILABLE" // also webhooks.CodeUnavailable
+)
+
+// Seconds a client is asked to wait (Retry-After) before retrying a 503:
+// Redis failing over or restarting takes seconds; a connection starting
+// takes as long as its server's start.
+const (
+	retryStore      = 2
+	retryConnection = 5
+	retryDefault    = 5
 )
 
 func problem(status int, code, detail string, errs ...harness.FieldError) *Problem {
@@ -65,11 +81,17 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		p := toProblem(err)
-		if p.Status >= 500 && p.Code == codeInternal {
+		switch {
+		case p.Status >= 500 && p.Code == codeInternal:
 			logger.Error("request failed", "request_id", requestID(c), "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+		case p.Code == codeStoreUnavailable:
+			logger.Warn("request refused: Redis is unavailable", "request_id", requestID(c), "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 		}
 		if p.Status == http.StatusUnauthorized {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="patchbay"`)
+		}
+		if s := retryAfterOf(p); s > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(s))
 		}
 		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
 		if c.Request().Method == http.MethodHead {
@@ -87,22 +109,50 @@ func toProblem(err error) *Problem {
 		he *harness.Error
 		ee *echo.HTTPError
 	)
+	if p := idempotencyProblem(err); p != nil {
+		return p
+	}
 	switch {
 	case errors.As(err, &p):
 		return p
 	case errors.As(err, &ve):
-		return problem(http.StatusUnprocessableEntity, string(ve.Code()), ve.Error(), ve.Problems...)
+		status := http.StatusUnprocessableEntity
+		if ve.Transient() {
+			status = http.StatusServiceUnavailable
+		}
+		return problem(status, string(ve.Code()), ve.Error(), ve.Problems...)
 	case errors.Is(err, harness.ErrNotFound):
 		return problem(http.StatusNotFound, codeExecutionNotFound, "no execution with that id")
 	case errors.As(err, &he):
 		return problem(statusOf(he.Code), string(he.Code), he.Message)
 	case errors.As(err, &ee):
 		return echoProblem(ee)
+	case store.Unavailable(err):
+		return problem(http.StatusServiceUnavailable, codeStoreUnavailable, "the store (Redis) cannot be reached; retry later")
 	}
 	return problem(http.StatusInternalServerError, codeInternal, "internal error; see the server log")
 }
 
+// retryAfterOf is the Retry-After of p in seconds, or 0 for none: every
+// 503 has one, so a client knows to retry it and when.
+func retryAfterOf(p *Problem) int {
+	switch {
+	case p.retryAfter > 0:
+		return p.retryAfter
+	case p.Status != http.StatusServiceUnavailable:
+		return 0
+	case p.Code == codeStoreUnavailable:
+		return retryStore
+	case harness.Code(p.Code).Transient():
+		return retryConnection
+	}
+	return retryDefault
+}
+
 func statusOf(code harness.Code) int {
+	if code.Transient() {
+		return http.StatusServiceUnavailable
+	}
 	switch code {
 	case harness.CodeConnectionUnknown:
 		return http.StatusNotFound

@@ -17,6 +17,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/webhooks"
 )
@@ -145,6 +146,9 @@ func (h *handlers) healthz(c echo.Context) error {
 func (h *handlers) readyz(c echo.Context) error {
 	if h.Ready != nil {
 		if err := h.Ready(c.Request().Context()); err != nil {
+			if store.Unavailable(err) {
+				return err // STORE_UNAVAILABLE, as on every other route
+			}
 			return problem(http.StatusServiceUnavailable, codeNotReady, err.Error())
 		}
 	}

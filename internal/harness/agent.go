@@ -15,6 +15,8 @@ type AgentRequest struct {
 	Input     any
 	Principal string
 	Allowlist string
+	// ID is the new execution's id, as Request.ID.
+	ID string
 }
 
 // agentNodeID is the id of the shorthand's only node.
@@ -29,7 +31,7 @@ func (e *Executions) SubmitAgent(ctx context.Context, req AgentRequest) (*Execut
 	if err != nil {
 		return nil, err
 	}
-	ex, err := e.Submit(ctx, Request{Workflow: doc, Input: req.Input, Principal: req.Principal, Allowlist: req.Allowlist})
+	ex, err := e.Submit(ctx, Request{Workflow: doc, Input: req.Input, Principal: req.Principal, Allowlist: req.Allowlist, ID: req.ID})
 	var ve *ValidationError
 	if errors.As(err, &ve) {
 		for i := range ve.Problems {

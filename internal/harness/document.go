@@ -336,7 +336,7 @@ func (p *parser) target(n *Node, obj map[string]any, path string) {
 		return
 	}
 	if st := conn.Status(); st.State != StateReady {
-		p.fail(path+"/op", CodeConnectionUnavailable, "connection %q is %s, so operation %q cannot be checked", n.Connection, st.State, n.Op)
+		p.fail(path+"/op", notReadyCode(st.State), "connection %q is %s, so operation %q cannot be checked", n.Connection, st.State, n.Op)
 		return
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {

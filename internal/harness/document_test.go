@@ -12,7 +12,8 @@ import (
 )
 
 // testRegistry has a ready "mem" connection with add and echo, and a
-// "down" connection that failed to start.
+// "down" connection that failed to start, and a "starting" one not yet
+// connected.
 func testRegistry(t testing.TB) (*Registry, *Memory) {
 	t.Helper()
 	mem := NewMemory(
@@ -30,6 +31,8 @@ func testRegistry(t testing.TB) (*Registry, *Memory) {
 	must(t, reg.Add("mem", mem))
 	must(t, reg.Add("down", failing{connectErr: errors.New("refused")}))
 	_ = reg.Start(context.Background())
+	// Added after Start, so it stays connecting.
+	must(t, reg.Add("starting", NewMemory()))
 	return reg, mem
 }
 
@@ -66,6 +69,7 @@ var validationCases = []struct {
 	{"call to undeclared connection", `{"version":1,"connections":{},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/root/connection", CodeValidationFailed},
 	{"unknown operation", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"sub"}}`, "/workflow/root/op", CodeOperationUnknown},
 	{"unavailable connection", `{"version":1,"connections":{"down":{}},"root":{"kind":"call","id":"a","connection":"down","op":"x"}}`, "/workflow/root/op", CodeConnectionUnavailable},
+	{"starting connection", `{"version":1,"connections":{"starting":{}},"root":{"kind":"call","id":"a","connection":"starting","op":"x"}}`, "/workflow/root/op", CodeConnectionStarting},
 	{"duplicate ids", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[{"kind":"call","id":"a","connection":"mem","op":"add"},{"kind":"call","id":"a","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/1/id", CodeStepIDDuplicate},
 	{"id missing", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","connection":"mem","op":"add"}}`, "/workflow/root/id", CodeValidationFailed},
 	{"unknown kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"loop","id":"a"}}`, "/workflow/root/kind", CodeValidationFailed},

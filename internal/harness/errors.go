@@ -21,7 +21,38 @@ const (
 	CodeNotSupported          Code = "NOT_SUPPORTED"
 	CodeExecutionNotFound     Code = "EXECUTION_NOT_FOUND"
 	CodeConnectionUnavailable Code = "CONNECTION_UNAVAILABLE"
+	CodeConnectionStarting    Code = "CONNECTION_STARTING"
+	CodeConnectionNeedsSignIn Code = "CONNECTION_NEEDS_SIGN_IN"
+	CodeConnectionClosed      Code = "CONNECTION_CLOSED"
 )
+
+// Transient reports whether a problem with this code goes away by itself:
+// the connection is starting, or was lost and is being reconnected. The API
+// answers such a refusal 503 with Retry-After, so clients retry it; every
+// other code needs a change to the request or the deployment.
+func (c Code) Transient() bool {
+	return c == CodeConnectionStarting || c == CodeConnectionUnavailable
+}
+
+// NotReady reports whether the code says a connection was not ready
+// (starting, reconnecting, waiting for a sign-in, or closed by a shutdown):
+// a trigger's turn refused so is delivered again rather than dead-lettered.
+func (c Code) NotReady() bool {
+	return c.Transient() || c == CodeConnectionNeedsSignIn || c == CodeConnectionClosed
+}
+
+// notReadyCode is the code of a refusal because a connection is in state s.
+func notReadyCode(s State) Code {
+	switch s {
+	case StateConnecting:
+		return CodeConnectionStarting
+	case StateNeedsSignIn:
+		return CodeConnectionNeedsSignIn
+	case StateClosed:
+		return CodeConnectionClosed
+	}
+	return CodeConnectionUnavailable
+}
 
 // Error is a harness error with a stable code, matched with errors.As.
 type Error struct {
@@ -64,6 +95,18 @@ func (e *ValidationError) Code() Code {
 		return CodeValidationFailed
 	}
 	return e.Problems[0].Code
+}
+
+// Transient reports whether every problem is transient (Code.Transient):
+// the same request may then succeed later. One permanent problem makes the
+// whole refusal permanent, since a retry would meet it again.
+func (e *ValidationError) Transient() bool {
+	for _, p := range e.Problems {
+		if !p.Code.Transient() {
+			return false
+		}
+	}
+	return len(e.Problems) > 0
 }
 
 // ErrNotFound is returned when an execution does not exist (or has expired).

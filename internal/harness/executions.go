@@ -304,6 +304,10 @@ type Request struct {
 	// Allowlist names the allowlist that bounds the document. An unknown
 	// or empty name grants nothing.
 	Allowlist string
+	// ID is the new execution's id; empty means a fresh one. An
+	// idempotency key reserves one (SubmitIdempotent), so that a retried
+	// submit of the same id yields the first execution.
+	ID string
 }
 
 // Submit validates the document against the registry and the request's
@@ -328,7 +332,11 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 		return nil, &ValidationError{Problems: problems}
 	}
 	bound := req.Allowlist
-	return e.enqueueBound(ctx, newExecutionID(), req.Workflow, req.Input, req.Principal, &bound)
+	id := req.ID
+	if id == "" {
+		id = newExecutionID()
+	}
+	return e.enqueueBound(ctx, id, req.Workflow, req.Input, req.Principal, &bound)
 }
 
 func (e *Executions) allowlist(ctx context.Context, name string) (*Allowlist, error) {

@@ -224,7 +224,7 @@ func (p *parser) handleTarget(n *Node, path string) bool {
 		return true // reported on the entry
 	}
 	if st := conn.Status(); st.State != StateReady {
-		p.fail(path+"/op", CodeConnectionUnavailable, "pool %q is %s, so operation %q cannot be checked", h.Pool, st.State, n.Op)
+		p.fail(path+"/op", notReadyCode(st.State), "pool %q is %s, so operation %q cannot be checked", h.Pool, st.State, n.Op)
 		return true
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {

@@ -488,7 +488,7 @@ func isPermanent(err error) bool {
 		return false
 	}
 	for _, p := range ve.Problems {
-		if p.Code == harness.CodeConnectionUnavailable {
+		if p.Code.NotReady() {
 			return false
 		}
 	}

@@ -197,6 +197,13 @@ func (h *handler) wrap(f echo.HandlerFunc) echo.HandlerFunc {
 		if errors.As(err, &he) && he.Code < 500 {
 			return h.render(c, he.Code, errorPage(h.page(c, http.StatusText(he.Code), ""), http.StatusText(he.Code)))
 		}
+		if store.Unavailable(err) {
+			// Not a bug: Redis is restarting or failing over. Say so, and
+			// when to reload, as the API does.
+			h.Logger.Warn("admin request refused: Redis is unavailable", "path", c.Request().URL.Path, "err", err)
+			c.Response().Header().Set("Retry-After", "2")
+			return h.render(c, http.StatusServiceUnavailable, errorPage(h.page(c, "Temporarily unavailable", ""), "The store (Redis) cannot be reached right now. Reload the page in a few seconds."))
+		}
 		h.Logger.Error("admin request failed", "path", c.Request().URL.Path, "err", err)
 		return h.render(c, http.StatusInternalServerError, errorPage(h.page(c, "Something went wrong", ""), "The server could not complete this request; the details are in the server log."))
 	}

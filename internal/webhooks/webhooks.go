@@ -43,7 +43,7 @@ const (
 	CodeInvalidEvent     = "VALIDATION_FAILED"
 	CodeUnknown          = "CONNECTION_UNKNOWN"
 	CodeBodyTooLarge     = "BODY_TOO_LARGE"
-	CodeUnavailable      = "NOT_READY"
+	CodeUnavailable      = "STORE_UNAVAILABLE" // the API's code for Redis out of reach; the sender retries a 503
 	reasonMissingHeaders = "missing webhook-id, webhook-timestamp or webhook-signature"
 )
 

@@ -1,0 +1,297 @@
+package api_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/api"
+	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+)
+
+const otherKey = "other-key"
+
+func withOtherKey(o *api.Options) {
+	o.APIKeys = append(o.APIKeys, api.Key{SHA256: sha256.Sum256([]byte(otherKey)), Principal: authz.Principal{Name: "other", Allowlist: "test", Roles: []authz.Role{authz.Admin}}})
+}
+
+// TestIdempotencyKeyOnSubmit runs its steps in order on one server: each
+// builds on the keys the previous ones used.
+func TestIdempotencyKeyOnSubmit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withOtherKey)
+	const ct = "application/json"
+	body := `{"workflow":` + hello + `,"input":{"x":1}}`
+	// The same request encoded differently: other spacing, other order.
+	reencoded := `{ "input": {"x": 1}, "workflow": ` + hello + ` }`
+	ids := map[string]string{}
+
+	for _, tc := range []struct {
+		name       string
+		key        string
+		bearer     string // "" is the test key
+		body       string
+		wantStatus int
+		wantCode   string
+		replayed   bool
+		sameAs     string // a step whose id this one must return
+		notSameAs  string
+	}{
+		{name: "first", key: "order-1", body: body, wantStatus: 202},
+		{name: "repeat", key: "order-1", body: body, wantStatus: 202, replayed: true, sameAs: "first"},
+		{name: "repeat re-encoded", key: "order-1", body: reencoded, wantStatus: 202, replayed: true, sameAs: "first"},
+		{name: "quoted key is the same key", key: `"order-1"`, body: body, wantStatus: 202, replayed: true, sameAs: "first"},
+		{name: "other body", key: "order-1", body: `{"workflow":` + hello + `,"input":{"x":2}}`, wantStatus: 422, wantCode: "IDEMPOTENCY_KEY_REUSED"},
+		{name: "other principal", key: "order-1", bearer: otherKey, body: body, wantStatus: 202, notSameAs: "first"},
+		{name: "other key", key: "order-2", body: body, wantStatus: 202, notSameAs: "first"},
+		{name: "wait", key: "order-3", body: `{"workflow":` + hello + `,"input":{"x":1},"wait":"10s"}`, wantStatus: 200},
+		{name: "wait repeated", key: "order-3", body: `{"workflow":` + hello + `,"input":{"x":1},"wait":"10s"}`, wantStatus: 200, replayed: true, sameAs: "wait"},
+		{name: "refused document", key: "order-4", body: `{"workflow":{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"nope"}}}`, wantStatus: 422, wantCode: "OPERATION_UNKNOWN"},
+		{name: "corrected under the same key", key: "order-4", body: body, wantStatus: 202},
+		{name: "blank key", key: " ", body: body, wantStatus: 400, wantCode: "IDEMPOTENCY_KEY_INVALID"},
+		{name: "key too long", key: strings.Repeat("k", 256), body: body, wantStatus: 400, wantCode: "IDEMPOTENCY_KEY_INVALID"},
+		{name: "key not ASCII", key: "clé", body: body, wantStatus: 400, wantCode: "IDEMPOTENCY_KEY_INVALID"},
+		{name: "longest key", key: strings.Repeat("k", 255), body: body, wantStatus: 202},
+	} {
+		headers := []string{"Idempotency-Key", tc.key}
+		if tc.bearer != "" {
+			headers = append(headers, "Authorization", "Bearer "+tc.bearer)
+		}
+		r := b.do(t, "POST", "/v1/executions", ct, tc.body, headers...)
+		if r.status != tc.wantStatus {
+			t.Fatalf("%s: status %d, want %d: %s", tc.name, r.status, tc.wantStatus, r.body)
+		}
+		m := r.json(t)
+		if tc.wantCode != "" {
+			if m["code"] != tc.wantCode {
+				t.Errorf("%s: code %v, want %s", tc.name, m["code"], tc.wantCode)
+			}
+			continue
+		}
+		id, _ := m["id"].(string)
+		ids[tc.name] = id
+		if got := r.header.Get("Idempotent-Replayed") == "true"; got != tc.replayed {
+			t.Errorf("%s: Idempotent-Replayed = %q, want %v", tc.name, r.header.Get("Idempotent-Replayed"), tc.replayed)
+		}
+		if tc.sameAs != "" && id != ids[tc.sameAs] {
+			t.Errorf("%s: id %s, want %s's %s", tc.name, id, tc.sameAs, ids[tc.sameAs])
+		}
+		if tc.notSameAs != "" && id == ids[tc.notSameAs] {
+			t.Errorf("%s: id %s is %s's; want a new execution", tc.name, id, tc.notSameAs)
+		}
+		if loc := r.header.Get("Location"); loc != "/v1/executions/"+id {
+			t.Errorf("%s: Location %q", tc.name, loc)
+		}
+	}
+}
+
+// TestIdempotencyKeyConcurrent: requests racing with one key create one
+// execution; those that lose are told 409 with Retry-After, or get it.
+func TestIdempotencyKeyConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := `{"workflow":` + hello + `,"input":{"x":1}}`
+	const n = 8
+	type answer struct {
+		status int
+		id     string
+		retry  string
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", b.url+"/v1/executions", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+testKey)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "race")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			var m struct{ ID string }
+			data, _ := io.ReadAll(resp.Body)
+			_ = json.Unmarshal(data, &m)
+			answers[i] = answer{resp.StatusCode, m.ID, resp.Header.Get("Retry-After")}
+		})
+	}
+	wg.Wait()
+	ids := map[string]bool{}
+	for _, a := range answers {
+		switch a.status {
+		case http.StatusAccepted:
+			ids[a.id] = true
+		case http.StatusConflict:
+			if a.retry == "" {
+				t.Errorf("409 without Retry-After")
+			}
+		default:
+			t.Errorf("status %d", a.status)
+		}
+	}
+	if len(ids) != 1 {
+		t.Errorf("executions created: %v, want one", ids)
+	}
+}
+
+func TestIdempotencyKeyOnPush(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const ct, path = "application/json", "/v1/sources/deploys/events"
+	noID := `{"type":"deploy.failed","payload":{"service":"api"}}`
+	for _, tc := range []struct {
+		name, key, body string
+		wantStatus      int
+		wantCode        string
+		replayed        bool
+		wantID          string
+	}{
+		{name: "the key is the event id", key: "push-1", body: noID, wantStatus: 202, wantID: "push-1"},
+		{name: "repeat", key: "push-1", body: noID, wantStatus: 202, replayed: true, wantID: "push-1"},
+		{name: "other body", key: "push-1", body: `{"type":"deploy.failed","payload":{"service":"web"}}`, wantStatus: 422, wantCode: "IDEMPOTENCY_KEY_REUSED"},
+		{name: "body id wins", key: "push-2", body: deployFailed("evt-own", "api"), wantStatus: 202, wantID: "evt-own"},
+		{name: "invalid event", key: "push-3", body: `{"type":"deploy.failed","payload":{}}`, wantStatus: 422, wantCode: "VALIDATION_FAILED"},
+		{name: "corrected under the same key", key: "push-3", body: noID, wantStatus: 202, wantID: "push-3"},
+		{name: "invalid key", key: strings.Repeat("k", 300), body: noID, wantStatus: 400, wantCode: "IDEMPOTENCY_KEY_INVALID"},
+	} {
+		r := b.do(t, "POST", path, ct, tc.body, "Idempotency-Key", tc.key)
+		if r.status != tc.wantStatus {
+			t.Fatalf("%s: status %d, want %d: %s", tc.name, r.status, tc.wantStatus, r.body)
+		}
+		m := r.json(t)
+		if tc.wantCode != "" {
+			if m["code"] != tc.wantCode {
+				t.Errorf("%s: code %v, want %s", tc.name, m["code"], tc.wantCode)
+			}
+			continue
+		}
+		if m["id"] != tc.wantID || m["status"] != "accepted" {
+			t.Errorf("%s: answer %s, want accepted %s", tc.name, r.body, tc.wantID)
+		}
+		if got := r.header.Get("Idempotent-Replayed") == "true"; got != tc.replayed {
+			t.Errorf("%s: Idempotent-Replayed = %q, want %v", tc.name, r.header.Get("Idempotent-Replayed"), tc.replayed)
+		}
+	}
+}
+
+// TestConnectionStartingIs503: a document using a connection that has not
+// finished connecting is refused with a status clients retry.
+func TestConnectionStartingIs503(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *api.Options) {
+		// Added after Start, so it stays connecting.
+		must(t, o.Registry.Add("slow", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
+	})
+	doc := `{"version":1,"connections":{"slow":{}},"root":{"kind":"call","id":"a","connection":"slow","op":"echo"}}`
+	r := b.do(t, "POST", "/v1/executions", "application/json", `{"workflow":`+doc+`}`)
+	if r.status != http.StatusServiceUnavailable || r.json(t)["code"] != "CONNECTION_STARTING" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q: %s", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	// With a key, the refusal keeps nothing: the retry is a new request.
+	r = b.do(t, "POST", "/v1/executions", "application/json", `{"workflow":`+doc+`}`, "Idempotency-Key", "start-1")
+	if r.status != http.StatusServiceUnavailable {
+		t.Fatalf("with a key: status %d: %s", r.status, r.body)
+	}
+	r = b.do(t, "POST", "/v1/executions", "application/json", `{"workflow":`+doc+`}`, "Idempotency-Key", "start-1")
+	if r.status != http.StatusServiceUnavailable || r.json(t)["code"] != "CONNECTION_STARTING" {
+		t.Fatalf("retried with the key: status %d: %s", r.status, r.body)
+	}
+}
+
+// downSetup serves the API over a store whose Redis refuses connections.
+func downSetup(t *testing.T) *bundle {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	st := &store.Store{
+		Client: redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1}),
+		Prefix: storetest.Prefix(),
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("mem", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "add"}}, harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
+	must(t, reg.Start(context.Background()))
+	als := harness.NewAllowlists(st)
+	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
+	trig, hooks := triggerParts(t, st, execs, reg)
+	srv := httptest.NewServer(api.New(api.Options{
+		Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Webhooks: hooks,
+		APIKeys: []api.Key{{SHA256: sha256.Sum256([]byte(testKey)), Principal: authz.Principal{Name: "tester", Allowlist: "test", Roles: []authz.Role{authz.Admin}}}},
+		Ready:   st.Ping,
+	}))
+	t.Cleanup(srv.Close)
+	s := loadSpec(t)
+	router, err := gorillamux.NewRouter(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{url: srv.URL, router: router, spec: s, seen: map[string]bool{}}
+}
+
+// TestStoreDownIs503: with Redis out of reach, every route that needs it
+// answers 503 STORE_UNAVAILABLE with Retry-After, never a 500.
+func TestStoreDownIs503(t *testing.T) {
+	t.Parallel()
+	b := downSetup(t)
+	const ct = "application/json"
+	event := deployFailed("evt-down", "api")
+	for _, tc := range []struct {
+		method, path, body string
+		headers            []string
+	}{
+		{"POST", "/v1/executions", `{"workflow":` + hello + `}`, nil},
+		{"POST", "/v1/executions", `{"workflow":` + hello + `}`, []string{"Idempotency-Key", "down-1"}},
+		{"GET", "/v1/executions", "", nil},
+		{"GET", "/v1/executions/ex_missing", "", nil},
+		{"POST", "/v1/executions/ex_missing/cancel", "", nil},
+		{"POST", "/v1/executions/ex_missing/resume", "", nil},
+		{"GET", "/v1/executions/ex_missing/events", "", nil},
+		{"GET", "/v1/approvals", "", nil},
+		{"GET", "/v1/approvals/ap_missing", "", nil},
+		{"POST", "/v1/approvals/ap_missing/approve", "", nil},
+		{"GET", "/v1/allowlists", "", nil},
+		{"GET", "/v1/allowlists/test", "", nil},
+		{"PUT", "/v1/allowlists/new", `{"connections":{"mem":{"ops":["*"]}}}`, nil},
+		{"DELETE", "/v1/allowlists/test", "", nil},
+		{"POST", "/v1/sources/deploys/events", event, nil},
+		{"POST", "/v1/sources/deploys/events", event, []string{"Idempotency-Key", "down-2"}},
+		{"POST", "/hooks/deploys", event, signed(t, hookSecret, "msg_down", time.Now(), event)},
+		{"GET", "/readyz", "", nil},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			contentType := ""
+			if tc.body != "" {
+				contentType = ct
+			}
+			r := b.do(t, tc.method, tc.path, contentType, tc.body, tc.headers...)
+			if r.status != http.StatusServiceUnavailable {
+				t.Fatalf("status %d, want 503: %s", r.status, r.body)
+			}
+			if code := r.json(t)["code"]; code != "STORE_UNAVAILABLE" {
+				t.Errorf("code %v, want STORE_UNAVAILABLE", code)
+			}
+			if r.header.Get("Retry-After") == "" {
+				t.Error("no Retry-After")
+			}
+		})
+	}
+}
