@@ -28,9 +28,10 @@ const guardedDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequen
  {"kind":"call","id":"ship","connection":"mem","op":"guarded","args":{"target":"prod","ticket":42}}]}}`
 
 type bundle struct {
-	url   string
-	execs *harness.Executions
-	als   *harness.Allowlists
+	url    string
+	execs  *harness.Executions
+	als    *harness.Allowlists
+	routes []*echo.Route // every route the UI has
 }
 
 // setup mounts the UI; users are API keys that may sign in as themselves.
@@ -60,7 +61,7 @@ func setup(t testing.TB, users ...web.User) *bundle {
 	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: execs, Registry: reg, Allowlists: als, PollInterval: 100 * time.Millisecond, Users: users}))
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; _ = reg.Close() })
-	return &bundle{url: srv.URL, execs: execs, als: als}
+	return &bundle{url: srv.URL, execs: execs, als: als, routes: e.Routes()}
 }
 
 func ptr[T any](v T) *T { return &v }
