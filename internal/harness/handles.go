@@ -512,14 +512,20 @@ func (r *run) leaseWaiting(ctx context.Context, h Handle, holder string, waiting
 	r.e.emit(ctx, r.rec.ID, EventState, data)
 }
 
-// pathEnded ends the fresh: path leases of a parallel path: given back
-// when the path succeeded (or lost an "any" race), kept when it failed,
-// since the run fails with it.
+// pathEnded ends the fresh: path leases of a parallel path. A path that
+// parked keeps them, still renewed, for the run to park with (runEnded).
+// A path cut short by the run stopping (fenced, storage) keeps them,
+// unrenewed, for the run that takes over. Otherwise the path is over (it
+// succeeded, failed, lost an "any" race or was cancelled) and they go back
+// at once: a failed run holds no browser until the reclaim window.
 func (r *run) pathEnded(ctx context.Context, fr *frame, err error) {
-	release := err == nil || errors.Is(context.Cause(ctx), errAnyWon)
+	if errors.Is(err, errWaiting) {
+		return
+	}
+	keep := interruption(err) || interruption(context.Cause(ctx))
 	r.endLeases(func(hl *heldLease) bool {
 		return hl.scope != "" && (hl.scope == fr.scope || strings.HasPrefix(hl.scope, fr.scope+"/"))
-	}, release)
+	}, !keep)
 }
 
 // runEnded ends every lease of the run: given back when it succeeded or
