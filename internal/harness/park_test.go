@@ -433,3 +433,56 @@ func TestFailedParallelRunReleasesPathLeases(t *testing.T) {
 		}
 	})
 }
+
+func TestParkingParallelShapes(t *testing.T) {
+	t.Parallel()
+	const wait = `{"kind":"wait","id":"%s","connection":"svc","event":"deploy.done","timeoutMs":30000}`
+	tests := []struct {
+		name, root string
+		approvals  int  // approvals the parked run asks for; 0: it does not park
+		event      bool // push an event while parked
+	}{
+		{"any: a path that finishes wins over a parked one", `{"kind":"parallel","id":"p","mode":"any","paths":[
+			[{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}],
+			[{"kind":"call","id":"b","connection":"svc","op":"read"}]]}`, 0, false},
+		{"any: parked paths resume and race again", `{"kind":"parallel","id":"p","mode":"any","paths":[
+			[{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}],
+			[` + fmt.Sprintf(wait, "b") + `]]}`, 1, true},
+		{"nested: a park reaches the waits of enclosing paths", `{"kind":"parallel","id":"outer","paths":[
+			[{"kind":"parallel","id":"inner","paths":[
+				[{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}],
+				[` + fmt.Sprintf(wait, "b1") + `]]}],
+			[` + fmt.Sprintf(wait, "b2") + `,{"kind":"call","id":"b3","connection":"svc","op":"read"}]]}`, 1, true},
+		{"fan-out", `{"kind":"parallel","id":"p","over":["svc","svc2"],"steps":[{"send":{"to":"a"}}]}`, 2, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Each(t, func(t *testing.T, st *store.Store) {
+				t.Parallel()
+				reg, _ := parkRegistry(t)
+				svc2 := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "send"}})
+				must(t, reg.Add("svc2", svc2))
+				must(t, reg.SetPolicy("svc2", harness.Policy{Approve: []string{"send"}}))
+				must(t, reg.Start(context.Background()))
+				execs := startWorkers(t, st, reg, 2, "park", `{"connections":{"svc":{"ops":["*"],"events":["deploy.*"]},"svc2":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
+				id := submitAs(t, execs, "park", `{"version":1,"connections":{"svc":{"events":["deploy.done"]},"svc2":{}},"root":`+tt.root+`}`)
+				if tt.approvals > 0 {
+					aps := parked(t, execs, id, tt.approvals)
+					if tt.event {
+						pushEvent(t, execs, "svc", "ev-"+id)
+					}
+					approve(t, execs, aps...)
+				}
+				ex, err := execs.Wait(context.Background(), id, 15*time.Second)
+				must(t, err)
+				if ex.Status != harness.ExecSucceeded {
+					t.Fatalf("status %s %+v", ex.Status, ex.Error)
+				}
+				if tt.approvals > 0 {
+					neverFailed(t, execs, id)
+				}
+			})
+		})
+	}
+}
