@@ -327,6 +327,16 @@ func startInstance(t *testing.T, st *store.Store, reg *harness.Registry, als *ha
 // and a source connection "src" whose deploy.done events waits hear.
 func parkPoolSetup(t *testing.T, st *store.Store) poolBundle {
 	t.Helper()
+	b := parkPoolRegistry(t, st)
+	b.execs = startWorkers(t, st, b.reg, 2, "test", parkPoolGrant, harness.ExecutionsOptions{})
+	return b
+}
+
+const parkPoolGrant = `{"connections":{"browsers":{"ops":["*"]},"src":{"events":["deploy.*"]}}}`
+
+// parkPoolRegistry is parkPoolSetup without workers.
+func parkPoolRegistry(t *testing.T, st *store.Store) poolBundle {
+	t.Helper()
 	pool, err := pools.New(st, "browsers", 4, nil)
 	must(t, err)
 	f := &fakeBrowsers{release: make(chan struct{})}
@@ -338,8 +348,7 @@ func parkPoolSetup(t *testing.T, st *store.Store) poolBundle {
 	must(t, reg.SetPolicy("browsers", harness.Policy{Approve: []string{"click"}}))
 	must(t, reg.Start(context.Background()))
 	t.Cleanup(func() { _ = reg.Close() })
-	execs := startWorkers(t, st, reg, 2, "test", `{"connections":{"browsers":{"ops":["*"]},"src":{"events":["deploy.*"]}}}`, harness.ExecutionsOptions{})
-	return poolBundle{execs: execs, reg: reg, fake: f, pool: pool}
+	return poolBundle{reg: reg, fake: f, pool: pool}
 }
 
 // Each path has its own lease (fresh: path): a path that parks keeps its
@@ -485,4 +494,52 @@ func TestParkingParallelShapes(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The same across a process restart, on pooled leases: the second process
+// takes each path's lease back (the first renewed them while parked) and
+// every path carries on with its own connection.
+func TestParkedPooledParallelResumesInAnotherProcess(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		t.Parallel()
+		ctx := context.Background()
+		b := parkPoolRegistry(t, st)
+		als := harness.NewAllowlists(st)
+		al, err := harness.ParseAllowlist("test", []byte(parkPoolGrant))
+		must(t, err)
+		_, err = als.Put(ctx, al, "tester")
+		must(t, err)
+		first, stopFirst := startInstance(t, st, b.reg, als, "first")
+		id := submitAs(t, first, "test", fmt.Sprintf(poolParkDoc, poolWait))
+		aps := parked(t, first, id, 1)
+		stopFirst()
+		pushEvent(t, first, "src", "ev-"+id)
+
+		second, _ := startInstance(t, st, b.reg, als, "second")
+		approve(t, second, aps...)
+		ex, err := second.Wait(ctx, id, 15*time.Second)
+		must(t, err)
+		if ex.Status != harness.ExecSucceeded {
+			t.Fatalf("status %s %+v", ex.Status, ex.Error)
+		}
+		inst := func(id string) any { return stepOf(t, ex, id).Output.(map[string]any)["instance"] }
+		if inst("a0") != inst("a2") || inst("b0") != inst("b2") || inst("a0") == inst("b0") {
+			t.Errorf("instances a %v/%v b %v/%v; want each path to keep its own", inst("a0"), inst("a2"), inst("b0"), inst("b2"))
+		}
+		acquired := eventsOf(t, second, id, harness.EventLeaseAcquired)
+		taken := 0
+		for _, e := range acquired {
+			if e.Data["resumed"] == true {
+				taken++
+			}
+		}
+		if len(acquired) != 4 || taken != 2 {
+			t.Errorf("lease events %+v: want both paths' leases taken back", acquired)
+		}
+		neverFailed(t, second, id)
+		if u, _ := b.pool.Status(ctx); u.Leased != 0 || b.fake.open.Load() != 0 {
+			t.Fatalf("after success %d leased, %d open", u.Leased, b.fake.open.Load())
+		}
+	})
 }
