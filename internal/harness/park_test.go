@@ -38,6 +38,14 @@ func parkRegistry(t *testing.T) (*harness.Registry, *harness.Memory) {
 	mem := harness.NewMemory(
 		harness.MemoryOp{Operation: harness.Operation{Name: "send"}},
 		harness.MemoryOp{Operation: harness.Operation{Name: "read"}},
+		harness.MemoryOp{Operation: harness.Operation{Name: "slow"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+			select {
+			case <-time.After(300 * time.Millisecond):
+				return map[string]any{"slow": true}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}},
 	)
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
@@ -149,6 +157,16 @@ func neverFailed(t *testing.T, execs *harness.Executions, id string) {
 			t.Errorf("step %v was recorded failed: %v", e.Data["id"], e.Data["error"])
 		}
 	}
+}
+
+func calls(mem *harness.Memory, op string) int {
+	n := 0
+	for _, c := range mem.Calls() {
+		if c.Op == op {
+			n++
+		}
+	}
+	return n
 }
 
 func sends(mem *harness.Memory) map[any]int {
@@ -463,13 +481,16 @@ func TestParkingParallelShapes(t *testing.T) {
 				[` + fmt.Sprintf(wait, "b1") + `]]}],
 			[` + fmt.Sprintf(wait, "b2") + `,{"kind":"call","id":"b3","connection":"svc","op":"read"}]]}`, 1, true},
 		{"fan-out", `{"kind":"parallel","id":"p","over":["svc","svc2"],"steps":[{"send":{"to":"a"}}]}`, 2, false},
+		{"a call in flight when a sibling parks finishes, once", `{"kind":"parallel","id":"p","paths":[
+			[{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}],
+			[{"kind":"call","id":"b","connection":"svc","op":"slow"},{"kind":"call","id":"b2","connection":"svc","op":"read"}]]}`, 1, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			storetest.Each(t, func(t *testing.T, st *store.Store) {
 				t.Parallel()
-				reg, _ := parkRegistry(t)
+				reg, mem := parkRegistry(t)
 				svc2 := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "send"}})
 				must(t, reg.Add("svc2", svc2))
 				must(t, reg.SetPolicy("svc2", harness.Policy{Approve: []string{"send"}}))
@@ -490,6 +511,14 @@ func TestParkingParallelShapes(t *testing.T) {
 				}
 				if tt.approvals > 0 {
 					neverFailed(t, execs, id)
+				}
+				for _, c := range mem.Calls() {
+					if c.Op == "slow" && c.IdempotencyKey != id+":b" {
+						t.Errorf("slow call with key %q", c.IdempotencyKey)
+					}
+				}
+				if n := calls(mem, "slow"); n > 1 {
+					t.Errorf("the call in flight was sent %d times, want once", n)
 				}
 			})
 		})
