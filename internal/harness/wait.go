@@ -192,8 +192,7 @@ func (r *run) listen(ctx context.Context, f *frame, n *Node, cursor string, dead
 				break
 			}
 			cursor = m.ID
-			ev, err := r.event(f, n, m)
-			if ev != nil || err != nil {
+			if ev, ok, err := r.event(f, n, m); ok || err != nil {
 				return ev, err
 			}
 		}
@@ -207,21 +206,22 @@ func (r *run) listen(ctx context.Context, f *frame, n *Node, cursor string, dead
 	}
 }
 
-// event returns the event of m when it is the one the wait waits for.
-func (r *run) event(f *frame, n *Node, m redis.XMessage) (any, error) {
+// event reports whether m is the event the wait waits for, and returns it
+// redacted.
+func (r *run) event(f *frame, n *Node, m redis.XMessage) (any, bool, error) {
 	var ev map[string]any
 	raw, _ := m.Values["event"].(string)
 	if json.Unmarshal([]byte(raw), &ev) != nil || ev["type"] != n.Event {
-		return nil, nil
+		return nil, false, nil
 	}
 	ok, err := r.matches(f, n, ev)
 	if err != nil {
-		return nil, &stepError{step: n.ID, code: KindStepFailed, err: err}
+		return nil, false, &stepError{step: n.ID, code: KindStepFailed, err: err}
 	}
 	if !ok {
-		return nil, nil
+		return nil, false, nil
 	}
-	return r.e.redact(ev), nil
+	return r.e.redact(ev), true, nil
 }
 
 // after reports whether the event log received the entry id after t.
