@@ -345,7 +345,7 @@ func startInstance(t *testing.T, st *store.Store, reg *harness.Registry, als *ha
 // and a source connection "src" whose deploy.done events waits hear.
 func parkPoolSetup(t *testing.T, st *store.Store) poolBundle {
 	t.Helper()
-	b := parkPoolRegistry(t, st)
+	b := parkPoolRegistry(t, st, nil)
 	b.execs = startWorkers(t, st, b.reg, 2, "test", parkPoolGrant, harness.ExecutionsOptions{})
 	return b
 }
@@ -353,9 +353,9 @@ func parkPoolSetup(t *testing.T, st *store.Store) poolBundle {
 const parkPoolGrant = `{"connections":{"browsers":{"ops":["*"]},"src":{"events":["deploy.*"]}}}`
 
 // parkPoolRegistry is parkPoolSetup without workers.
-func parkPoolRegistry(t *testing.T, st *store.Store) poolBundle {
+func parkPoolRegistry(t *testing.T, st *store.Store, opts *pools.Options) poolBundle {
 	t.Helper()
-	pool, err := pools.New(st, "browsers", 4, nil)
+	pool, err := pools.New(st, "browsers", 4, opts)
 	must(t, err)
 	f := &fakeBrowsers{release: make(chan struct{})}
 	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: 5 * time.Second, Provision: f.provision, RefreshEvery: 50 * time.Millisecond})
@@ -533,7 +533,7 @@ func TestParkedPooledParallelResumesInAnotherProcess(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
 		ctx := context.Background()
-		b := parkPoolRegistry(t, st)
+		b := parkPoolRegistry(t, st, nil)
 		als := harness.NewAllowlists(st)
 		al, err := harness.ParseAllowlist("test", []byte(parkPoolGrant))
 		must(t, err)
@@ -569,6 +569,34 @@ func TestParkedPooledParallelResumesInAnotherProcess(t *testing.T) {
 		neverFailed(t, second, id)
 		if u, _ := b.pool.Status(ctx); u.Leased != 0 || b.fake.open.Load() != 0 {
 			t.Fatalf("after success %d leased, %d open", u.Leased, b.fake.open.Load())
+		}
+	})
+}
+
+// An execution cancelled while parked is not run again: the leases its
+// paths kept go back at the next renewal, not after the reclaim window.
+func TestCancelledParkedRunGivesBackItsLeases(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		t.Parallel()
+		const reclaim = 4 * time.Second // renewed every second
+		b := parkPoolRegistry(t, st, &pools.Options{ReclaimAfter: reclaim})
+		b.execs = startWorkers(t, st, b.reg, 2, "test", parkPoolGrant, harness.ExecutionsOptions{})
+		ctx := context.Background()
+		id := submitAs(t, b.execs, "test", fmt.Sprintf(poolParkDoc, poolClick))
+		parked(t, b.execs, id, 2)
+		ex, err := b.execs.Cancel(ctx, id)
+		must(t, err)
+		if ex.Status != harness.ExecCancelled {
+			t.Fatalf("status %s", ex.Status)
+		}
+		cancelled := time.Now()
+		waitFor(t, "the leases to go back", func() bool {
+			u, _ := b.pool.Status(ctx)
+			return u.Leased == 0 && b.fake.open.Load() == 0
+		})
+		if d := time.Since(cancelled); d > reclaim/2 {
+			t.Fatalf("the leases went back %s after the cancel: reclaimed, not given back", d)
 		}
 	})
 }
