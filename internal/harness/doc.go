@@ -39,5 +39,7 @@
 // soon as its path ends, failed or not, unless the path parked (kept, and
 // renewed, with the run) or the run stopped (kept for the run that takes
 // over). So a failed parallel run holds no lease of its paths; only the
-// execution's own leases of a failed run are kept for a resume.
+// execution's own leases of a failed run are kept for a resume. The leases
+// of a parked run stay renewed by the process it parked in (parkLease);
+// cancelling the parked execution gives them back at the next renewal.
 package harness
