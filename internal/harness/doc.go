@@ -4,4 +4,42 @@
 //
 // It imports no transport and no HTTP framework: providers (internal/mcp)
 // implement Provider and Conn, and only cmd/server wires them in.
+//
+// # Parking, and parallel paths
+//
+// A run parks when a call waits for a person (an approval): the record is
+// written "waiting", the worker lets go of its claim, and the decision
+// enqueues the execution again; the next run replays the ledger (done
+// entries return their results, failed ones their error) and continues the
+// rest. Parking is not failing, so nothing it cuts short is recorded as a
+// step failure, only interruptions are passed up (errWaiting, errParked,
+// ErrFenced, storage errors; see interruption and run.fail).
+//
+// Parallel paths park independently. A path that parks cancels none of its
+// siblings ("all" and "any" alike): they run on, finishing their calls
+// (and asking for their own approvals), until each ends or parks too, and
+// then the parallel parks. Only what could wait long stops early: a wait
+// step that hears a sibling parked reads the events already there and
+// returns errParked, its entry left pending with its cursor and deadline,
+// so the resumed run listens again from that cursor until that same
+// deadline (an event the log received by the deadline counts even when it
+// is read later). Calls are not cut short, so a parked run does not leave
+// calls half sent; a call cut short by the run stopping (fenced, storage)
+// stays pending and is sent again with the same idempotency key. A lease
+// wait is not cut short either: it is bounded by the pool's wait.
+//
+// Once the parallel's paths have all ended, its outcome is, in order: the
+// run stopping (fenced, storage); "any"'s winner; a path's failure (in
+// "all", which cancels the others as before); a park. So a failure in one
+// path fails the run even while another waits for a person; that path's
+// approval then leads nowhere (a decision on it finds the execution
+// finished).
+//
+// Leases (see lease.go) follow their path: a fresh: path lease goes back as
+// soon as its path ends, failed or not, unless the path parked (kept, and
+// renewed, with the run) or the run stopped (kept for the run that takes
+// over). So a failed parallel run holds no lease of its paths; only the
+// execution's own leases of a failed run are kept for a resume. The leases
+// of a parked run stay renewed by the process it parked in (parkLease);
+// cancelling the parked execution gives them back at the next renewal.
 package harness

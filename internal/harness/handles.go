@@ -512,14 +512,20 @@ func (r *run) leaseWaiting(ctx context.Context, h Handle, holder string, waiting
 	r.e.emit(ctx, r.rec.ID, EventState, data)
 }
 
-// pathEnded ends the fresh: path leases of a parallel path: given back
-// when the path succeeded (or lost an "any" race), kept when it failed,
-// since the run fails with it.
+// pathEnded ends the fresh: path leases of a parallel path. A path that
+// parked keeps them, still renewed, for the run to park with (runEnded).
+// A path cut short by the run stopping (fenced, storage) keeps them,
+// unrenewed, for the run that takes over. Otherwise the path is over (it
+// succeeded, failed, lost an "any" race or was cancelled) and they go back
+// at once: a failed run holds no browser until the reclaim window.
 func (r *run) pathEnded(ctx context.Context, fr *frame, err error) {
-	release := err == nil || errors.Is(context.Cause(ctx), errAnyWon)
+	if errors.Is(err, errWaiting) {
+		return
+	}
+	keep := interruption(err) || interruption(context.Cause(ctx))
 	r.endLeases(func(hl *heldLease) bool {
 		return hl.scope != "" && (hl.scope == fr.scope || strings.HasPrefix(hl.scope, fr.scope+"/"))
-	}, release)
+	}, !keep)
 }
 
 // runEnded ends every lease of the run: given back when it succeeded or
@@ -537,7 +543,9 @@ func (r *run) runEnded(ctx context.Context, err error) {
 // be longer than the reclaim window. It stops when the execution no longer
 // waits (its resume takes the lease back and renews it itself), when the
 // lease is lost, or when the workers stop; a process that dies stops it
-// too, so the lease is then reclaimed as any other.
+// too, so the lease is then reclaimed as any other. An execution
+// cancelled while it waited is not run again, so the lease goes back at
+// the next renewal rather than after the reclaim window.
 func (e *Executions) parkLease(id string, hl *heldLease) {
 	life := e.life
 	if life == nil {
@@ -554,6 +562,9 @@ func (e *Executions) parkLease(id string, hl *heldLease) {
 			}
 			ctx, cancel := context.WithTimeout(life, 10*time.Second)
 			ex, err := e.Get(ctx, id)
+			if err == nil && ex.Status == ExecCancelled {
+				e.giveBack(ctx, id, hl)
+			}
 			if err == nil && ex.Status != ExecWaiting {
 				cancel()
 				return
@@ -568,6 +579,17 @@ func (e *Executions) parkLease(id string, hl *heldLease) {
 			}
 		}
 	}()
+}
+
+// giveBack releases the lease of an execution that ended while parked.
+// Its token fences it: a lease that a later run released, or that was
+// reclaimed and granted again, is left alone.
+func (e *Executions) giveBack(ctx context.Context, id string, hl *heldLease) {
+	if err := hl.lease.Release(ctx); err != nil {
+		e.logger.Warn("lease of a cancelled execution not given back; it is reclaimed after the window", "execution", id, "lease", hl.rec.ID, "err", err)
+		return
+	}
+	e.logger.Info("lease of a cancelled execution given back", "execution", id, "holder", hl.rec.Holder, "lease", hl.rec.ID)
 }
 
 func (r *run) endLeases(match func(*heldLease) bool, release bool) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -368,7 +369,9 @@ func (r *run) scope(f *frame) scope {
 
 // parallel runs the paths (or the fan-out's steps per connection) at once.
 // "all" fails on the first failure and cancels the rest; "any" takes the
-// first success and cancels the rest.
+// first success and cancels the rest. A path that parks (it waits for a
+// person) cancels nothing: the others run on until each ends or parks too,
+// and then the parallel parks (see the package doc).
 func (r *run) parallel(ctx context.Context, f *frame, n *Node) (any, error) {
 	type job struct {
 		path *Node
@@ -386,6 +389,8 @@ func (r *run) parallel(ctx context.Context, f *frame, n *Node) (any, error) {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	ctx, park := parkScope(ctx)
+	defer park(nil)
 	results := make([]any, len(jobs))
 	errs := make([]error, len(jobs))
 	var (
@@ -397,46 +402,43 @@ func (r *run) parallel(ctx context.Context, f *frame, n *Node) (any, error) {
 		j.fr.scope = f.scope + "/" + n.ID + "/" + strconv.Itoa(i)
 		wg.Go(func() {
 			results[i], errs[i] = r.node(ctx, j.fr, j.path)
-			r.pathEnded(ctx, j.fr, errs[i])
-			if n.Mode == "any" && errs[i] == nil {
+			err := errs[i]
+			switch {
+			case errors.Is(err, errWaiting):
+				park(errParked) // the others stop only where they would wait
+				return          // its leases end with the parallel (below)
+			case n.Mode == "any" && err == nil:
 				once.Do(func() { winner = i; cancel(errAnyWon) })
+			case err != nil && (n.Mode == "all" || interruption(err)):
+				cancel(err)
 			}
-			if n.Mode == "all" && errs[i] != nil {
-				cancel(errs[i])
-			}
+			r.pathEnded(ctx, j.fr, err)
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if errors.Is(err, errWaiting) || errors.Is(err, ErrFenced) || isStorage(err) {
-			return nil, err
+	out, err := r.joined(n, errs, results, winner)
+	for i, j := range jobs {
+		if errors.Is(errs[i], errWaiting) {
+			r.pathEnded(ctx, j.fr, err) // kept while the parallel parks
 		}
 	}
-	var out any
-	switch {
-	case n.Mode == "any" && winner < 0:
-		return nil, firstReal(errs)
-	case n.Mode == "any":
-		out = results[winner]
-		results = []any{out}
-	default:
-		if err := firstReal(errs); err != nil {
-			return nil, err
-		}
-		out = results
+	if err != nil {
+		return nil, err
+	}
+	if len(n.Over) == 0 && n.Mode != "any" {
+		r.mu.Lock()
 		for _, j := range jobs {
-			if len(n.Over) == 0 {
-				r.mu.Lock()
-				for k, v := range j.fr.steps {
-					f.steps[k] = v
-				}
-				r.mu.Unlock()
-			}
+			maps.Copy(f.steps, j.fr.steps)
 		}
+		r.mu.Unlock()
 	}
 	if n.Merge != nil {
 		sc := r.scope(f)
-		sc.Results = results
+		if n.Mode == "any" {
+			sc.Results = []any{out}
+		} else {
+			sc.Results = results
+		}
 		merged, err := n.Merge.eval(sc)
 		if err != nil {
 			return nil, &stepError{step: n.ID, code: KindStepFailed, err: err}
@@ -446,15 +448,45 @@ func (r *run) parallel(ctx context.Context, f *frame, n *Node) (any, error) {
 	return out, nil
 }
 
+// joined is the outcome of a parallel's paths: a run that stops (fenced,
+// storage) before anything; then "any"'s winner; then a failure; then a
+// park, when a path waits and none of the others failed.
+func (r *run) joined(n *Node, errs []error, results []any, winner int) (any, error) {
+	var waiting error
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, ErrFenced) || isStorage(err):
+			return nil, err
+		case errors.Is(err, errWaiting) && waiting == nil:
+			waiting = err
+		}
+	}
+	switch {
+	case n.Mode == "any" && winner >= 0:
+		return results[winner], nil
+	case n.Mode == "any" && waiting != nil:
+		return nil, waiting // a parked path may still win
+	case n.Mode == "any":
+		return nil, firstReal(errs)
+	}
+	if err := firstReal(errs); err != nil {
+		return nil, err
+	}
+	if waiting != nil {
+		return nil, waiting
+	}
+	return results, nil
+}
+
 // errAnyWon cancels the losing paths of an "any" parallel.
 var errAnyWon = errors.New("another path finished first")
 
-// firstReal is the first error that is not a path cancelled because another
-// finished or failed first.
+// firstReal is the first failure that is not a path cancelled because
+// another finished or failed first; parked paths are not failures.
 func firstReal(errs []error) error {
 	var fallback error
 	for _, err := range errs {
-		if err == nil {
+		if err == nil || errors.Is(err, errWaiting) {
 			continue
 		}
 		if fallback == nil {
@@ -465,6 +497,30 @@ func firstReal(errs []error) error {
 		}
 	}
 	return fallback
+}
+
+// parkKey holds, in the context of a parallel's paths, the context that is
+// done (cause errParked) once one of them, or of an enclosing parallel's,
+// parked.
+type parkKey struct{}
+
+// parkScope returns ctx for the paths of a new parallel, and the function
+// that tells them a path parked. It inherits the enclosing parallel's
+// signal, so a park anywhere above reaches nested paths too.
+func parkScope(ctx context.Context) (context.Context, context.CancelCauseFunc) {
+	parent, ok := ctx.Value(parkKey{}).(context.Context)
+	if !ok {
+		parent = context.Background()
+	}
+	sig, park := context.WithCancelCause(parent)
+	return context.WithValue(ctx, parkKey{}, sig), park
+}
+
+// parking reports whether a sibling path (of this or an enclosing
+// parallel) parked: what would wait long stops, and parks too.
+func parking(ctx context.Context) bool {
+	sig, ok := ctx.Value(parkKey{}).(context.Context)
+	return ok && sig.Err() != nil
 }
 
 // verify checks its claims until they all hold or its timeout passes. The

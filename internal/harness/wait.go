@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -130,7 +131,7 @@ func (r *run) wait(ctx context.Context, f *frame, n *Node) (any, error) {
 	if cursor == "" {
 		c, err := r.e.cursorOf(ctx, n.Connection)
 		if err != nil {
-			return nil, &storageError{err}
+			return nil, r.storage(ctx, err)
 		}
 		cursor, deadline = c, time.Now().Add(n.Timeout).UTC()
 		r.update(key, func(st *StepRecord) { st.Status, st.Cursor, st.Deadline = StepPending, cursor, &deadline })
@@ -147,49 +148,87 @@ func (r *run) wait(ctx context.Context, f *frame, n *Node) (any, error) {
 	}
 	ev, err := r.listen(ctx, f, n, cursor, deadline)
 	if err != nil {
-		if errors.Is(err, ErrFenced) || isStorage(err) {
-			return nil, err
+		if interruption(err) {
+			return nil, err // parked: the entry keeps its cursor and deadline
 		}
 		return nil, r.fail(ctx, key, n, err)
 	}
 	return r.done(ctx, key, n, map[string]any{"event": ev, "around": around})
 }
 
+// listenBlock bounds one read of listen, so a wait notices within it that
+// a sibling path parked.
+const listenBlock = time.Second
+
 // listen reads the connection's events after cursor until one matches or
-// the deadline passes.
+// the deadline passes. An event counts when the event log received it by
+// the deadline (its id is the log's time), even when it is read later: a
+// run parked past the deadline still sees what arrived in time. When a
+// sibling path parks, it reads what is there and returns errParked.
 func (r *run) listen(ctx context.Context, f *frame, n *Node, cursor string, deadline time.Time) (any, error) {
 	for {
 		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("no %s event of %s arrived within %s", n.Event, n.Connection, n.Timeout)}
+		over := left <= 0 || parking(ctx)
+		args := &redis.XReadArgs{Streams: []string{r.e.connEventsKey(n.Connection), cursor}, Count: 100, Block: -1}
+		if !over {
+			// At least a millisecond: a zero BLOCK would wait for ever.
+			args.Block = max(min(left, listenBlock), time.Millisecond)
 		}
-		// At least 1 ms: go-redis sends whole milliseconds, and BLOCK 0
-		// would wait forever.
-		block := max(min(left, 5*time.Second), time.Millisecond)
-		streams, err := r.e.store.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{r.e.connEventsKey(n.Connection), cursor}, Count: 100, Block: block}).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
+		streams, err := r.e.store.Client.XRead(ctx, args).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, &storageError{fmt.Errorf("executions: listen on %s: %w", n.Connection, err)}
 		}
-		for _, m := range streams[0].Messages {
-			cursor = m.ID
-			var ev map[string]any
-			raw, _ := m.Values["event"].(string)
-			if json.Unmarshal([]byte(raw), &ev) != nil || ev["type"] != n.Event {
-				continue
+		var msgs []redis.XMessage
+		if len(streams) > 0 {
+			msgs = streams[0].Messages
+		}
+		late := false
+		for _, m := range msgs {
+			if left <= 0 && after(m.ID, deadline) {
+				late = true
+				break
 			}
-			if ok, err := r.matches(f, n, ev); err != nil {
-				return nil, &stepError{step: n.ID, code: KindStepFailed, err: err}
-			} else if ok {
-				return r.e.redact(ev), nil
+			cursor = m.ID
+			if ev, ok, err := r.event(f, n, m); ok || err != nil {
+				return ev, err
 			}
 		}
+		switch {
+		case !over || (int64(len(msgs)) == args.Count && !late):
+			continue // more to read before judging
+		case left <= 0:
+			return nil, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("no %s event of %s arrived within %s", n.Event, n.Connection, n.Timeout)}
+		}
+		return nil, errParked
 	}
+}
+
+// event reports whether m is the event the wait waits for, and returns it
+// redacted.
+func (r *run) event(f *frame, n *Node, m redis.XMessage) (any, bool, error) {
+	var ev map[string]any
+	raw, _ := m.Values["event"].(string)
+	if json.Unmarshal([]byte(raw), &ev) != nil || ev["type"] != n.Event {
+		return nil, false, nil
+	}
+	ok, err := r.matches(f, n, ev)
+	if err != nil {
+		return nil, false, &stepError{step: n.ID, code: KindStepFailed, err: err}
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	return r.e.redact(ev), true, nil
+}
+
+// after reports whether the event log received the entry id after t.
+func after(id string, t time.Time) bool {
+	ms, _, _ := strings.Cut(id, "-")
+	v, err := strconv.ParseInt(ms, 10, 64)
+	return err == nil && v > t.UnixMilli()
 }
 
 func (r *run) matches(f *frame, n *Node, ev map[string]any) (bool, error) {

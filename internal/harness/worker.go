@@ -271,6 +271,19 @@ type run struct {
 // errWaiting unwinds a run whose execution waits for a person.
 var errWaiting = errors.New("execution waits")
 
+// errParked unwinds a path that stopped because a sibling parked: a wait
+// stops listening, its cursor and deadline kept in its entry (see the
+// package doc). It is errWaiting to everything above the path.
+var errParked = fmt.Errorf("a parallel path parked: %w", errWaiting)
+
+// interruption reports whether err stops a run without being a step's own
+// outcome: the run parks, lost its claim, or could not reach storage. The
+// ledger entry of the step it cut short stays as it was, so the next run
+// continues the step rather than replaying a failure.
+func interruption(err error) bool {
+	return errors.Is(err, errWaiting) || errors.Is(err, ErrFenced) || isStorage(err)
+}
+
 func (r *run) execute(ctx context.Context) error {
 	if r.rec.StartedAt == nil {
 		now := time.Now().UTC()
@@ -376,6 +389,17 @@ func (e *storageError) Unwrap() error { return e.err }
 func isStorage(err error) bool {
 	var se *storageError
 	return errors.As(err, &se)
+}
+
+// storage classifies a failed Redis request of a step: a storage failure,
+// unless the step's context ended first (a sibling failed or won, the run
+// was cancelled), which is that cancellation and not a reason to retry
+// the whole run.
+func (r *run) storage(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	return &storageError{err}
 }
 
 func (r *run) node(ctx context.Context, f *frame, n *Node) (any, error) {
@@ -524,6 +548,11 @@ func (r *run) done(ctx context.Context, key string, n *Node, out any) (any, erro
 }
 
 func (r *run) fail(ctx context.Context, key string, n *Node, err error) error {
+	if cause := context.Cause(ctx); cause != nil && interruption(cause) {
+		// Cut short by the run stopping (fenced, storage), not failed:
+		// the step runs again, with its idempotency key, when resumed.
+		return cause
+	}
 	se := asStepError(n.ID, err)
 	r.update(key, func(st *StepRecord) {
 		finished := time.Now().UTC()
@@ -556,7 +585,7 @@ func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
 	r.begin(n, key, conn)
 	started := time.Now()
 	out, _, err := r.send(ctx, f, n, &key)
-	if errors.Is(err, errWaiting) || errors.Is(err, ErrFenced) || isStorage(err) {
+	if interruption(err) {
 		return nil, err
 	}
 	r.e.observer.CallDone(conn, n.Op, outcome(err), time.Since(started))
@@ -737,7 +766,7 @@ func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[s
 		RequestedBy: r.rec.Principal, CreatedAt: now, ExpiresAt: now.Add(r.e.approvalTTL),
 	})
 	if err != nil {
-		return &storageError{err}
+		return r.storage(ctx, err)
 	}
 	switch ap.State {
 	case ApprovalApproved:
