@@ -509,7 +509,9 @@ func TestParkingParallelShapes(t *testing.T) {
 				if ex.Status != harness.ExecSucceeded {
 					t.Fatalf("status %s %+v", ex.Status, ex.Error)
 				}
-				if tt.approvals > 0 {
+				// In an "any" race the loser is recorded cancelled by the
+				// winner, whichever that is; elsewhere nothing may fail.
+				if tt.approvals > 0 && !strings.HasPrefix(tt.name, "any:") {
 					neverFailed(t, execs, id)
 				}
 				for _, c := range mem.Calls() {
