@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -24,12 +23,7 @@ const echoDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id
 // (read), an approver (approve) and the operator (admin token).
 func TestAdminAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
-	b := setup(t,
-		user("alice-key", "alice"),
-		user("bob-key", "bob"),
-		user("auditor-key", "auditor", authz.Read),
-		user("approver-key", "approver", authz.Approve),
-	)
+	b := setup(t, roleUsers()...)
 	ctx := context.Background()
 	var n atomic.Int64
 	submit := func(t *testing.T, doc string) string {

@@ -17,16 +17,22 @@ func user(key, name string, roles ...authz.Role) web.User {
 	return web.User{SHA256: sha256.Sum256([]byte(key)), Principal: authz.Principal{Name: name, Roles: roles, Allowlist: "ops"}}
 }
 
-// TestUsersSeeWhatTheirRolesAllow: a user signed in with an API key has
-// the key's roles in the UI, as in the API.
-func TestUsersSeeWhatTheirRolesAllow(t *testing.T) {
-	t.Parallel()
-	b := setup(t,
+// roleUsers are the users of the role tests: alice and bob (run), an
+// auditor (read) and an approver (approve), all bound to ops.
+func roleUsers() []web.User {
+	return []web.User{
 		user("alice-key", "alice"),
 		user("bob-key", "bob"),
 		user("auditor-key", "auditor", authz.Read),
 		user("approver-key", "approver", authz.Approve),
-	)
+	}
+}
+
+// TestUsersSeeWhatTheirRolesAllow: a user signed in with an API key has
+// the key's roles in the UI, as in the API.
+func TestUsersSeeWhatTheirRolesAllow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, roleUsers()...)
 	ctx := context.Background()
 	ex, err := b.execs.Submit(ctx, harness.Request{Workflow: json.RawMessage(guardedDoc), Principal: "alice", Allowlist: "ops"})
 	must(t, err)
