@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -98,8 +97,8 @@ func (h *handlers) decide(c echo.Context, state harness.ApprovalState) error {
 			return err
 		}
 		if len(raw) > 0 {
-			if err := json.Unmarshal(raw, &body); err != nil {
-				return malformed(err)
+			if err := decodeClosed(raw, &body); err != nil {
+				return err
 			}
 		}
 	}

@@ -78,8 +78,8 @@ func (h *handlers) resumeExecution(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := json.Unmarshal(body, &req); err != nil {
-			return malformed(err)
+		if err := decodeClosed(body, &req); err != nil {
+			return err
 		}
 	}
 	for i, name := range req.Rerun {

@@ -121,6 +121,9 @@ func decodeCreate(body []byte) (*createRequest, error) {
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return nil, malformed(err)
 	}
+	if err := numbersProblem(body); err != nil {
+		return nil, err
+	}
 	var problems []harness.FieldError
 	bad := func(path, msg string) {
 		problems = append(problems, harness.FieldError{Path: path, Code: harness.CodeValidationFailed, Message: msg})
@@ -143,7 +146,9 @@ func decodeCreate(body []byte) (*createRequest, error) {
 		bad("/workflow", "is required (or agent) and must be a workflow document (a JSON object)")
 	}
 	if raw, ok := fields["input"]; ok {
-		_ = json.Unmarshal(raw, &req.Input)
+		if err := json.Unmarshal(raw, &req.Input); err != nil {
+			bad("/input", "could not be decoded: "+err.Error())
+		}
 	}
 	if raw, ok := fields["wait"]; ok {
 		d, err := parseWait(raw)

@@ -89,6 +89,9 @@ func (h *handlers) pushEvent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := numbersProblem(body); err != nil {
+		return err
+	}
 	key, err := idempotencyKey(c)
 	if err != nil {
 		return err

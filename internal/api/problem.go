@@ -41,6 +41,7 @@ const (
 	codeNotReady           = "NOT_READY"
 	codeInternal           = "INTERNAL"
 	codeInvalidCursor      = "INVALID_CURSOR"
+	codeInvalidEventID     = "INVALID_EVENT_ID"
 	codeExecutionNotFound  = string(harness.CodeExecutionNotFound)
 	codeValidationFailed   = string(harness.CodeValidationFailed)
 	codeConnectionNotFound = string(harness.CodeConnectionUnknown)
@@ -121,6 +122,8 @@ func toProblem(err error) *Problem {
 			status = http.StatusServiceUnavailable
 		}
 		return problem(status, string(ve.Code()), ve.Error(), ve.Problems...)
+	case errors.Is(err, harness.ErrInvalidEventID):
+		return problem(http.StatusBadRequest, codeInvalidEventID, "Last-Event-ID (or after) must be an event id as the stream sent it, such as 1733225000000-0")
 	case errors.Is(err, harness.ErrNotFound):
 		return problem(http.StatusNotFound, codeExecutionNotFound, "no execution with that id")
 	case errors.As(err, &he):

@@ -16,6 +16,7 @@ const (
 	CodeConnectionNameTaken   Code = "CONNECTION_NAME_TAKEN"
 	CodeOperationUnknown      Code = "OPERATION_UNKNOWN"
 	CodeValidationFailed      Code = "VALIDATION_FAILED"
+	CodeNumberOutOfRange      Code = "NUMBER_OUT_OF_RANGE"
 	CodeExpressionInvalid     Code = "EXPRESSION_INVALID"
 	CodeStepIDDuplicate       Code = "STEP_ID_DUPLICATE"
 	CodeNotSupported          Code = "NOT_SUPPORTED"

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,12 +52,50 @@ func (e *Executions) emit(ctx context.Context, exec, typ string, data map[string
 	}
 }
 
+// ErrInvalidEventID is returned for a resume point that is not an event id
+// (a Redis stream id, "<ms>-<seq>" or "<ms>"): a client error, which Redis
+// would otherwise answer as a failure.
+var ErrInvalidEventID = errors.New("invalid event id")
+
+// ValidEventID reports whether s has the form of an event id.
+func ValidEventID(s string) bool {
+	ms, seq, found := strings.Cut(s, "-")
+	if !digits(ms) || (found && !digits(seq)) {
+		return false
+	}
+	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
+		return false
+	}
+	if found {
+		if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // Events returns the events after the stream id `after` ("" or "0": from
 // the start), waiting up to block for new ones when there are none. An
-// unknown execution is ErrNotFound.
+// unknown execution is ErrNotFound; an `after` that is no event id is
+// ErrInvalidEventID.
 func (e *Executions) Events(ctx context.Context, exec, after string, block time.Duration) ([]Event, error) {
 	if after == "" {
 		after = "0"
+	}
+	if !ValidEventID(after) {
+		return nil, fmt.Errorf("events of %s after %.40q: %w", exec, after, ErrInvalidEventID)
 	}
 	if n, err := e.store.Client.Exists(ctx, e.recordKey(exec)).Result(); err != nil {
 		return nil, fmt.Errorf("executions: events %s: %w", exec, err)

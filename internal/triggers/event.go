@@ -17,6 +17,7 @@ import (
 	"golang.org/x/text/message"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // Event is one event of a connection, as the inbox stores it and as
@@ -103,7 +104,11 @@ func DecodeEvent(body []byte, defaultID string) (Event, error) {
 		ps = append(ps, FieldProblem{"/id", "is required"})
 	}
 	if v, ok := raw["payload"]; ok {
-		if err := json.Unmarshal(v, &ev.Payload); err != nil {
+		if paths := harness.NumbersOutOfRange(v, "/payload"); len(paths) > 0 {
+			for _, p := range paths {
+				ps = append(ps, FieldProblem{p, "is a number too large to represent (beyond ±1.8e308)"})
+			}
+		} else if err := json.Unmarshal(v, &ev.Payload); err != nil {
 			ps = append(ps, FieldProblem{"/payload", "is not valid JSON"})
 		}
 	}

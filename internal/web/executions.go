@@ -126,7 +126,10 @@ func (h *handler) executionStream(c echo.Context) error {
 		return err
 	}
 	events, err := h.Executions.Events(ctx, id, after, time.Millisecond)
-	if err != nil {
+	switch {
+	case errors.Is(err, harness.ErrInvalidEventID):
+		return echo.NewHTTPError(http.StatusBadRequest)
+	case err != nil:
 		return &notFound{"No execution has that id."}
 	}
 	w := c.Response()

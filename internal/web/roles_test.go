@@ -65,6 +65,10 @@ func TestUsersSeeWhatTheirRolesAllow(t *testing.T) {
 			t.Errorf("%s GET %s = %d, want %d", c.who, c.path, p.status, c.want)
 		}
 	}
+	// A resume point that is no event id is the client's error, not a 500.
+	if p := alice.do(http.MethodGet, "/admin/executions/"+ex.ID+"/stream", nil, "Last-Event-ID", "garbage"); p.status != http.StatusBadRequest {
+		t.Errorf("stream after a garbage Last-Event-ID = %d, want 400", p.status)
+	}
 	// Bob's list of executions lacks alice's; the auditor's has it.
 	if p := bob.get("/admin/executions"); strings.Contains(p.doc.Text(), ex.ID) {
 		t.Error("bob's executions page lists alice's execution")

@@ -1,0 +1,29 @@
+package harness
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestNumbersOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw string
+		want      []string
+	}{
+		{"none", `{"a": 1, "b": [1.5, -2e300, 0]}`, nil},
+		{"top level", `1e400`, []string{"/input"}},
+		{"in an object", `{"n": 1e400, "m": 2}`, []string{"/input/n"}},
+		{"negative", `{"n": -1e400}`, []string{"/input/n"}},
+		{"in an array", `{"a": [0, 1, 1e999]}`, []string{"/input/a/2"}},
+		{"escaped key", `{"a/b": {"c~d": 1E+400}}`, []string{"/input/a~1b/c~0d"}},
+		{"several, sorted", `{"z": 1e400, "a": 1e401}`, []string{"/input/a", "/input/z"}},
+		{"tiny is fine", `{"n": 1e-400}`, nil},
+		{"not JSON", `{"n": `, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := NumbersOutOfRange([]byte(tc.raw), "/input"); !slices.Equal(got, tc.want) {
+				t.Errorf("NumbersOutOfRange(%s) = %q, want %q", tc.raw, got, tc.want)
+			}
+		})
+	}
+}
