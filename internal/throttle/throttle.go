@@ -211,6 +211,15 @@ func (p Proxies) Client(r *http.Request) netip.Addr {
 	return addr
 }
 
+// IP is Client as text, for logs (and echo's IPExtractor); a peer that is
+// not an IP address is given as it is.
+func (p Proxies) IP(r *http.Request) string {
+	if a := p.Client(r); a.IsValid() {
+		return a.String()
+	}
+	return r.RemoteAddr
+}
+
 func (p Proxies) trusted(a netip.Addr) bool {
 	for _, n := range p {
 		if n.Contains(a) {
