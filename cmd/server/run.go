@@ -26,6 +26,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/web"
 )
@@ -127,9 +128,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer trig.Close()
 	var started atomic.Bool
+	// One count of failed credentials per address for the API and the
+	// admin sign-in: a guess is a guess on either.
+	guesses := throttle.New(&throttle.Options{
+		Free: cfg.Limits.AuthFailures, Backoff: cfg.Limits.AuthBackoff, MaxBackoff: cfg.Limits.AuthBackoffMax,
+	})
+	proxies := throttle.Proxies(cfg.Limits.TrustedProxies)
 	handler := api.New(api.Options{
 		Executions: execs, Registry: reg, APIKeys: keys, Allowlists: als, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
-		Triggers: trig, Webhooks: hooks, Secrets: secretWriter,
+		Triggers: trig, Webhooks: hooks, Secrets: secretWriter, Throttle: guesses, TrustedProxies: proxies,
 		Ready: func(ctx context.Context) error {
 			if !started.Load() {
 				return errors.New("connections are still starting")
@@ -140,7 +147,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	webOpts := web.Options{
 		AdminToken: adminToken(cfg, stdout), Store: st, Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Logger: logger,
-		Users: uiUsers(cfg),
+		Users: uiUsers(cfg), Throttle: guesses, TrustedProxies: proxies,
 	}
 	if oauthSvc != nil {
 		webOpts.SignIns = oauthSvc
