@@ -94,7 +94,7 @@ func (b *readToEnd) Read(p []byte) (int, error) {
 }
 
 // deadlineWriter moves the write deadline as deadlines describes. It
-// implements Flush and Unwrap so that echo's Response and
+// implements Flush, FlushError and Unwrap so that echo's Response and
 // http.ResponseController reach the real writer through it.
 type deadlineWriter struct {
 	http.ResponseWriter
@@ -116,11 +116,15 @@ func (w *deadlineWriter) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-func (w *deadlineWriter) Flush() {
+func (w *deadlineWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is what http.ResponseController.Flush calls, so a stream
+// learns that its client is gone (or too slow) from the flush.
+func (w *deadlineWriter) FlushError() error {
 	if !w.begin() && w.stream {
 		w.extend()
 	}
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
