@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"strings"
 	"testing"
@@ -118,9 +119,15 @@ apiKeys:
 `, demoBin))
 	const timeout = 300 * time.Millisecond
 	srv := start(t, map[string]string{
-		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1", "PATCHBAY_ADMIN_TOKEN": "the-admin-token",
 		"PATCHBAY_READ_HEADER_TIMEOUT": "300ms", "PATCHBAY_READ_TIMEOUT": "300ms", "PATCHBAY_WRITE_TIMEOUT": "300ms",
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The admin UI's live approvals list is a stream too: it says
+	// "changed" when the pending set changes, the last time after the
+	// approval, several timeouts after it opened.
+	admin := streamLines(t, ctx, adminSession(t, srv.url, "the-admin-token"), srv.url+"/admin/approvals/stream?v=0", "")
 	doc := helloFor(t, "demo")
 	var m map[string]any
 	if err := json.Unmarshal(doc, &m); err != nil {
@@ -134,24 +141,8 @@ apiKeys:
 	}
 	id := ex["id"].(string)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url+"/v1/executions/"+id+"/events", nil)
-	req.Header.Set("Authorization", "Bearer k1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	lines := streamLines(t, ctx, http.DefaultClient, srv.url+"/v1/executions/"+id+"/events", "k1")
 	opened := time.Now()
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
 
 	// Keep the stream open, waiting for the approval, for several
 	// timeouts before deciding it.
@@ -173,12 +164,85 @@ apiKeys:
 	if status, ap := postJSON(t, srv.url+"/v1/approvals/"+approval+"/approve", "approver-key", `{}`); status != 200 {
 		t.Fatalf("approve = %d %v", status, ap)
 	}
+	finished := false
 	for line := range lines {
 		if line == "event: execution.finished" {
-			return
+			finished = true
+			break
 		}
 	}
-	t.Fatalf("the stream ended without execution.finished, %s after it opened", time.Since(opened))
+	if !finished {
+		t.Fatalf("the stream ended without execution.finished, %s after it opened", time.Since(opened))
+	}
+	// The admin stream saw one pending approval, then none.
+	var seen []string
+	for line := range admin {
+		if strings.HasPrefix(line, "data: ") {
+			seen = append(seen, line)
+			if line == "data: 0" && len(seen) > 1 {
+				return
+			}
+		}
+	}
+	t.Fatalf("the admin approvals stream ended after %v, %s after it opened", seen, time.Since(opened))
+}
+
+// streamLines opens an event stream and sends its lines until it ends.
+func streamLines(t *testing.T, ctx context.Context, c *http.Client, url, key string) <-chan string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s = %d", url, resp.StatusCode)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return lines
+}
+
+// adminSession signs in to the admin UI with token and returns a client
+// carrying the session cookie.
+func adminSession(t *testing.T, base, token string) *http.Client {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(base + "/admin/sign-in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var csrf string
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "pb_admin_signin" {
+			csrf = ck.Value
+		}
+	}
+	resp, err = c.PostForm(base+"/admin/sign-in", url.Values{"_csrf": {csrf}, "token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("admin sign-in = %d", resp.StatusCode)
+	}
+	return c
 }
 
 func pendingApproval(t *testing.T, base, exec string) string {
