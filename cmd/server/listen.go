@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/throttle"
 )
 
 // listen opens the server's socket with at most l.MaxConns client
@@ -21,12 +22,94 @@ import (
 // kernel's listen backlog until one closes, rather than each taking a
 // goroutine and buffers: a flood of idle sockets cannot exhaust memory or
 // file descriptors.
+//
+// Within the cap, one client address (an IPv6 client's /64) may hold at
+// most l.MaxConnsPerAddress; its further connections are closed as soon
+// as they are accepted, so that one client cannot take every slot.
+// Trusted proxies are exempt, since every client behind them shares
+// their address.
 func listen(addr string, l config.Limits) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return netutil.LimitListener(ln, l.MaxConns), nil
+	per := &perAddress{
+		Listener: netutil.LimitListener(ln, l.MaxConns),
+		max:      l.MaxConnsPerAddress, proxies: throttle.Proxies(l.TrustedProxies),
+		open: map[string]int{},
+	}
+	return per, nil
+}
+
+// perAddress caps the connections of each client address.
+type perAddress struct {
+	net.Listener
+	max     int
+	proxies throttle.Proxies
+
+	mu   sync.Mutex
+	open map[string]int // by throttle.AddrKey; entries at 0 are deleted
+}
+
+func (l *perAddress) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		key, ok := l.admit(c)
+		if !ok {
+			// Closing frees the slot it took under the overall cap.
+			_ = c.Close()
+			continue
+		}
+		if key == "" {
+			return c, nil
+		}
+		return &countedConn{Conn: c, release: sync.OnceFunc(func() { l.release(key) })}, nil
+	}
+}
+
+// admit counts c against its address; key is "" for a connection that
+// is not counted (a trusted proxy's, or one without an IP address).
+func (l *perAddress) admit(c net.Conn) (key string, ok bool) {
+	ta, isTCP := c.RemoteAddr().(*net.TCPAddr)
+	if !isTCP {
+		return "", true
+	}
+	a := ta.AddrPort().Addr().Unmap()
+	if l.proxies.Trusted(a) {
+		return "", true
+	}
+	key = throttle.AddrKey(a)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key] >= l.max {
+		return "", false
+	}
+	l.open[key]++
+	return key, true
+}
+
+func (l *perAddress) release(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key]--; l.open[key] <= 0 {
+		delete(l.open, key)
+	}
+}
+
+// countedConn gives its address's slot back when closed (once, however
+// often Close is called).
+type countedConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }
 
 // newHTTPServer is the one place the http.Server is built, so every limit

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -304,6 +305,68 @@ func TestConnectionCap(t *testing.T) {
 		}
 		if ctx.Err() != nil {
 			t.Fatal("no connection was served after one under the cap closed")
+		}
+	}
+}
+
+// TestConnectionCapPerAddress: one address cannot take every slot; others
+// still get in, and a trusted proxy is not counted.
+func TestConnectionCapPerAddress(t *testing.T) {
+	t.Parallel()
+	l := shortLimits()
+	l.MaxConns, l.MaxConnsPerAddress = 10, 2
+	l.IdleTimeout, l.ReadHeaderTimeout, l.ReadTimeout = time.Minute, time.Minute, time.Minute
+	served := func(t *testing.T, addr, from string) (net.Conn, bool) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(cutOffWithin))
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("a connection was neither served nor closed")
+			}
+			return c, false
+		}
+		resp.Body.Close()
+		return c, resp.StatusCode == 200
+	}
+
+	addr := serveLimited(t, l, http.HandlerFunc(hello))
+	first, ok1 := served(t, addr, "127.0.0.2")
+	_, ok2 := served(t, addr, "127.0.0.2")
+	if !ok1 || !ok2 {
+		t.Fatal("connections within the per-address cap were not served")
+	}
+	if _, ok := served(t, addr, "127.0.0.2"); ok {
+		t.Fatal("a third connection from one address was served")
+	}
+	if _, ok := served(t, addr, "127.0.0.3"); !ok {
+		t.Fatal("another address was refused")
+	}
+	first.Close()
+	deadline := time.Now().Add(cutOffWithin)
+	for {
+		if _, ok := served(t, addr, "127.0.0.2"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a closed connection's slot was not given back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	l.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.4/32")}
+	addr = serveLimited(t, l, http.HandlerFunc(hello))
+	for i := range 4 {
+		if _, ok := served(t, addr, "127.0.0.4"); !ok {
+			t.Fatalf("connection %d from a trusted proxy was refused", i+1)
 		}
 	}
 }

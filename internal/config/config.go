@@ -72,10 +72,16 @@ type Limits struct {
 	// MaxConns (PATCHBAY_MAX_CONNS, default 1024) caps open client
 	// connections; further ones wait in the listen backlog.
 	MaxConns int
+	// MaxConnsPerAddress (PATCHBAY_MAX_CONNS_PER_ADDRESS, default 256)
+	// caps the connections of one client address (an IPv6 client's /64),
+	// so that one client cannot take all of MaxConns; further ones are
+	// closed at once. Trusted proxies are exempt: every client behind
+	// them shares their address.
+	MaxConnsPerAddress int
 	// TrustedProxies (PATCHBAY_TRUSTED_PROXIES, comma-separated CIDRs or
 	// addresses, default none) are the reverse proxies whose
 	// X-Forwarded-For names the client that failed credentials are
-	// counted against.
+	// counted against; their connections are not capped per address.
 	TrustedProxies []netip.Prefix
 	// AuthFailures (PATCHBAY_AUTH_FAILURES, default 5) is how many wrong
 	// API keys or admin tokens one address may send before it is blocked.

@@ -41,6 +41,7 @@ const (
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultMaxConns          = 1024
+	DefaultMaxConnsPerAddr   = 256
 	DefaultAuthFailures      = 5
 	DefaultAuthBackoff       = time.Second
 	DefaultAuthBackoffMax    = 5 * time.Minute
@@ -68,15 +69,16 @@ func Default() *Config {
 		MaxBodyBytes:     DefaultMaxBodyBytes,
 		StartTriggers:    true,
 		Limits: Limits{
-			ReadHeaderTimeout: DefaultReadHeaderTimeout,
-			ReadTimeout:       DefaultReadTimeout,
-			WriteTimeout:      DefaultWriteTimeout,
-			IdleTimeout:       DefaultIdleTimeout,
-			MaxHeaderBytes:    DefaultMaxHeaderBytes,
-			MaxConns:          DefaultMaxConns,
-			AuthFailures:      DefaultAuthFailures,
-			AuthBackoff:       DefaultAuthBackoff,
-			AuthBackoffMax:    DefaultAuthBackoffMax,
+			ReadHeaderTimeout:  DefaultReadHeaderTimeout,
+			ReadTimeout:        DefaultReadTimeout,
+			WriteTimeout:       DefaultWriteTimeout,
+			IdleTimeout:        DefaultIdleTimeout,
+			MaxHeaderBytes:     DefaultMaxHeaderBytes,
+			MaxConns:           DefaultMaxConns,
+			MaxConnsPerAddress: DefaultMaxConnsPerAddr,
+			AuthFailures:       DefaultAuthFailures,
+			AuthBackoff:        DefaultAuthBackoff,
+			AuthBackoffMax:     DefaultAuthBackoffMax,
 		},
 	}
 }
@@ -233,6 +235,7 @@ func (l *Limits) loadEnv(getenv func(string) string, ps *problems) {
 	dur("PATCHBAY_IDLE_TIMEOUT", &l.IdleTimeout)
 	num("PATCHBAY_MAX_HEADER_BYTES", &l.MaxHeaderBytes)
 	num("PATCHBAY_MAX_CONNS", &l.MaxConns)
+	num("PATCHBAY_MAX_CONNS_PER_ADDRESS", &l.MaxConnsPerAddress)
 	num("PATCHBAY_AUTH_FAILURES", &l.AuthFailures)
 	dur("PATCHBAY_AUTH_BACKOFF", &l.AuthBackoff)
 	dur("PATCHBAY_AUTH_BACKOFF_MAX", &l.AuthBackoffMax)

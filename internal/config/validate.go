@@ -179,6 +179,9 @@ func (l Limits) validate(ps *problems) {
 	if l.MaxConns < 1 || l.MaxConns > MaxMaxConns {
 		ps.add("PATCHBAY_MAX_CONNS", "must be between 1 and %d, not %d", MaxMaxConns, l.MaxConns)
 	}
+	if l.MaxConnsPerAddress < 1 || l.MaxConnsPerAddress > l.MaxConns && l.MaxConns >= 1 {
+		ps.add("PATCHBAY_MAX_CONNS_PER_ADDRESS", "must be between 1 and PATCHBAY_MAX_CONNS (%d), not %d", l.MaxConns, l.MaxConnsPerAddress)
+	}
 	if l.AuthFailures < 1 || l.AuthFailures > MaxAuthFailures {
 		ps.add("PATCHBAY_AUTH_FAILURES", "must be between 1 and %d, not %d", MaxAuthFailures, l.AuthFailures)
 	}

@@ -232,8 +232,11 @@ func (p Proxies) trusted(a netip.Addr) bool {
 // Key is the Limiter key of r's client. An IPv6 client is counted by its
 // /64: one subscriber usually holds a whole /64, and counting its single
 // addresses would give it 2^64 tries.
-func (p Proxies) Key(r *http.Request) string {
-	a := p.Client(r)
+func (p Proxies) Key(r *http.Request) string { return AddrKey(p.Client(r)) }
+
+// AddrKey is the key a client address is counted under: the address, or
+// for IPv6 its /64.
+func AddrKey(a netip.Addr) string {
 	if !a.IsValid() {
 		return "unknown"
 	}
@@ -242,6 +245,9 @@ func (p Proxies) Key(r *http.Request) string {
 	}
 	return a.String()
 }
+
+// Trusted reports whether a is one of the proxies.
+func (p Proxies) Trusted(a netip.Addr) bool { return p.trusted(a.Unmap()) }
 
 // RetryAfter is d in whole seconds, rounded up, at least 1: the value of a
 // Retry-After header.
