@@ -84,22 +84,31 @@ func requireAPIKey(keys []Key, g guard) echo.MiddlewareFunc {
 				// No key is no guess: not counted.
 				return problem(http.StatusUnauthorized, codeUnauthenticated, "an API key is required: Authorization: Bearer <key>")
 			}
-			sum := sha256.Sum256([]byte(token))
 			var found Key
-			match := 0
-			for _, k := range keys {
-				eq := subtle.ConstantTimeCompare(sum[:], k.SHA256[:])
-				if eq == 1 {
-					found = k
-				}
-				match |= eq
-			}
-			if match != 1 {
-				if g.limiter != nil {
-					if d := g.limiter.Fail(addr); d > 0 {
-						g.logger.Warn("wrong API keys: address blocked", "client", addr, "for", d)
+			check := func() bool {
+				sum := sha256.Sum256([]byte(token))
+				match := 0
+				for _, k := range keys {
+					eq := subtle.ConstantTimeCompare(sum[:], k.SHA256[:])
+					if eq == 1 {
+						found = k
 					}
+					match |= eq
 				}
+				return match == 1
+			}
+			ok = g.limiter == nil && check()
+			if g.limiter != nil {
+				res := g.limiter.Attempt(addr, check)
+				if res.Refused > 0 {
+					return rateLimited(res.Refused)
+				}
+				if res.Blocks > 0 {
+					g.logger.Warn("wrong API keys: address blocked", "client", addr, "for", res.Blocks)
+				}
+				ok = res.OK
+			}
+			if !ok {
 				return problem(http.StatusUnauthorized, codeUnauthenticated, "the API key is not valid")
 			}
 			c.Set(principalKey, found)

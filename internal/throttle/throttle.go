@@ -107,11 +107,46 @@ func (l *Limiter) Blocked(key string) time.Duration {
 	return 0
 }
 
+// Result is what Attempt decided.
+type Result struct {
+	// Refused is how long key is still blocked when it was refused
+	// unchecked; 0 when the check ran.
+	Refused time.Duration
+	// OK is the check's answer.
+	OK bool
+	// Blocks is how long this failure blocked key for (0 while it is
+	// within its free failures, or on success).
+	Blocks time.Duration
+}
+
+// Attempt runs check, which reports whether a presented credential is
+// right, unless key is blocked, and counts a failure against key. Attempts
+// are judged one at a time (check must be quick: a hash and a few
+// comparisons), so a burst of parallel guesses cannot all pass the block
+// check before the first of their failures counts.
+func (l *Limiter) Attempt(key string, check func() bool) Result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.entries[key]; e != nil {
+		if d := e.until.Sub(l.o.Now()); d > 0 {
+			return Result{Refused: d}
+		}
+	}
+	if check() {
+		return Result{OK: true}
+	}
+	return Result{Blocks: l.fail(key)}
+}
+
 // Fail records a failed attempt by key and returns how long key is now
 // blocked (0 while it is within its free failures).
 func (l *Limiter) Fail(key string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.fail(key)
+}
+
+func (l *Limiter) fail(key string) time.Duration {
 	now := l.o.Now()
 	e := l.entries[key]
 	if e != nil && l.stale(e, now) {

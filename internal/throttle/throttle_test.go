@@ -149,3 +149,35 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestParallelGuessesCountOneByOne: a burst of parallel wrong guesses is
+// checked no further than the free failures and the one that blocks.
+func TestParallelGuessesCountOneByOne(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t, Options{Free: 3, Backoff: time.Minute})
+	var mu sync.Mutex
+	checked, refused := 0, 0
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			res := l.Attempt("a", func() bool {
+				mu.Lock()
+				checked++
+				mu.Unlock()
+				return false
+			})
+			if res.Refused > 0 {
+				mu.Lock()
+				refused++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if checked != 4 || refused != 96 {
+		t.Fatalf("checked %d, refused %d; want 4 and 96", checked, refused)
+	}
+	if res := l.Attempt("b", func() bool { return true }); !res.OK || res.Refused != 0 {
+		t.Fatalf("another key's right credential: %+v", res)
+	}
+}

@@ -334,23 +334,32 @@ func (h *handler) signIn(c echo.Context) error {
 	addr := h.TrustedProxies.Key(c.Request())
 	if h.Throttle != nil {
 		if d := h.Throttle.Blocked(addr); d > 0 {
-			s := throttle.RetryAfter(d)
-			c.Response().Header().Set("Retry-After", strconv.Itoa(s))
-			return h.signInAgain(c, http.StatusTooManyRequests, next,
-				fmt.Sprintf("Too many failed sign-ins from your address. Try again in %d seconds.", s))
+			return h.blocked(c, next, d)
 		}
 	}
-	subject, method := "admin", methodToken
-	if !tokenMatches(c.FormValue("token"), h.token) {
-		subject, method = h.user(c.FormValue("token"))
+	token := c.FormValue("token")
+	var subject, method string
+	check := func() bool {
+		subject, method = "admin", methodToken
+		if !tokenMatches(token, h.token) {
+			subject, method = h.user(token)
+		}
+		return subject != ""
 	}
-	if subject == "" {
+	ok := h.Throttle == nil && check()
+	if h.Throttle != nil {
+		// Judged under the limiter, so parallel guesses count one by one.
+		res := h.Throttle.Attempt(addr, check)
+		if res.Refused > 0 {
+			return h.blocked(c, next, res.Refused)
+		}
+		if res.Blocks > 0 {
+			h.Logger.Warn("failed sign-ins: address blocked", "client", addr, "for", res.Blocks)
+		}
+		ok = res.OK
+	}
+	if !ok {
 		h.Logger.Warn("admin sign-in refused: wrong token", "remote", c.RealIP())
-		if h.Throttle != nil {
-			if d := h.Throttle.Fail(addr); d > 0 {
-				h.Logger.Warn("failed sign-ins: address blocked", "client", addr, "for", d)
-			}
-		}
 		return h.signInAgain(c, http.StatusUnauthorized, next, "That admin token is not valid.")
 	}
 	id, _, err := h.sessions.create(c.Request().Context(), subject, method)
@@ -361,6 +370,14 @@ func (h *handler) signIn(c echo.Context) error {
 	setCookie(c, sessionCookie, id, int(h.SessionTTL/time.Second))
 	h.Logger.Info("signed in", "method", method, "subject", subject, "remote", c.RealIP())
 	return c.Redirect(http.StatusSeeOther, next)
+}
+
+// blocked is the sign-in page of an address blocked for d.
+func (h *handler) blocked(c echo.Context, next string, d time.Duration) error {
+	s := throttle.RetryAfter(d)
+	c.Response().Header().Set("Retry-After", strconv.Itoa(s))
+	return h.signInAgain(c, http.StatusTooManyRequests, next,
+		fmt.Sprintf("Too many failed sign-ins from your address. Try again in %d seconds.", s))
 }
 
 // signInAgain shows the sign-in form again with why the last attempt
