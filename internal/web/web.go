@@ -329,14 +329,7 @@ func (h *handler) signIn(c echo.Context) error {
 		return h.forbidden(c, "The sign-in form expired or is missing its security token. Open the sign-in page again.")
 	}
 	next := safeNext(c.FormValue("next"))
-	// An address that has failed too often is refused before its token is
-	// looked at: while it is blocked, a guess tells it nothing.
 	addr := h.TrustedProxies.Key(c.Request())
-	if h.Throttle != nil {
-		if d := h.Throttle.Blocked(addr); d > 0 {
-			return h.blocked(c, next, d)
-		}
-	}
 	token := c.FormValue("token")
 	var subject, method string
 	check := func() bool {
@@ -348,7 +341,10 @@ func (h *handler) signIn(c echo.Context) error {
 	}
 	ok := h.Throttle == nil && check()
 	if h.Throttle != nil {
-		// Judged under the limiter, so parallel guesses count one by one.
+		// An address that has failed too often is refused before its
+		// token is looked at: while it is blocked, a guess tells it
+		// nothing. Attempts are judged under the limiter, so parallel
+		// guesses count one by one.
 		res := h.Throttle.Attempt(addr, check)
 		if res.Refused > 0 {
 			return h.blocked(c, next, res.Refused)
