@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -27,6 +26,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/web"
 )
@@ -128,9 +128,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer trig.Close()
 	var started atomic.Bool
+	// One count of failed credentials per address for the API and the
+	// admin sign-in: a guess is a guess on either.
+	guesses := throttle.New(&throttle.Options{
+		Free: cfg.Limits.AuthFailures, Backoff: cfg.Limits.AuthBackoff, MaxBackoff: cfg.Limits.AuthBackoffMax,
+	})
+	proxies := throttle.Proxies(cfg.Limits.TrustedProxies)
 	handler := api.New(api.Options{
 		Executions: execs, Registry: reg, APIKeys: keys, Allowlists: als, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
-		Triggers: trig, Webhooks: hooks, Secrets: secretWriter,
+		Triggers: trig, Webhooks: hooks, Secrets: secretWriter, Throttle: guesses, TrustedProxies: proxies,
 		Ready: func(ctx context.Context) error {
 			if !started.Load() {
 				return errors.New("connections are still starting")
@@ -141,7 +147,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	webOpts := web.Options{
 		AdminToken: adminToken(cfg, stdout), Store: st, Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Logger: logger,
-		Users: uiUsers(cfg),
+		Users: uiUsers(cfg), Throttle: guesses, TrustedProxies: proxies,
 	}
 	if oauthSvc != nil {
 		webOpts.SignIns = oauthSvc
@@ -151,11 +157,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := listen(cfg.Addr, cfg.Limits)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(handler, cfg.Limits, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "patchbay listening on http://%s\n", ln.Addr())

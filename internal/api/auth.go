@@ -4,12 +4,15 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/throttle"
 )
 
 // Key is one accepted API key: its SHA-256 digest and the principal it
@@ -48,33 +51,79 @@ func forbidden(format string, args ...any) *Problem {
 	return problem(http.StatusForbidden, codeForbidden, fmt.Sprintf(format, args...))
 }
 
+// codeRateLimited: too many wrong API keys came from the client's address;
+// every attempt from it is refused until Retry-After has passed.
+const codeRateLimited = "RATE_LIMITED"
+
+// guard counts wrong API keys per client address (see package throttle);
+// a nil limiter counts nothing.
+type guard struct {
+	limiter *throttle.Limiter
+	proxies throttle.Proxies
+	logger  *slog.Logger
+}
+
 // requireAPIKey admits requests bearing one of keys. Every digest is
 // compared in constant time, and all of them are always compared, so timing
-// says nothing about which key came close.
-func requireAPIKey(keys []Key) echo.MiddlewareFunc {
+// says nothing about which key came close. An address that has sent too
+// many wrong keys is refused with 429 before its key is looked at, so that
+// while it is blocked a guess tells it nothing; other addresses are not
+// affected.
+func requireAPIKey(keys []Key, g guard) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			var addr string
+			if g.limiter != nil {
+				addr = g.proxies.Key(c.Request())
+				if d := g.limiter.Blocked(addr); d > 0 {
+					return rateLimited(d)
+				}
+			}
 			token, ok := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
 			if !ok {
+				// No key is no guess: not counted.
 				return problem(http.StatusUnauthorized, codeUnauthenticated, "an API key is required: Authorization: Bearer <key>")
 			}
-			sum := sha256.Sum256([]byte(token))
 			var found Key
-			match := 0
-			for _, k := range keys {
-				eq := subtle.ConstantTimeCompare(sum[:], k.SHA256[:])
-				if eq == 1 {
-					found = k
+			check := func() bool {
+				sum := sha256.Sum256([]byte(token))
+				match := 0
+				for _, k := range keys {
+					eq := subtle.ConstantTimeCompare(sum[:], k.SHA256[:])
+					if eq == 1 {
+						found = k
+					}
+					match |= eq
 				}
-				match |= eq
+				return match == 1
 			}
-			if match != 1 {
+			ok = g.limiter == nil && check()
+			if g.limiter != nil {
+				res := g.limiter.Attempt(addr, check)
+				if res.Refused > 0 {
+					return rateLimited(res.Refused)
+				}
+				if res.Blocks > 0 {
+					g.logger.Warn("wrong API keys: address blocked", "client", addr, "for", res.Blocks)
+				}
+				ok = res.OK
+			}
+			if !ok {
 				return problem(http.StatusUnauthorized, codeUnauthenticated, "the API key is not valid")
 			}
 			c.Set(principalKey, found)
 			return next(c)
 		}
 	}
+}
+
+// rateLimited is the 429 of a blocked address.
+func rateLimited(d time.Duration) *Problem {
+	s := throttle.RetryAfter(d)
+	p := problem(http.StatusTooManyRequests, codeRateLimited,
+		fmt.Sprintf("too many wrong API keys from this address; retry after %d seconds", s))
+	p.retryAfter = s
+	return p
 }
 
 func bearer(header string) (string, bool) {

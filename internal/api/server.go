@@ -18,6 +18,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/webhooks"
 )
@@ -45,6 +46,14 @@ type Options struct {
 	Ready   func(ctx context.Context) error
 	Metrics *Metrics
 	Logger  *slog.Logger
+	// Throttle counts wrong API keys per client address and blocks an
+	// address that sends too many (429 RATE_LIMITED); nil counts nothing.
+	// The server shares one with the admin UI's sign-in.
+	Throttle *throttle.Limiter
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client; without them the client is the TCP peer. It is also
+	// what echo's RealIP reports, for logs.
+	TrustedProxies throttle.Proxies
 }
 
 // New returns the HTTP handler of the API.
@@ -61,6 +70,8 @@ func New(o Options) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(o.Logger)
+	// echo's default RealIP believes X-Forwarded-For from anyone.
+	e.IPExtractor = o.TrustedProxies.IP
 	e.Use(middleware.RequestID())
 	e.Use(requestLogger(o.Logger))
 	e.Use(middleware.Recover())
@@ -79,7 +90,7 @@ func New(o Options) *echo.Echo {
 	// Each route says who may use it: need(role) for role-gated routes;
 	// the handlers of owned resources (executions, approvals, allowlists)
 	// answer 404 for what the key may not see (see package authz).
-	auth := requireAPIKey(o.APIKeys)
+	auth := requireAPIKey(o.APIKeys, guard{limiter: o.Throttle, proxies: o.TrustedProxies, logger: o.Logger})
 	run, read, admin := need(authz.Run), need(authz.Read), need(authz.Admin)
 	v1 := e.Group("/v1")
 	v1.POST("/executions", h.createExecution, auth, run)

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
@@ -42,7 +43,54 @@ type Config struct {
 	// (PATCHBAY_START_TRIGGERS, default true); when false, POST
 	// /v1/harness/start does.
 	StartTriggers bool
-	File          File // the parsed config file
+	// Limits bound what one client can hold of the server: its time,
+	// connections and failed credentials.
+	Limits Limits
+	File   File // the parsed config file
+}
+
+// Limits are the request limits against slow or abusive clients. The
+// timeouts are the http.Server's; SSE streams extend their write deadline
+// on every write instead of being cut off (see cmd/server).
+type Limits struct {
+	// ReadHeaderTimeout (PATCHBAY_READ_HEADER_TIMEOUT, default 10s)
+	// bounds reading a request's headers.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout (PATCHBAY_READ_TIMEOUT, default 60s) bounds reading a
+	// whole request, body included.
+	ReadTimeout time.Duration
+	// WriteTimeout (PATCHBAY_WRITE_TIMEOUT, default 60s) bounds writing a
+	// response, counted from its first byte, so a client that stops
+	// reading is let go; an event stream gets it afresh for every write.
+	WriteTimeout time.Duration
+	// IdleTimeout (PATCHBAY_IDLE_TIMEOUT, default 120s) closes a
+	// keep-alive connection with no request in flight.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes (PATCHBAY_MAX_HEADER_BYTES, default 64 KiB) bounds
+	// a request's header block; larger is answered 431.
+	MaxHeaderBytes int
+	// MaxConns (PATCHBAY_MAX_CONNS, default 1024) caps open client
+	// connections; further ones wait in the listen backlog.
+	MaxConns int
+	// MaxConnsPerAddress (PATCHBAY_MAX_CONNS_PER_ADDRESS, default 256)
+	// caps the connections of one client address (an IPv6 client's /64),
+	// so that one client cannot take all of MaxConns; further ones are
+	// closed at once. Trusted proxies are exempt: every client behind
+	// them shares their address.
+	MaxConnsPerAddress int
+	// TrustedProxies (PATCHBAY_TRUSTED_PROXIES, comma-separated CIDRs or
+	// addresses, default none) are the reverse proxies whose
+	// X-Forwarded-For names the client that failed credentials are
+	// counted against; their connections are not capped per address.
+	TrustedProxies []netip.Prefix
+	// AuthFailures (PATCHBAY_AUTH_FAILURES, default 5) is how many wrong
+	// API keys or admin tokens one address may send before it is blocked.
+	AuthFailures int
+	// AuthBackoff (PATCHBAY_AUTH_BACKOFF, default 1s) is the first block;
+	// it doubles with every further failure up to AuthBackoffMax
+	// (PATCHBAY_AUTH_BACKOFF_MAX, default 5m).
+	AuthBackoff    time.Duration
+	AuthBackoffMax time.Duration
 }
 
 // APIKey is one accepted API key. Keys are kept only as SHA-256 digests so a

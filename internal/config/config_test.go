@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -431,7 +433,16 @@ func TestValidate(t *testing.T) {
 			edit: func(c *config.Config) {
 				*c = config.Config{Addr: "h:1", RedisPrefix: "p:", LogLevel: "warn", LogFormat: "json"}
 			},
-			wants: []want{{"PATCHBAY_CLAIM_TIMEOUT", "from 1s to 1h"}, {"PATCHBAY_MAX_BODY_BYTES", "between"}, {"PATCHBAY_POOL_RECLAIM_AFTER", "from 100ms to 24h"}, {"PATCHBAY_RETENTION", "at least"}, {"PATCHBAY_WORKERS", "between"}},
+			wants: []want{
+				{"PATCHBAY_AUTH_BACKOFF", "from 10ms to 24h"}, {"PATCHBAY_AUTH_BACKOFF_MAX", "from 10ms to 24h"},
+				{"PATCHBAY_AUTH_FAILURES", "between 1"},
+				{"PATCHBAY_CLAIM_TIMEOUT", "from 1s to 1h"}, {"PATCHBAY_IDLE_TIMEOUT", "from 10ms"},
+				{"PATCHBAY_MAX_BODY_BYTES", "between"}, {"PATCHBAY_MAX_CONNS", "between 1"},
+				{"PATCHBAY_MAX_CONNS_PER_ADDRESS", "between 1"}, {"PATCHBAY_MAX_HEADER_BYTES", "between 4096"},
+				{"PATCHBAY_POOL_RECLAIM_AFTER", "from 100ms to 24h"}, {"PATCHBAY_READ_HEADER_TIMEOUT", "from 10ms"},
+				{"PATCHBAY_READ_TIMEOUT", "from 10ms"}, {"PATCHBAY_RETENTION", "at least"}, {"PATCHBAY_WORKERS", "between"},
+				{"PATCHBAY_WRITE_TIMEOUT", "from 10ms"},
+			},
 		},
 		{
 			name: "names",
@@ -664,6 +675,92 @@ func TestLoadAuth(t *testing.T) {
 			}
 			if err == nil && tt.check != nil {
 				tt.check(t, c.File.Connections["r"])
+			}
+		})
+	}
+}
+
+func TestLoadLimits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		env   env
+		check func(t *testing.T, l config.Limits)
+		wants []want
+	}{
+		{
+			name: "defaults",
+			env:  env{},
+			check: func(t *testing.T, l config.Limits) {
+				want := config.Limits{
+					ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+					IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, MaxConns: 1024, MaxConnsPerAddress: 256,
+					AuthFailures: 5, AuthBackoff: time.Second, AuthBackoffMax: 5 * time.Minute,
+				}
+				if !reflect.DeepEqual(l, want) {
+					t.Errorf("limits = %+v, want %+v", l, want)
+				}
+			},
+		},
+		{
+			name: "all set",
+			env: env{
+				"PATCHBAY_READ_HEADER_TIMEOUT": "1s", "PATCHBAY_READ_TIMEOUT": "2s", "PATCHBAY_WRITE_TIMEOUT": "3s",
+				"PATCHBAY_IDLE_TIMEOUT": "4s", "PATCHBAY_MAX_HEADER_BYTES": "8192", "PATCHBAY_MAX_CONNS": "7",
+				"PATCHBAY_MAX_CONNS_PER_ADDRESS": "3",
+				"PATCHBAY_AUTH_FAILURES":         "2", "PATCHBAY_AUTH_BACKOFF": "100ms", "PATCHBAY_AUTH_BACKOFF_MAX": "1m",
+				"PATCHBAY_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7 ,fd00::/8,::ffff:198.51.100.1,",
+			},
+			check: func(t *testing.T, l config.Limits) {
+				want := config.Limits{
+					ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
+					IdleTimeout: 4 * time.Second, MaxHeaderBytes: 8192, MaxConns: 7, MaxConnsPerAddress: 3,
+					AuthFailures: 2, AuthBackoff: 100 * time.Millisecond, AuthBackoffMax: time.Minute,
+					TrustedProxies: []netip.Prefix{
+						netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
+						netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("198.51.100.1/32"),
+					},
+				}
+				if !reflect.DeepEqual(l, want) {
+					t.Errorf("limits = %+v, want %+v", l, want)
+				}
+			},
+		},
+		{
+			name: "unparsable",
+			env: env{
+				"PATCHBAY_READ_TIMEOUT": "60", "PATCHBAY_MAX_CONNS": "many", "PATCHBAY_TRUSTED_PROXIES": "10.0.0.0/8,proxy.local",
+			},
+			wants: []want{
+				{"PATCHBAY_MAX_CONNS", "whole number"}, {"PATCHBAY_READ_TIMEOUT", "duration"},
+				{"PATCHBAY_TRUSTED_PROXIES[1]", "CIDR"},
+			},
+		},
+		{
+			name: "out of range",
+			env: env{
+				"PATCHBAY_READ_HEADER_TIMEOUT": "2m", "PATCHBAY_WRITE_TIMEOUT": "0s", "PATCHBAY_MAX_HEADER_BYTES": "100",
+				"PATCHBAY_MAX_CONNS": "0", "PATCHBAY_AUTH_FAILURES": "1001", "PATCHBAY_AUTH_BACKOFF": "1m",
+				"PATCHBAY_AUTH_BACKOFF_MAX": "30s", "PATCHBAY_MAX_CONNS_PER_ADDRESS": "0",
+			},
+			wants: []want{
+				{"PATCHBAY_AUTH_BACKOFF_MAX", "not be shorter than PATCHBAY_AUTH_BACKOFF"},
+				{"PATCHBAY_AUTH_FAILURES", "between 1 and 1000"},
+				{"PATCHBAY_MAX_CONNS", "not 0"},
+				{"PATCHBAY_MAX_CONNS_PER_ADDRESS", "not 0"},
+				{"PATCHBAY_MAX_HEADER_BYTES", "4 KiB"},
+				{"PATCHBAY_READ_HEADER_TIMEOUT", "not be longer than PATCHBAY_READ_TIMEOUT"},
+				{"PATCHBAY_WRITE_TIMEOUT", "from 10ms to 24h"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := load(tt.env, nil)
+			checkProblems(t, err, tt.wants...)
+			if tt.check != nil && c != nil {
+				tt.check(t, c.Limits)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -33,6 +34,17 @@ const (
 	// DefaultPoolReclaimAfter is the pool lease reclaim window.
 	DefaultPoolReclaimAfter = 2 * time.Minute
 	DefaultMaxBodyBytes     = 1 << 20
+
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = time.Minute
+	DefaultWriteTimeout      = time.Minute
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxConns          = 1024
+	DefaultMaxConnsPerAddr   = 256
+	DefaultAuthFailures      = 5
+	DefaultAuthBackoff       = time.Second
+	DefaultAuthBackoffMax    = 5 * time.Minute
 )
 
 // LogLevels and LogFormats are the accepted values of PATCHBAY_LOG_LEVEL and
@@ -56,6 +68,18 @@ func Default() *Config {
 		PoolReclaimAfter: DefaultPoolReclaimAfter,
 		MaxBodyBytes:     DefaultMaxBodyBytes,
 		StartTriggers:    true,
+		Limits: Limits{
+			ReadHeaderTimeout:  DefaultReadHeaderTimeout,
+			ReadTimeout:        DefaultReadTimeout,
+			WriteTimeout:       DefaultWriteTimeout,
+			IdleTimeout:        DefaultIdleTimeout,
+			MaxHeaderBytes:     DefaultMaxHeaderBytes,
+			MaxConns:           DefaultMaxConns,
+			MaxConnsPerAddress: DefaultMaxConnsPerAddr,
+			AuthFailures:       DefaultAuthFailures,
+			AuthBackoff:        DefaultAuthBackoff,
+			AuthBackoffMax:     DefaultAuthBackoffMax,
+		},
 	}
 }
 
@@ -181,6 +205,66 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 	if v := getenv("PATCHBAY_API_KEYS"); v != "" {
 		c.APIKeys = parseAPIKeys(v, ps)
 	}
+	c.Limits.loadEnv(getenv, ps)
+}
+
+// loadEnv reads the request limits. As above, a value that does not parse
+// leaves the default, so only one problem is reported for it.
+func (l *Limits) loadEnv(getenv func(string) string, ps *problems) {
+	dur := func(name string, dst *time.Duration) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			if d, err := time.ParseDuration(v); err != nil {
+				ps.add(name, "must be a Go duration such as 30s, not %q", v)
+			} else {
+				*dst = d
+			}
+		}
+	}
+	num := func(name string, dst *int) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			if n, err := strconv.Atoi(v); err != nil {
+				ps.add(name, "must be a whole number, not %q", v)
+			} else {
+				*dst = n
+			}
+		}
+	}
+	dur("PATCHBAY_READ_HEADER_TIMEOUT", &l.ReadHeaderTimeout)
+	dur("PATCHBAY_READ_TIMEOUT", &l.ReadTimeout)
+	dur("PATCHBAY_WRITE_TIMEOUT", &l.WriteTimeout)
+	dur("PATCHBAY_IDLE_TIMEOUT", &l.IdleTimeout)
+	num("PATCHBAY_MAX_HEADER_BYTES", &l.MaxHeaderBytes)
+	num("PATCHBAY_MAX_CONNS", &l.MaxConns)
+	num("PATCHBAY_MAX_CONNS_PER_ADDRESS", &l.MaxConnsPerAddress)
+	num("PATCHBAY_AUTH_FAILURES", &l.AuthFailures)
+	dur("PATCHBAY_AUTH_BACKOFF", &l.AuthBackoff)
+	dur("PATCHBAY_AUTH_BACKOFF_MAX", &l.AuthBackoffMax)
+	if v := getenv("PATCHBAY_TRUSTED_PROXIES"); strings.TrimSpace(v) != "" {
+		l.TrustedProxies = parseProxies(v, ps)
+	}
+}
+
+// parseProxies reads comma-separated CIDRs; a bare address stands for
+// itself alone.
+func parseProxies(v string, ps *problems) []netip.Prefix {
+	var out []netip.Prefix
+	for i, raw := range strings.Split(v, ",") {
+		s := strings.TrimSpace(raw)
+		if s == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap()
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		ps.add(fmt.Sprintf("PATCHBAY_TRUSTED_PROXIES[%d]", i), "must be a CIDR such as 10.0.0.0/8 or an IP address, not %q", s)
+	}
+	return out
 }
 
 // parseAPIKeys reads the comma-separated list. Empty entries (a trailing

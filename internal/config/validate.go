@@ -138,6 +138,53 @@ func (c *Config) validateEnv(ps *problems) {
 	if c.MaxBodyBytes < MinMaxBodyBytes || c.MaxBodyBytes > MaxMaxBodyBytes {
 		ps.add("PATCHBAY_MAX_BODY_BYTES", "must be between %d (1 KiB) and %d (64 MiB), not %d", MinMaxBodyBytes, MaxMaxBodyBytes, c.MaxBodyBytes)
 	}
+	c.Limits.validate(ps)
+}
+
+// Ranges of the request limits. The lower bounds of the timeouts are low
+// so that tests can use short ones; zero is refused because it would mean
+// no limit at all.
+const (
+	MinMaxHeaderBytes = 4 << 10
+	MaxMaxHeaderBytes = 1 << 20
+	MaxMaxConns       = 1 << 20
+	MaxAuthFailures   = 1000
+)
+
+func (l Limits) validate(ps *problems) {
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"PATCHBAY_READ_HEADER_TIMEOUT", l.ReadHeaderTimeout},
+		{"PATCHBAY_READ_TIMEOUT", l.ReadTimeout},
+		{"PATCHBAY_WRITE_TIMEOUT", l.WriteTimeout},
+		{"PATCHBAY_IDLE_TIMEOUT", l.IdleTimeout},
+		{"PATCHBAY_AUTH_BACKOFF", l.AuthBackoff},
+		{"PATCHBAY_AUTH_BACKOFF_MAX", l.AuthBackoffMax},
+	} {
+		if t.d < 10*time.Millisecond || t.d > 24*time.Hour {
+			ps.add(t.name, "must be from 10ms to 24h, not %s", t.d)
+		}
+	}
+	if l.ReadHeaderTimeout > l.ReadTimeout && l.ReadTimeout > 0 {
+		ps.add("PATCHBAY_READ_HEADER_TIMEOUT", "must not be longer than PATCHBAY_READ_TIMEOUT (%s), which bounds the headers too", l.ReadTimeout)
+	}
+	if l.AuthBackoffMax < l.AuthBackoff && l.AuthBackoff > 0 {
+		ps.add("PATCHBAY_AUTH_BACKOFF_MAX", "must not be shorter than PATCHBAY_AUTH_BACKOFF (%s)", l.AuthBackoff)
+	}
+	if l.MaxHeaderBytes < MinMaxHeaderBytes || l.MaxHeaderBytes > MaxMaxHeaderBytes {
+		ps.add("PATCHBAY_MAX_HEADER_BYTES", "must be between %d (4 KiB) and %d (1 MiB), not %d", MinMaxHeaderBytes, MaxMaxHeaderBytes, l.MaxHeaderBytes)
+	}
+	if l.MaxConns < 1 || l.MaxConns > MaxMaxConns {
+		ps.add("PATCHBAY_MAX_CONNS", "must be between 1 and %d, not %d", MaxMaxConns, l.MaxConns)
+	}
+	if l.MaxConnsPerAddress < 1 || l.MaxConnsPerAddress > l.MaxConns && l.MaxConns >= 1 {
+		ps.add("PATCHBAY_MAX_CONNS_PER_ADDRESS", "must be between 1 and PATCHBAY_MAX_CONNS (%d), not %d", l.MaxConns, l.MaxConnsPerAddress)
+	}
+	if l.AuthFailures < 1 || l.AuthFailures > MaxAuthFailures {
+		ps.add("PATCHBAY_AUTH_FAILURES", "must be between 1 and %d, not %d", MaxAuthFailures, l.AuthFailures)
+	}
 }
 
 // checkHostPort accepts host:port with an empty host (all interfaces) and a

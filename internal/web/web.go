@@ -20,6 +20,9 @@
 // touching the pages. Every state-changing request carries the session's
 // CSRF token (a hidden form field, or the X-CSRF-Token header htmx sends),
 // compared in constant time; without it the request is refused with 403.
+// Failed sign-ins are counted per client address (package throttle): past
+// a few, the address is shown the sign-in page with 429 and Retry-After
+// until its backoff lifts, whatever token it sends.
 //
 // The UI changes nothing itself: allowlists are parsed with
 // harness.ParseAllowlist and saved through harness.Allowlists, decisions
@@ -36,10 +39,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +54,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/web/static"
 )
@@ -79,6 +85,14 @@ type Options struct {
 	// their own accounts to per-user connections. Their sessions see the
 	// overview and connection pages only.
 	Users []User
+	// Throttle counts failed sign-ins per client address and refuses an
+	// address that makes too many (429) until its backoff lifts; nil
+	// counts nothing. The server shares one with the API's key check, so
+	// guesses on either count together.
+	Throttle *throttle.Limiter
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client; without them the client is the TCP peer.
+	TrustedProxies throttle.Proxies
 }
 
 // User is an API key that may sign in to the UI as its principal. Its
@@ -315,16 +329,34 @@ func (h *handler) signIn(c echo.Context) error {
 		return h.forbidden(c, "The sign-in form expired or is missing its security token. Open the sign-in page again.")
 	}
 	next := safeNext(c.FormValue("next"))
-	subject, method := "admin", methodToken
-	if !tokenMatches(c.FormValue("token"), h.token) {
-		subject, method = h.user(c.FormValue("token"))
+	addr := h.TrustedProxies.Key(c.Request())
+	token := c.FormValue("token")
+	var subject, method string
+	check := func() bool {
+		subject, method = "admin", methodToken
+		if !tokenMatches(token, h.token) {
+			subject, method = h.user(token)
+		}
+		return subject != ""
 	}
-	if subject == "" {
+	ok := h.Throttle == nil && check()
+	if h.Throttle != nil {
+		// An address that has failed too often is refused before its
+		// token is looked at: while it is blocked, a guess tells it
+		// nothing. Attempts are judged under the limiter, so parallel
+		// guesses count one by one.
+		res := h.Throttle.Attempt(addr, check)
+		if res.Refused > 0 {
+			return h.blocked(c, next, res.Refused)
+		}
+		if res.Blocks > 0 {
+			h.Logger.Warn("failed sign-ins: address blocked", "client", addr, "for", res.Blocks)
+		}
+		ok = res.OK
+	}
+	if !ok {
 		h.Logger.Warn("admin sign-in refused: wrong token", "remote", c.RealIP())
-		time.Sleep(250 * time.Millisecond) // slows guessing a little
-		tok := randomToken()
-		setCookie(c, preCSRFCookie, tok, 600)
-		return h.render(c, http.StatusUnauthorized, signInPage(page{Title: "Sign in"}, tok, next, "That admin token is not valid."))
+		return h.signInAgain(c, http.StatusUnauthorized, next, "That admin token is not valid.")
 	}
 	id, _, err := h.sessions.create(c.Request().Context(), subject, method)
 	if err != nil {
@@ -334,6 +366,22 @@ func (h *handler) signIn(c echo.Context) error {
 	setCookie(c, sessionCookie, id, int(h.SessionTTL/time.Second))
 	h.Logger.Info("signed in", "method", method, "subject", subject, "remote", c.RealIP())
 	return c.Redirect(http.StatusSeeOther, next)
+}
+
+// blocked is the sign-in page of an address blocked for d.
+func (h *handler) blocked(c echo.Context, next string, d time.Duration) error {
+	s := throttle.RetryAfter(d)
+	c.Response().Header().Set("Retry-After", strconv.Itoa(s))
+	return h.signInAgain(c, http.StatusTooManyRequests, next,
+		fmt.Sprintf("Too many failed sign-ins from your address. Try again in %d seconds.", s))
+}
+
+// signInAgain shows the sign-in form again with why the last attempt
+// failed, and a fresh form token.
+func (h *handler) signInAgain(c echo.Context, status int, next, why string) error {
+	tok := randomToken()
+	setCookie(c, preCSRFCookie, tok, 600)
+	return h.render(c, status, signInPage(page{Title: "Sign in"}, tok, next, why))
 }
 
 func (h *handler) signOut(c echo.Context) error {

@@ -37,6 +37,12 @@ type bundle struct {
 // setup mounts the UI; users are API keys that may sign in as themselves.
 func setup(t testing.TB, users ...web.User) *bundle {
 	t.Helper()
+	return setupWith(t, nil, users...)
+}
+
+// setupWith is setup with edit applied to the UI's options.
+func setupWith(t testing.TB, edit func(*web.Options), users ...web.User) *bundle {
+	t.Helper()
 	mem := harness.NewMemory(
 		harness.MemoryOp{Operation: harness.Operation{Name: "echo", Description: "answers with its arguments",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
@@ -58,7 +64,11 @@ func setup(t testing.TB, users ...web.User) *bundle {
 	done := make(chan struct{})
 	go func() { _ = execs.Run(ctx, 2); close(done) }()
 	e := echo.New()
-	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: execs, Registry: reg, Allowlists: als, PollInterval: 100 * time.Millisecond, Users: users}))
+	o := web.Options{AdminToken: adminToken, Store: st, Executions: execs, Registry: reg, Allowlists: als, PollInterval: 100 * time.Millisecond, Users: users}
+	if edit != nil {
+		edit(&o)
+	}
+	must(t, web.Mount(e, o))
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done; _ = reg.Close() })
 	return &bundle{url: srv.URL, execs: execs, als: als, routes: e.Routes()}
