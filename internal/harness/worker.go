@@ -30,6 +30,7 @@ func (e *Executions) Run(ctx context.Context, n int) error {
 		wg.Go(func() { e.work(ctx, fmt.Sprintf("%s-%d", e.consumer, i)) })
 	}
 	wg.Go(func() { e.sweep(ctx) })
+	wg.Go(func() { e.repairLoop(ctx) })
 	wg.Wait()
 	return nil
 }
