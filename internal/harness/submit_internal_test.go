@@ -278,4 +278,3 @@ func TestIdempotentRetryMakesAnOldRecordWhole(t *testing.T) {
 }
 
 func redisZ(member string) redis.Z { return redis.Z{Member: member} }
-
