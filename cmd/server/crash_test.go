@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -96,7 +97,10 @@ func freeAddr(t testing.TB) string {
 // TestCrashExactlyOnce: two server processes on one Redis take 500 signed
 // webhooks spread over both while replicas are killed with SIGKILL (and
 // restarted) ten times; the sender retries like a real one. Every event
-// must end with exactly one execution, counted by message id.
+// must end with exactly one execution, counted by message id; every
+// execution must be listed by GET /v1/executions and none left queued
+// without a work item. Takeover latency at the default claim timeout is
+// reported.
 func TestCrashExactlyOnce(t *testing.T) {
 	if storetest.URL(t) == "" {
 		t.Skip("needs a real Redis (" + storetest.EnvURL + ") shared by two processes")
@@ -124,6 +128,8 @@ triggers:
       connections: { demo: {} }
       root: { kind: call, id: say, connection: demo, op: echo, args: { text: { $expr: "$input.text" } } }
 inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
+apiKeys:
+  - { name: reader, key: crash-reader-key, allowlist: none, roles: [read] } # lists the triggers' executions
 `, demoBin, crashSecret))
 	replicas := make([]*replica, 2)
 	for i := range replicas {
@@ -132,7 +138,7 @@ inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
 			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=crash-key", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_WORKERS=4",
-			"PATCHBAY_CLAIM_TIMEOUT=3s", // work items of a killed replica are taken over quickly
+			// The default claim timeout: its takeover latency is reported.
 		}}
 		if err := replicas[i].start(); err != nil {
 			t.Fatal(err)
@@ -275,6 +281,15 @@ inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 	if len(open) > 0 {
 		t.Logf("not finished after 20 s: %s", strings.Join(open, ", "))
 	}
+	unlisted, orphaned := checkListedAndQueued(t, ctx, st.Client, st.Prefix, replicas[0].addr, "crash-reader-key")
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	lat := takeoverLatencies(t, ctx, st.Client, st.Prefix, ids)
+	med, worst := medianMax(lat)
+	t.Logf("takeover latency at the default claim timeout (%s): median %s, max %s over %d takeovers; %d unlisted, %d queued without a work item",
+		config.DefaultClaimTimeout, med, worst, len(lat), unlisted, orphaned)
 	t.Logf("%d events over %s with %d kills: %d accepted, %d duplicate answers, %d sender retries; %d executions, %d terminal after %s",
 		events, sent.Round(time.Millisecond), kills, accepted.Load(), duplicates.Load(), retries.Load(), records, terminal, time.Since(start).Round(time.Millisecond))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -58,6 +59,9 @@ func newCounter() (*counter, *httptest.Server) {
 // with SIGKILL (and restarted) every few hundred milliseconds. Every
 // execution must finish with the right output, and every step's effect
 // must have happened exactly once, however often a call was re-sent.
+// Every execution must be listed, none left queued without a work item,
+// and the time a killed runner's executions stalled before another
+// replica took them over (at the default claim timeout) is reported.
 func TestKillNineExactlyOnceEffects(t *testing.T) {
 	if storetest.URL(t) == "" {
 		t.Skip("needs a real Redis (" + storetest.EnvURL + ") shared by two processes")
@@ -79,7 +83,7 @@ allowlists:
 			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
 			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=kill-key", "PATCHBAY_LOG_LEVEL=warn",
-			"PATCHBAY_WORKERS=4", "PATCHBAY_CLAIM_TIMEOUT=2s",
+			"PATCHBAY_WORKERS=4", // the default claim timeout: its takeover latency is what is reported
 		}}
 		if err := replicas[i].start(); err != nil {
 			t.Fatal(err)
@@ -170,6 +174,18 @@ allowlists:
 		}
 		logs, _ := os.ReadFile(replicas[0].logPath)
 		t.Fatalf("%d executions not finished after 90s; replica 0 log:\n%s", len(pending), logs)
+	}
+
+	ctx := context.Background()
+	unlisted, orphaned := checkListedAndQueued(t, ctx, st.Client, st.Prefix, replicas[0].addr, "kill-key")
+	lat := takeoverLatencies(t, ctx, st.Client, st.Prefix, ids)
+	med, worst := medianMax(lat)
+	t.Logf("takeover latency at the default claim timeout (%s): median %s, max %s over %d takeovers; %d unlisted, %d queued without a work item",
+		config.DefaultClaimTimeout, med, worst, len(lat), unlisted, orphaned)
+	// A takeover waits for the dead runner's claim to lapse (at most one
+	// timeout) and for a worker to look (a second), plus a step's latency.
+	if limit := config.DefaultClaimTimeout + 3*time.Second; worst > limit {
+		t.Errorf("a takeover took %s, want within %s", worst, limit)
 	}
 
 	count.mu.Lock()

@@ -30,9 +30,14 @@ type Config struct {
 	LogFormat string        // PATCHBAY_LOG_FORMAT: text|json, default text
 	Workers   int           // PATCHBAY_WORKERS, default 4
 	Retention time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
-	// ClaimTimeout (PATCHBAY_CLAIM_TIMEOUT, default 60s) is how long a
+	// ClaimTimeout (PATCHBAY_CLAIM_TIMEOUT, default 10s) is how long a
 	// replica may hold an execution without renewing its claim before
-	// another replica takes it over and resumes it from the ledger.
+	// another replica takes it over and resumes it from the ledger. The
+	// claim is renewed every third of it, so a runner survives two missed
+	// renewals (a GC pause, a Redis failover) before it is fenced; a
+	// crashed runner's executions come back between two thirds of it and
+	// all of it after the crash, plus up to a second until a worker looks
+	// (see DefaultClaimTimeout).
 	ClaimTimeout time.Duration
 	// PoolReclaimAfter (PATCHBAY_POOL_RECLAIM_AFTER, default 2m) is how
 	// long a pool lease may go unrenewed before it is reclaimed and its

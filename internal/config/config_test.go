@@ -71,7 +71,7 @@ func TestLoadEnvDefaults(t *testing.T) {
 	}
 	def := config.Default()
 	if c.Addr != "127.0.0.1:8080" || c.RedisPrefix != "pb:" || c.LogLevel != "info" || c.LogFormat != "text" ||
-		c.Workers != 4 || c.Retention != 168*time.Hour || c.MaxBodyBytes != 1<<20 || c.RedisURL != "" ||
+		c.Workers != 4 || c.Retention != 168*time.Hour || c.ClaimTimeout != 10*time.Second || c.MaxBodyBytes != 1<<20 || c.RedisURL != "" ||
 		c.ConfigPath != "" || len(c.APIKeys) != 0 || len(c.File.Connections) != 0 {
 		t.Errorf("defaults = %+v", c)
 	}

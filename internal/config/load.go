@@ -24,13 +24,21 @@ import (
 
 // Defaults of the environment settings.
 const (
-	DefaultAddr         = "127.0.0.1:8080"
-	DefaultRedisPrefix  = "pb:"
-	DefaultLogLevel     = "info"
-	DefaultLogFormat    = "text"
-	DefaultWorkers      = 4
-	DefaultRetention    = 168 * time.Hour
-	DefaultClaimTimeout = time.Minute
+	DefaultAddr        = "127.0.0.1:8080"
+	DefaultRedisPrefix = "pb:"
+	DefaultLogLevel    = "info"
+	DefaultLogFormat   = "text"
+	DefaultWorkers     = 4
+	DefaultRetention   = 168 * time.Hour
+	// DefaultClaimTimeout brings a crashed runner's executions back within
+	// about 11 s (the claim lapses 6.7–10 s after the crash, a worker
+	// looks within a second), inside the ~15 s a caller waiting on an
+	// execution should tolerate; renewals every 3.3 s cost one small
+	// script per running execution. Much shorter and a replica stalled
+	// by a GC pause or a Redis failover loses its runs to a takeover
+	// (safe: fenced and resumed from the ledger, but wasted work and
+	// re-sent calls).
+	DefaultClaimTimeout = 10 * time.Second
 	// DefaultPoolReclaimAfter is the pool lease reclaim window.
 	DefaultPoolReclaimAfter = 2 * time.Minute
 	DefaultMaxBodyBytes     = 1 << 20

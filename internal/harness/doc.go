@@ -5,6 +5,29 @@
 // It imports no transport and no HTTP framework: providers (internal/mcp)
 // implement Provider and Conn, and only cmd/server wires them in.
 //
+// # Submission, and the repair sweep
+//
+// An execution's record, its time-index entry and its work item are
+// written by one script (submit.go), because written one after the other a
+// crash between them left executions that ran but were never listed, or
+// queued records no worker would ever run. The repair sweep (Repair) fixes
+// what older versions (and Redis Cluster, where one script cannot span the
+// keys) leave behind, at start and every RepairEvery.
+//
+// # Takeover
+//
+// A run holds its execution by a claim key that lapses unless renewed
+// (every third of the visibility timeout); the work item stays pending on
+// the stream until the run ends or parks. A worker takes over a pending
+// item that has been idle for the timeout. The item's idle time and the
+// claim's remaining time are different clocks: an item can come due while
+// the dead runner's last renewal still holds the claim. The refused worker
+// therefore sets the item's idle time (XCLAIM IDLE) so that it comes due
+// again just after the claim would lapse, and a dead runner's execution is
+// taken over within one timeout of its last renewal plus a worker's poll,
+// not up to two timeouts. Workers follow XAUTOCLAIM's cursor through the
+// whole pending list, which it scans only ten entries per call.
+//
 // # Parking, and parallel paths
 //
 // A run parks when a call waits for a person (an approval): the record is

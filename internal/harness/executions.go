@@ -147,8 +147,12 @@ type ExecutionsOptions struct {
 	Logger   *slog.Logger
 	Observer Observer
 	// Visibility is how long a work item or execution claim may go
-	// unrenewed before another replica takes it over. Default 60s.
+	// unrenewed before another replica takes it over; claims are renewed
+	// every third of it. Default 10s (see config.DefaultClaimTimeout).
 	Visibility time.Duration
+	// RepairEvery is how often this replica sweeps for executions left
+	// unindexed or unqueued (see Repair). Default DefaultRepairEvery.
+	RepairEvery time.Duration
 	// ApprovalTTL is how long an approval waits for a decision before it
 	// expires and the call is refused. Default 24h.
 	ApprovalTTL time.Duration
@@ -200,6 +204,8 @@ type Executions struct {
 	visibility  time.Duration
 	approvalTTL time.Duration
 	sweepEvery  time.Duration
+	repairEvery time.Duration
+	repairGrace time.Duration
 	secrets     SecretStore
 	sealer      *Sealer
 	attacher    Attacher
@@ -235,7 +241,10 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		o.Observer = nopObserver{}
 	}
 	if o.Visibility <= 0 {
-		o.Visibility = time.Minute
+		o.Visibility = 10 * time.Second
+	}
+	if o.RepairEvery <= 0 {
+		o.RepairEvery = DefaultRepairEvery
 	}
 	if o.ApprovalTTL <= 0 {
 		o.ApprovalTTL = 24 * time.Hour
@@ -249,6 +258,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 	e := &Executions{
 		store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
+		repairEvery: o.RepairEvery, repairGrace: repairGrace,
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher, credentials: o.Credentials,
 		models: o.Models,
 	}
@@ -377,16 +387,17 @@ func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.R
 		if id, err = e.store.Client.Get(ctx, msgKey).Result(); err != nil {
 			return nil, false, fmt.Errorf("executions: read message %s: %w", key, err)
 		}
-		ex, err := e.Get(ctx, id)
-		if err == nil && ex.Status == ExecQueued {
-			// Its first submitter may have died between the record and
-			// the work item: enqueue again (a second item is harmless).
-			if err := e.resume(ctx, id); err != nil {
+		rec, err := e.load(ctx, id)
+		if err == nil {
+			// Its first submitter may have been an older version that
+			// died between the record and its index entry or work item.
+			if err := e.ensure(ctx, rec); err != nil {
 				return nil, false, err
 			}
+			return &rec.Execution, false, nil
 		}
-		if err == nil || !errors.Is(err, ErrNotFound) {
-			return ex, false, err
+		if !errors.Is(err, ErrNotFound) {
+			return nil, false, err
 		}
 	}
 	ex, err = e.enqueue(ctx, id, workflow, input, HostPrincipal)
@@ -453,33 +464,25 @@ func (e *Executions) enqueueBound(ctx context.Context, id string, workflow json.
 		Execution: Execution{ID: id, Status: ExecQueued, Principal: principal, Input: input, Steps: []StepRecord{}, CreatedAt: now},
 		Workflow:  workflow, Allowlist: allowlist,
 	}
-	data, err := json.Marshal(rec)
+	data, err := marshalRecord(rec)
 	if err != nil {
-		return nil, fmt.Errorf("executions: encode %s: %w", rec.ID, err)
+		return nil, err
 	}
-	// The record is written before its work item so a worker never claims
-	// an id it cannot read.
-	fresh, err := e.store.Client.SetNX(ctx, e.recordKey(rec.ID), data, e.retention).Result()
+	// Record, index entry and work item are written together (see
+	// submit.go), so no crash leaves one without the others.
+	fresh, err := e.write(ctx, id, data, indexMember(now, id))
 	if err != nil {
-		return nil, fmt.Errorf("executions: submit %s: %w", rec.ID, err)
+		return nil, err
 	}
 	if !fresh {
-		// Written by an earlier attempt that may have died before its
-		// work item; a second item is harmless (a worker skips an
-		// execution that is terminal or claimed).
+		// Written by an earlier attempt, perhaps by an older version
+		// that died before indexing or queueing it: make it whole.
 		if rec, err = e.load(ctx, id); err != nil {
 			return nil, err
 		}
-	}
-	_, err = e.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if fresh {
-			p.ZAdd(ctx, e.indexKey(), redis.Z{Member: indexMember(now, rec.ID)})
+		if err := e.ensure(ctx, rec); err != nil {
+			return nil, err
 		}
-		p.XAdd(ctx, &redis.XAddArgs{Stream: e.workKey(), Values: map[string]any{"id": rec.ID}})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("executions: submit %s: %w", rec.ID, err)
 	}
 	e.observer.ExecutionEntered(ExecQueued)
 	e.emit(ctx, rec.ID, EventState, map[string]any{"status": ExecQueued})

@@ -229,23 +229,22 @@ func (e *Executions) SubmitIdempotent(ctx context.Context, k IdempotencyKey, sub
 }
 
 // resumeClaimed returns the execution an earlier request created under id,
-// or nil when it created none. A queued one gets a work item again: its
-// submitter may have died between the record and the item (a second item
-// is harmless, as in SubmitOnce).
+// or nil when it created none. It is made whole (indexed, and queued again
+// while queued): its submitter may have been an older version that died
+// between the record and the rest (a second item is harmless, as in
+// SubmitOnce).
 func (e *Executions) resumeClaimed(ctx context.Context, id string) (*Execution, error) {
-	ex, err := e.Get(ctx, id)
+	rec, err := e.load(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if ex.Status == ExecQueued {
-		if err := e.resume(ctx, id); err != nil {
-			return nil, err
-		}
+	if err := e.ensure(ctx, rec); err != nil {
+		return nil, err
 	}
-	return ex, nil
+	return &rec.Execution, nil
 }
 
 // finish completes or releases c after the work ended with ex or err.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -57,4 +59,60 @@ func TestWorkItemSurvivesAFailedClaim(t *testing.T) {
 		t.Fatalf("after the runner died: %s %+v, want succeeded by the other replica", ex.Status, ex.Error)
 	}
 	close(release)
+}
+
+// A dead runner's execution is taken over as soon as its claim lapses,
+// not a whole visibility timeout later. The race: the item comes due
+// (idle for a timeout) while the dead runner's last renewal still holds
+// the claim; that attempt is refused, and the retry must come when the
+// claim lapses. Claim TTLs and stream idle times need the real server.
+func TestTakeoverWhenTheDeadRunnersClaimLapses(t *testing.T) {
+	t.Parallel()
+	if storetest.URL(t) == "" {
+		t.Skip("needs a real Redis (" + storetest.EnvURL + "): claim TTLs and stream idle times")
+	}
+	st := storetest.New(t)
+	var started atomic.Int64
+	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "mark"}, Fn: func(context.Context, map[string]any) (any, error) {
+		started.CompareAndSwap(0, time.Now().UnixNano())
+		return map[string]any{"ok": true}, nil
+	}})
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("svc", mem))
+	must(t, reg.Start(context.Background()))
+	const visibility = 3 * time.Second
+	ctx := context.Background()
+	work := st.Key("work")
+	must(t, st.Client.XGroupCreateMkStream(ctx, work, "workers", "0").Err())
+
+	// Submitted, then read by a runner that claims it, renews once half a
+	// timeout later, and dies.
+	idle := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Visibility: visibility, Allowlists: harness.NewAllowlists(st)})
+	al, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"svc":{"ops":["*"]}}}`))
+	must(t, err)
+	_, err = harness.NewAllowlists(st).Put(ctx, al, "tester")
+	must(t, err)
+	ex, err := idle.Submit(ctx, harness.Request{Workflow: json.RawMessage(callDoc("mark", `{}`)), Principal: "tester", Allowlist: "ops"})
+	must(t, err)
+	must(t, st.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "dead", Streams: []string{work, ">"}, Count: 1}).Err())
+	owner := st.Key("{exec:"+ex.ID+"}", "owner")
+	must(t, st.Client.Set(ctx, owner, "dead-token", visibility).Err())
+	must(t, st.Client.Incr(ctx, st.Key("{exec:"+ex.ID+"}", "epoch")).Err())
+	startWorkers(t, st, reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Visibility: visibility, Consumer: "b"})
+	time.Sleep(visibility / 2)
+	must(t, st.Client.Set(ctx, owner, "dead-token", visibility).Err()) // the last renewal
+	lapsed := time.Now().Add(visibility)
+
+	done, err := idle.Wait(ctx, ex.ID, 3*visibility)
+	must(t, err)
+	if done.Status != harness.ExecSucceeded {
+		t.Fatalf("status = %s %+v", done.Status, done.Error)
+	}
+	lag := time.Unix(0, started.Load()).Sub(lapsed)
+	t.Logf("taken over %s after the dead runner's claim lapsed (visibility %s)", lag.Round(time.Millisecond), visibility)
+	// The worker polls every visibility/4; the old behaviour waited for
+	// the item to come due again, half a timeout later here.
+	if lag > visibility/4+500*time.Millisecond {
+		t.Fatalf("taken over %s after the claim lapsed, want within a poll (%s)", lag, visibility/4)
+	}
 }

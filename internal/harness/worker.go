@@ -30,6 +30,7 @@ func (e *Executions) Run(ctx context.Context, n int) error {
 		wg.Go(func() { e.work(ctx, fmt.Sprintf("%s-%d", e.consumer, i)) })
 	}
 	wg.Go(func() { e.sweep(ctx) })
+	wg.Go(func() { e.repairLoop(ctx) })
 	wg.Wait()
 	return nil
 }
@@ -43,8 +44,9 @@ func (e *Executions) sweep(ctx context.Context) {
 }
 
 func (e *Executions) work(ctx context.Context, consumer string) {
+	cursor := "0-0"
 	for ctx.Err() == nil {
-		msgs, err := e.next(ctx, consumer)
+		msgs, err := e.next(ctx, consumer, &cursor)
 		if err != nil {
 			if ctx.Err() == nil {
 				e.logger.Error("claim work", "err", err)
@@ -53,25 +55,43 @@ func (e *Executions) work(ctx context.Context, consumer string) {
 			continue
 		}
 		for _, msg := range msgs {
-			e.handle(context.WithoutCancel(ctx), msg)
+			e.handle(context.WithoutCancel(ctx), consumer, msg)
 		}
 	}
 }
 
+// maxReclaimScans bounds the XAUTOCLAIM calls of one next: each looks at
+// up to ten pending items, so one call of next covers 10,000 of them.
+const maxReclaimScans = 1000
+
 // next returns the next work item: first one abandoned by a consumer that
-// has held it past the visibility timeout, else a new one.
-func (e *Executions) next(ctx context.Context, consumer string) ([]redis.XMessage, error) {
-	msgs, _, err := e.store.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: e.workKey(), Group: workGroup, Consumer: consumer, MinIdle: e.visibility, Start: "0-0", Count: 1,
-	}).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	if len(msgs) > 0 {
-		return msgs, nil
+// has held it past the visibility timeout, else a new one. XAUTOCLAIM
+// looks at only ten pending items per call when asked for one, so next
+// follows its cursor through the whole pending list (kept across calls in
+// *cursor) before it reads new items: otherwise an abandoned item behind
+// ten held ones would never be found.
+func (e *Executions) next(ctx context.Context, consumer string, cursor *string) ([]redis.XMessage, error) {
+	for range maxReclaimScans {
+		msgs, start, err := e.store.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+			Stream: e.workKey(), Group: workGroup, Consumer: consumer, MinIdle: e.visibility, Start: *cursor, Count: 1,
+		}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			*cursor = "0-0"
+			return nil, err
+		}
+		if start == "" {
+			start = "0-0"
+		}
+		*cursor = start
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+		if start == "0-0" {
+			break
+		}
 	}
 	streams, err := e.store.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: workGroup, Consumer: consumer, Streams: []string{e.workKey(), ">"}, Count: 1, Block: time.Second,
+		Group: workGroup, Consumer: consumer, Streams: []string{e.workKey(), ">"}, Count: 1, Block: e.pollEvery(),
 	}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
@@ -82,15 +102,25 @@ func (e *Executions) next(ctx context.Context, consumer string) ([]redis.XMessag
 	return streams[0].Messages, nil
 }
 
+// pollEvery is how long a worker waits for a new item before it looks for
+// abandoned ones again: what a takeover may lag behind the moment the
+// dead runner's claim lapsed. A second, or less under a short visibility
+// timeout (tests), so the lag stays small beside the timeout.
+func (e *Executions) pollEvery() time.Duration {
+	return min(time.Second, max(e.visibility/4, 50*time.Millisecond))
+}
+
 // handle runs one work item. It runs detached from the worker's context so
 // a shutdown lets executions in flight finish rather than leaving them half
 // done; calls are bounded by their own timeouts.
-func (e *Executions) handle(ctx context.Context, msg redis.XMessage) {
+func (e *Executions) handle(ctx context.Context, consumer string, msg redis.XMessage) {
 	id, _ := msg.Values["id"].(string)
 	if err := e.execute(ctx, id); err != nil {
 		// Left unacknowledged: the item stays pending for a later claim.
-		if errors.Is(err, errClaimed) {
-			e.logger.Debug("execution is run elsewhere; its item waits", "execution", id)
+		var held *heldError
+		if errors.As(err, &held) {
+			e.logger.Debug("execution is run elsewhere; its item waits", "execution", id, "for", held.left)
+			e.retryAt(ctx, consumer, msg.ID, held.left)
 			return
 		}
 		e.logger.Error("execution interrupted", "execution", id, "err", err)
@@ -107,11 +137,16 @@ func (e *Executions) handle(ctx context.Context, msg redis.XMessage) {
 // A claim that fails leaves a note (KEYS[3]) for the holder: the work item
 // that lost is dropped, and the holder enqueues the execution again when it
 // releases (see releaseScript), so a resume that races a run is never lost.
+//
+// A refused claim answers minus the milliseconds the holder's claim has
+// left, so the caller can try again the moment it would lapse.
 var claimScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then
   redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
-  return 0
+  local left = redis.call('PTTL', KEYS[1])
+  if left < 1 then left = 1 end
+  return -left
 end
 local epoch = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -152,6 +187,35 @@ var ErrFenced = errors.New("execution claimed by a newer run")
 // errClaimed: another runner holds the execution now.
 var errClaimed = errors.New("execution is being run elsewhere")
 
+// heldError is errClaimed with how long the holder's claim has left
+// unless renewed.
+type heldError struct{ left time.Duration }
+
+func (h *heldError) Error() string        { return fmt.Sprintf("%v (claim lapses in %s)", errClaimed, h.left) }
+func (h *heldError) Is(target error) bool { return target == errClaimed }
+
+// retrySlack puts the retry of a refused claim just after the holder's
+// claim would lapse, not just before.
+const retrySlack = 50 * time.Millisecond
+
+// retryAt makes the pending item msgID due for XAUTOCLAIM when the
+// holder's claim lapses (left from now), unless renewed by then. Without
+// it the item would wait a whole visibility timeout from this attempt:
+// an attempt made just before a dead runner's claim lapsed would leave
+// the execution stalled for nearly two timeouts. XCLAIM with IDLE sets the
+// item's idle time (JUSTID leaves its delivery count alone); an item that
+// comes due while the claim is still held (renewed) is refused again and
+// rescheduled the same way.
+func (e *Executions) retryAt(ctx context.Context, consumer, msgID string, left time.Duration) {
+	idle := max(e.visibility-left-retrySlack, 0)
+	err := e.store.Client.Do(ctx, "XCLAIM", e.workKey(), workGroup, consumer, 0, msgID,
+		"IDLE", idle.Milliseconds(), "JUSTID").Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		// The item is still pending: it comes due a timeout later.
+		e.logger.Warn("reschedule a work item", "item", msgID, "err", err)
+	}
+}
+
 func (e *Executions) ownerKey(id string) string { return e.store.Key("{exec:"+id+"}", "owner") }
 func (e *Executions) againKey(id string) string { return e.store.Key("{exec:"+id+"}", "again") }
 
@@ -178,8 +242,8 @@ func (e *Executions) claim(ctx context.Context, id, token string) (int64, error)
 	if err != nil {
 		return 0, fmt.Errorf("executions: claim %s: %w", id, err)
 	}
-	if epoch == 0 {
-		return 0, errClaimed
+	if epoch <= 0 {
+		return 0, &heldError{left: time.Duration(-epoch) * time.Millisecond}
 	}
 	return epoch, nil
 }

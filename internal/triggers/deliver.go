@@ -222,8 +222,8 @@ func (d *deliverer) renew(ctx context.Context) {
 	}
 }
 
-// reclaim takes entries that their replica stopped renewing. XCLAIM with
-// a minimum idle time is atomic, so two replicas never both take one.
+// reclaim takes entries that their replica stopped renewing, every half
+// ReclaimAfter.
 func (d *deliverer) reclaim(ctx context.Context) {
 	every := max(d.s.reclaimAfter/2, 100*time.Millisecond)
 	var wg sync.WaitGroup
@@ -233,39 +233,75 @@ func (d *deliverer) reclaim(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		d.reclaimStalled(ctx, &wg)
+	}
+}
+
+// reclaimBatch bounds the entries listed and claimed in one round trip.
+const reclaimBatch = 500
+
+// reclaimStalled claims the stalled entries in batches of as many as this
+// replica has room for, and goes on while more are stalled, so the backlog
+// a dead replica leaves (a thousand entries after a burst) is taken in one
+// pass rather than a hundred per interval. XCLAIM with a minimum idle time
+// is atomic, so two replicas never both take one entry; each takes what
+// it claimed first.
+func (d *deliverer) reclaimStalled(ctx context.Context, wg *sync.WaitGroup) {
+	start := "-"
+	for ctx.Err() == nil {
+		room := cap(d.sem) - len(d.sem)
+		if room == 0 {
+			return // full: the rest waits for the next pass (or another replica)
+		}
+		count := int64(min(room, reclaimBatch))
 		pend, err := d.s.st.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: d.in.stream(), Group: group, Idle: d.s.reclaimAfter, Start: "-", End: "+", Count: 100,
+			Stream: d.in.stream(), Group: group, Idle: d.s.reclaimAfter, Start: start, End: "+", Count: count,
 		}).Result()
 		if err != nil {
 			if ctx.Err() == nil && !isNoGroup(err) {
 				d.s.logger.Warn("could not list stalled events", "connection", d.src.name, "err", err)
 			}
-			continue
+			return
 		}
+		if len(pend) == 0 {
+			return
+		}
+		start = "(" + pend[len(pend)-1].ID
+		retries := make(map[string]int64, len(pend))
+		ids := make([]string, 0, len(pend))
+		d.mu.Lock()
 		for _, p := range pend {
-			d.mu.Lock()
-			mine := d.held[p.ID]
-			d.mu.Unlock()
-			if mine {
-				continue
+			if !d.held[p.ID] {
+				ids = append(ids, p.ID)
+				retries[p.ID] = p.RetryCount
 			}
+		}
+		d.mu.Unlock()
+		if len(ids) > 0 {
 			msgs, err := d.s.st.Client.XClaim(ctx, &redis.XClaimArgs{
-				Stream: d.in.stream(), Group: group, Consumer: d.s.consumer, MinIdle: d.s.reclaimAfter, Messages: []string{p.ID},
+				Stream: d.in.stream(), Group: group, Consumer: d.s.consumer, MinIdle: d.s.reclaimAfter, Messages: ids,
 			}).Result()
-			if err != nil || len(msgs) == 0 {
-				continue // another replica took it first, or it was done
+			if err != nil && ctx.Err() == nil {
+				d.s.logger.Warn("could not claim stalled events", "connection", d.src.name, "err", err)
+				return
 			}
-			deliveries := p.RetryCount + 1
-			m := msgs[0]
-			if deliveries > d.s.maxDeliveries {
-				tid, _ := m.Values["t"].(string)
-				var ev Event
-				_ = json.Unmarshal([]byte(str(m.Values["e"])), &ev)
-				d.bury(ctx, m.ID, tid, ev, deliveries-1, "", "delivered without its turn completing")
-				continue
+			// Entries missing from msgs went to another replica first, or
+			// were done meanwhile.
+			for _, m := range msgs {
+				deliveries := retries[m.ID] + 1
+				if deliveries > d.s.maxDeliveries {
+					tid, _ := m.Values["t"].(string)
+					var ev Event
+					_ = json.Unmarshal([]byte(str(m.Values["e"])), &ev)
+					d.bury(ctx, m.ID, tid, ev, deliveries-1, "", "delivered without its turn completing")
+					continue
+				}
+				d.s.logger.Info("reclaimed a stalled event", "connection", d.src.name, "entry", m.ID, "deliveries", deliveries)
+				d.start(ctx, wg, m, deliveries)
 			}
-			d.s.logger.Info("reclaimed a stalled event", "connection", d.src.name, "entry", m.ID, "deliveries", deliveries)
-			d.start(ctx, &wg, m, deliveries)
+		}
+		if int64(len(pend)) < count {
+			return
 		}
 	}
 }

@@ -17,7 +17,10 @@
 // when that execution is terminal. While it waits, the replica renews its
 // claim on the entries it holds (XCLAIM JUSTID, which leaves the delivery
 // count alone); entries of a replica that stopped renewing for
-// ReclaimAfter are claimed by another. An entry claimed more than
+// ReclaimAfter are claimed by another, in batches and until none is left,
+// so the backlog of a replica killed during a burst is taken over in one
+// pass (a thousand entries in well under a second on a local Redis)
+// rather than a hundred per half ReclaimAfter. An entry claimed more than
 // MaxDeliveries times, or one that can never succeed (an input expression
 // that fails, a workflow that does not validate), goes to the connection's
 // dead-letter hash, from which the API can redeliver it.
