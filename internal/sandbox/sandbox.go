@@ -16,8 +16,11 @@
 //     that computes an upper bound of the result's size from its arguments,
 //     charges it, and only then calls expr-lang's own implementation;
 //   - a + b, unless both sides are numbers, charges len(a)+len(b) first;
-//   - a matches b with a pattern that is not a constant refuses patterns
-//     longer than MaxPatternBytes;
+//   - in, contains, startsWith, endsWith and matches charge steps for what
+//     they scan (two elements of an array are a step, a KiB of a string
+//     one; matches charges len(text)×len(pattern)/8), and a pattern that is not a constant may be
+//     at most MaxPatternBytes long;
+//   - the builtins that scan (indexOf, trim, max, mean…) charge the same;
 //   - the body of every predicate (map, filter, all, any, reduce, sortBy…)
 //     charges one step per element before it runs.
 //
@@ -110,8 +113,7 @@ func errMemory(what string) *LimitError {
 const (
 	meterName = "$$meter"
 	tickName  = "$$tick"
-	addName   = "$$add"
-	matchName = "$$matches"
+	opName    = "$$op"
 	guardPfx  = "$$"
 )
 
@@ -299,30 +301,47 @@ func (p *patch) Visit(node *ast.Node) {
 			ast.Patch(node, c)
 		}
 	case *ast.BinaryNode:
-		switch n.Operator {
-		case "+":
-			if isNumber(n.Left.Type()) && isNumber(n.Right.Type()) {
-				return
-			}
-			// let $$lN = a; let $$rN = b; $$add(a, b); $$lN + $$rN — the
-			// sum keeps its operands' types, so type checks stay as they were.
-			p.n++
-			l := &ast.IdentifierNode{Value: fmt.Sprintf("$$l%d", p.n)}
-			r := &ast.IdentifierNode{Value: fmt.Sprintf("$$r%d", p.n)}
-			sum := &ast.BinaryNode{Operator: "+", Left: l, Right: r}
-			ast.Patch(node, &ast.VariableDeclaratorNode{Name: l.Value, Value: n.Left, Expr: &ast.VariableDeclaratorNode{
-				Name: r.Value, Value: n.Right, Expr: &ast.SequenceNode{Nodes: []ast.Node{
-					call(addName, &ast.IdentifierNode{Value: l.Value}, &ast.IdentifierNode{Value: r.Value}),
-					sum,
-				}},
-			}})
-		case "matches":
-			if _, ok := n.Right.(*ast.StringNode); ok {
-				return // compiled once, at compile time
-			}
-			ast.Patch(node, call(matchName, n.Left, n.Right))
+		if !p.charged(n) {
+			return
 		}
+		// let $$lN = a; let $$rN = b; $$op(meter, "op", $$lN, $$rN); $$lN op $$rN
+		// — the operation keeps its operands' types, so type checks and
+		// constant patterns stay as they were.
+		p.n++
+		l := fmt.Sprintf("$$l%d", p.n)
+		r, right := "", n.Right
+		if _, constant := n.Right.(*ast.StringNode); !constant || n.Operator != "matches" {
+			r = fmt.Sprintf("$$r%d", p.n)
+			right = &ast.IdentifierNode{Value: r}
+		}
+		var out ast.Node = &ast.SequenceNode{Nodes: []ast.Node{
+			call(opName, &ast.StringNode{Value: n.Operator}, &ast.IdentifierNode{Value: l}, right),
+			&ast.BinaryNode{Operator: n.Operator, Left: &ast.IdentifierNode{Value: l}, Right: right},
+		}}
+		if r != "" {
+			out = &ast.VariableDeclaratorNode{Name: r, Value: n.Right, Expr: out}
+		}
+		ast.Patch(node, &ast.VariableDeclaratorNode{Name: l, Value: n.Left, Expr: out})
 	}
+}
+
+// charged reports whether a binary operation may cost more than a
+// constant: concatenating strings allocates; in, contains, startsWith,
+// endsWith and matches scan their operands.
+func (p *patch) charged(n *ast.BinaryNode) bool {
+	switch n.Operator {
+	case "+":
+		return !isNumber(n.Left.Type()) || !isNumber(n.Right.Type())
+	case "in":
+		if _, literal := n.Right.(*ast.ArrayNode); literal {
+			return false // as long as the source, and made a set at compile time
+		}
+		t := n.Right.Type()
+		return t == nil || t.Kind() != reflect.Map && t.Kind() != reflect.Struct
+	case "contains", "startsWith", "endsWith", "matches":
+		return true
+	}
+	return false
 }
 
 func call(name string, args ...ast.Node) *ast.CallNode {
