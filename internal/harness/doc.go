@@ -5,6 +5,20 @@
 // It imports no transport and no HTTP framework: providers (internal/mcp)
 // implement Provider and Conn, and only cmd/server wires them in.
 //
+// # Expressions
+//
+// Every {"$expr"} is compiled and run by internal/sandbox (value.go), the
+// helper trigger expressions share. Compile-time limits (4096 bytes, 2000
+// nodes, brackets 64 deep) are EXPRESSION_INVALID problems at submit; an
+// evaluation past its run-time limits (1,000,000 steps, 32 MiB of built
+// strings and arrays, 500,000 array/map elements, 1 s) fails its step
+// with a message naming the limit (*sandbox.LimitError). An expression
+// sees its scope as a map; the scope also carries the context of the
+// parallel path it runs in (frame.ctx), so cancelling a path stops its
+// expressions between two steps. The root frame is made in worker.go
+// without one yet, so expressions outside a parallel rely on the 1 s
+// limit alone.
+//
 // # Parking, and parallel paths
 //
 // A run parks when a call waits for a person (an approval): the record is
