@@ -25,6 +25,9 @@ var guards = map[string]estimate{
 	"repeat": func(a []any) int64 {
 		n := int64(runtime.ToInt(arg(a, 1)))
 		s := int64(strLen(arg(a, 0)))
+		if n < 0 {
+			return 0 // repeat's own error
+		}
 		if n > 0 && s > 0 && n > MaxBytes/s {
 			return MaxBytes + 1 // the product would overflow; it is over anyway
 		}

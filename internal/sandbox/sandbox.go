@@ -21,6 +21,8 @@
 //     one; matches charges len(text)×len(pattern)/8), and a pattern that is not a constant may be
 //     at most MaxPatternBytes long;
 //   - the builtins that scan (indexOf, trim, max, mean…) charge the same;
+//   - methods of Go values that take strings or other unmetered values
+//     (time.Time's Format) are refused;
 //   - the body of every predicate (map, filter, all, any, reduce, sortBy…)
 //     charges one step per element before it runs.
 //
@@ -283,6 +285,27 @@ func (p *patch) Visit(node *ast.Node) {
 	case *ast.IdentifierNode:
 		if strings.HasPrefix(n.Value, guardPfx) && p.err == nil {
 			p.err = fmt.Errorf("names starting with %q are reserved", guardPfx)
+		}
+	case *ast.CallNode:
+		// A callee whose type is not known at compile time may be a method
+		// of a Go value fetched at run time ([now()][0].Format), which the
+		// rule below could not see; such calls are refused.
+		if t := n.Callee.Type(); (t == nil || t.Kind() != reflect.Func) && p.err == nil {
+			p.err = fmt.Errorf("only functions and methods known at compile time can be called")
+		}
+	case *ast.MemberNode:
+		// Methods of Go values (time.Time from now() or date()) are not
+		// metered; those that take only numbers and durations (Year, Add,
+		// Hours) return small values, but Format and the like build a string
+		// from a string argument, uncharged. So methods with such
+		// parameters are refused.
+		if t := n.Type(); t != nil && t.Kind() == reflect.Func && p.err == nil {
+			for i := range t.NumIn() {
+				switch t.In(i).Kind() {
+				case reflect.String, reflect.Slice, reflect.Array, reflect.Map, reflect.Interface, reflect.Pointer, reflect.Func:
+					p.err = fmt.Errorf("method %v is not available in expressions", n.Property)
+				}
+			}
 		}
 	case *ast.BuiltinNode:
 		if builtinPredicates[n.Name] {

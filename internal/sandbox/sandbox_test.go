@@ -227,6 +227,8 @@ func TestOrdinaryExpressions(t *testing.T) {
 		{`count(1..1000, # > 500)`, `500`},
 		{`let x = "a"; x + x`, `aa`},
 		{`len(toBase64(repeat("x", 30)))`, `40`},
+		{`now().Add(duration("1h")).Year() > 2000`, `true`},
+		{`duration("90m").Hours()`, `1.5`},
 	} {
 		p, err := Compile(tc.src, testTypes)
 		if err != nil {
@@ -242,7 +244,14 @@ func TestOrdinaryExpressions(t *testing.T) {
 			t.Errorf("%s = %q, want %q", tc.src, got, tc.want)
 		}
 	}
-	for _, src := range []string{`repeat(1, 2)`, `1 + "a"`, `$$meter`, `$$op($$meter, "+", 1, 2)`, `$$repeat(nil, "a", 1)`} {
+	// Refused at compile time: type errors as before; the guards' hidden
+	// names; methods that build strings unmetered (time.Time's Format)
+	// and calls of what may be such a method at run time.
+	for _, src := range []string{
+		`repeat(1, 2)`, `1 + "a"`, `$$meter`, `$$op($$meter, "+", 1, 2)`, `$$repeat(nil, "a", 1)`,
+		`map(1..1000, now().Format(repeat("Monday", 1000000)))`, `let f = now().Format; f("2006")`,
+		`($input.x ?? now()).Format("2006")`, `let f = ($input.x ?? now()).Format; f("2006")`, `$input.f()`,
+	} {
 		if _, err := Compile(src, testTypes); err == nil {
 			t.Errorf("%s compiled", src)
 		}
