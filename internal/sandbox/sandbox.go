@@ -41,7 +41,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/expr-lang/expr"
@@ -122,10 +121,12 @@ const (
 // meter is one evaluation's budget. Its fields are unexported so that an
 // expression that reaches it (through $env) can neither read nor call it.
 type meter struct {
-	steps   int64
-	bytes   int64
-	stopped atomic.Bool // set when the context ends
-	err     error       // the first limit hit; later ones are consequences
+	steps    int64
+	bytes    int64
+	calls    int64
+	done     <-chan struct{} // the context's; nil never ends
+	deadline time.Time       // MaxDuration after the start
+	err      error           // the first limit hit; later ones are consequences
 }
 
 func (m *meter) fail(err error) error {
@@ -135,10 +136,18 @@ func (m *meter) fail(err error) error {
 	return m.err
 }
 
-// step charges n steps and checks the context.
+// step charges n steps and checks the context (a channel poll, every
+// call) and the clock (every 64th call, and on every call charged for a
+// scan, which may have been long).
 func (m *meter) step(n int64) error {
-	if m.stopped.Load() {
+	select {
+	case <-m.done:
 		return m.fail(errStopped)
+	default:
+	}
+	m.calls++
+	if (n > 1 || m.calls&63 == 0) && time.Now().After(m.deadline) {
+		return m.fail(errTime)
 	}
 	m.steps += n
 	if m.steps > MaxSteps {
@@ -243,11 +252,9 @@ func (p *Program) Run(ctx context.Context, env map[string]any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("expression not run: %w", err)
 	}
-	m := &meter{}
-	rctx, cancel := context.WithTimeoutCause(ctx, MaxDuration, errTime)
-	defer cancel()
-	stop := context.AfterFunc(rctx, func() { m.stopped.Store(true) })
-	defer stop()
+	// No timer per run: the meter reads the clock as it charges steps,
+	// which every loop does.
+	m := &meter{done: ctx.Done(), deadline: time.Now().Add(MaxDuration)}
 
 	renv := make(map[string]any, len(env)+1)
 	for k, v := range env {
@@ -257,11 +264,8 @@ func (p *Program) Run(ctx context.Context, env map[string]any) (any, error) {
 	machine := vm.VM{MemoryBudget: MaxElements}
 	out, err := machine.Run(p.prog, renv)
 	switch {
-	case m.err == errStopped || (err != nil && m.stopped.Load()):
-		if cause := context.Cause(rctx); errors.Is(cause, errTime) {
-			return nil, errTime
-		}
-		return nil, fmt.Errorf("expression interrupted: %w", context.Cause(rctx))
+	case m.err == errStopped:
+		return nil, fmt.Errorf("expression interrupted: %w", context.Cause(ctx))
 	case m.err != nil:
 		return nil, m.err
 	case err != nil && strings.Contains(err.Error(), "memory budget exceeded"):
