@@ -269,6 +269,11 @@ func (p *Program) Run(ctx context.Context, env map[string]any) (any, error) {
 	case m.err != nil:
 		return nil, m.err
 	case err != nil && strings.Contains(err.Error(), "memory budget exceeded"):
+		// The VM panics with this text when its element budget runs out;
+		// expr-lang's repeat returns it as an error past 1,000,000 copies.
+		if fe := (*file.Error)(nil); errors.As(err, &fe) && fe.Prev != nil {
+			return nil, &LimitError{Limit: "memory", Bound: "1000000 copies", What: "repeat()"}
+		}
 		return nil, errElements
 	case err != nil:
 		return nil, err
