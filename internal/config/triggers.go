@@ -12,10 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/types"
 	"github.com/robfig/cron/v3"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
+
+	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
 
 // Source is an event stream that host code pushes to
@@ -169,17 +171,15 @@ func CompileEventSchema(schema any) (*jsonschema.Schema, error) {
 	return c.Compile("event.json")
 }
 
-// TriggerEnv is what trigger expressions see: the event as a map with
-// connection, type, id, payload and receivedAt.
-func TriggerEnv() map[string]any { return map[string]any{"event": map[string]any{}} }
+// TriggerEnv is the type of what trigger expressions see: the event as a
+// map with connection, type, id, payload and receivedAt.
+func TriggerEnv() types.Map { return types.Map{"event": types.TypeOf(map[string]any{})} }
 
-// CompileExpr compiles a trigger expression.
-func CompileExpr(src string) error {
-	if len(src) > 4096 {
-		return fmt.Errorf("is longer than 4096 characters")
-	}
-	_, err := expr.Compile(src, expr.Env(TriggerEnv()), expr.MaxNodes(2000))
-	return err
+// CompileExpr compiles a trigger expression. Trigger expressions run under
+// the same limits as a document's (package sandbox), through this one
+// helper, both when the config is validated and when triggers are built.
+func CompileExpr(src string) (*sandbox.Program, error) {
+	return sandbox.Compile(src, TriggerEnv())
 }
 
 func (s *Source) validate(ps *problems, path string) {
@@ -318,7 +318,7 @@ func (f *File) validateTriggers(ps *problems) {
 			if src == "" {
 				continue
 			}
-			if err := CompileExpr(src); err != nil {
+			if _, err := CompileExpr(src); err != nil {
 				ps.add(path+"."+field, "does not compile: %v", err)
 			}
 		}
@@ -344,7 +344,7 @@ func checkInputExprs(ps *problems, path string, v any) {
 			s, ok := src.(string)
 			if !ok || s == "" {
 				ps.add(path+".$expr", "must be a non-empty expression")
-			} else if err := CompileExpr(s); err != nil {
+			} else if _, err := CompileExpr(s); err != nil {
 				ps.add(path+".$expr", "does not compile: %v", err)
 			}
 			return

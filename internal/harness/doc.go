@@ -28,6 +28,19 @@
 // not up to two timeouts. Workers follow XAUTOCLAIM's cursor through the
 // whole pending list, which it scans only ten entries per call.
 //
+// # Expressions
+//
+// Every {"$expr"} is compiled and run by internal/sandbox (value.go), the
+// helper trigger expressions share. Compile-time limits (4096 bytes, 2000
+// nodes, brackets 64 deep) are EXPRESSION_INVALID problems at submit; an
+// evaluation past its run-time limits (1,000,000 steps, 32 MiB of built
+// strings and arrays, 500,000 array/map elements, 1 s) fails its step
+// with a message naming the limit (*sandbox.LimitError). An expression
+// sees its scope as a map; the scope also carries the context of the
+// run or parallel path it belongs to (frame.ctx, set on the root frame in
+// worker.go and on each path's), so cancelling the execution or a path
+// stops its expressions between two steps.
+//
 // # Parking, and parallel paths
 //
 // A run parks when a call waits for a person (an approval): the record is

@@ -762,7 +762,7 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 	if err := r.e.models.Check(spec.Ref); err != nil {
 		return nil, &stepError{step: n.ID, code: KindStepFailed, err: err}
 	}
-	input, err := r.modelInput(f, spec)
+	input, err := r.modelInput(ctx, f, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -844,9 +844,10 @@ func forcesCall(choice string) bool { return choice != "" && choice != "auto" &&
 
 // modelInput is the user message: the node's input (default $input), as
 // text; anything but a string is sent as JSON.
-func (r *run) modelInput(f *frame, spec *modelSpec) (string, error) {
+func (r *run) modelInput(ctx context.Context, f *frame, spec *modelSpec) (string, error) {
 	r.mu.Lock()
 	sc := r.scope(f)
+	sc.ctx = ctx
 	var v any = sc.Input
 	var err error
 	if spec.Input != nil {

@@ -350,10 +350,14 @@ type frame struct {
 	item   string // the fan-out's connection
 	suffix string // appended to ledger keys inside a fan-out: "@<item>"
 	scope  string // the parallel path fresh: path leases belong to
+	// ctx is the path's context, so that its expressions stop when the
+	// path is cancelled; nil (the root, for now) is context.Background,
+	// and each expression is still bounded by sandbox.MaxDuration.
+	ctx context.Context
 }
 
 func (f *frame) child(item string) *frame {
-	c := &frame{steps: make(map[string]any, len(f.steps)), item: f.item, suffix: f.suffix, scope: f.scope}
+	c := &frame{steps: make(map[string]any, len(f.steps)), item: f.item, suffix: f.suffix, scope: f.scope, ctx: f.ctx}
 	for k, v := range f.steps {
 		c.steps[k] = v
 	}
@@ -364,7 +368,7 @@ func (f *frame) child(item string) *frame {
 }
 
 func (r *run) scope(f *frame) scope {
-	return scope{Input: r.rec.Input, Steps: f.steps, Item: f.item}
+	return scope{Input: r.rec.Input, Steps: f.steps, Item: f.item, ctx: f.ctx}
 }
 
 // parallel runs the paths (or the fan-out's steps per connection) at once.
@@ -400,6 +404,7 @@ func (r *run) parallel(ctx context.Context, f *frame, n *Node) (any, error) {
 	)
 	for i, j := range jobs {
 		j.fr.scope = f.scope + "/" + n.ID + "/" + strconv.Itoa(i)
+		j.fr.ctx = ctx
 		wg.Go(func() {
 			results[i], errs[i] = r.node(ctx, j.fr, j.path)
 			err := errs[i]

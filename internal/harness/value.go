@@ -1,31 +1,61 @@
 package harness
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
-	"github.com/expr-lang/expr/vm"
+	"github.com/expr-lang/expr/types"
+
+	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
 
-// Expressions run sandboxed: expr-lang has no I/O; programs are capped in
-// size at compile time and in memory at run time.
-const (
-	maxExprLen   = 4096
-	maxExprNodes = 2000
-)
+// Expressions run in the sandbox package: expr-lang has no I/O, and every
+// expression is compiled and run under its limits on size, nesting, steps,
+// memory and time (see the package doc).
+const maxExprLen = sandbox.MaxSourceBytes
 
 // scope is what an expression sees. Input is typed any so expressions
 // may treat it as whatever the caller sent; type errors surface at run time.
 type scope struct {
-	Input   any            `expr:"$input"`
-	Steps   map[string]any `expr:"$steps"`
-	Item    string         `expr:"$item"`    // a fan-out's connection
-	Results []any          `expr:"$results"` // a parallel node's path outputs, for merge
-	Subject any            `expr:"$subject"` // what a verify claim judges
-	Event   any            `expr:"$event"`   // the event a wait's filter judges
+	Input   any
+	Steps   map[string]any
+	Item    string // a fan-out's connection
+	Results []any  // a parallel node's path outputs, for merge
+	Subject any    // what a verify claim judges
+	Event   any    // the event a wait's filter judges
+
+	// ctx stops an expression in flight when the execution (or its
+	// parallel path) is cancelled; nil is context.Background.
+	ctx context.Context
+}
+
+// scopeTypes are the types of what an expression sees, for the checker.
+var scopeTypes = types.Map{
+	"$input":   types.Any,
+	"$steps":   types.TypeOf(map[string]any{}),
+	"$item":    types.TypeOf(""),
+	"$results": types.TypeOf([]any{}),
+	"$subject": types.Any,
+	"$event":   types.Any,
+}
+
+func (s scope) env() map[string]any {
+	return map[string]any{
+		"$input": s.Input, "$steps": s.Steps, "$item": s.Item,
+		"$results": s.Results, "$subject": s.Subject, "$event": s.Event,
+	}
+}
+
+func (s scope) context() context.Context {
+	if s.ctx == nil {
+		return context.Background()
+	}
+	return s.ctx
 }
 
 // value is an argument template: literals, objects and arrays of values,
@@ -69,11 +99,11 @@ func (a array) eval(s scope) (any, error) {
 type expression struct {
 	src  string
 	path string
-	prog *vm.Program
+	prog *sandbox.Program
 }
 
 func (e *expression) eval(s scope) (any, error) {
-	out, err := expr.Run(e.prog, s)
+	out, err := e.prog.Run(s.context(), s.env())
 	if err != nil {
 		return nil, &exprError{path: e.path, err: err}
 	}
@@ -151,7 +181,11 @@ func (p *parser) expression(v any, path string) value {
 		p.fail(path, CodeExpressionInvalid, "is longer than %d characters", maxExprLen)
 		return literal{nil}
 	}
-	prog, err := expr.Compile(src, expr.Env(scope{}), expr.MaxNodes(maxExprNodes), expr.Function("$refId", refID))
+	prog, err := sandbox.Compile(src, scopeTypes, expr.Function("$refId", refID))
+	if limit := (*sandbox.LimitError)(nil); errors.As(err, &limit) {
+		p.fail(path, CodeExpressionInvalid, "%v", err)
+		return literal{nil}
+	}
 	if err != nil {
 		p.fail(path, CodeExpressionInvalid, "does not compile: %v", err)
 		return literal{nil}

@@ -370,7 +370,7 @@ func (r *run) execute(ctx context.Context) error {
 	var out any
 	if err == nil {
 		r.doc = doc
-		out, err = r.node(ctx, &frame{steps: map[string]any{}}, doc.Root)
+		out, err = r.node(ctx, &frame{steps: map[string]any{}, ctx: ctx}, doc.Root)
 		// Leases and attached servers end before the outcome is written, so
 		// whoever sees the execution finished also sees them let go.
 		r.runEnded(ctx, err)

@@ -1,6 +1,7 @@
 package triggers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,14 +11,13 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/expr-lang/expr"
-	"github.com/expr-lang/expr/vm"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
 
 // Event is one event of a connection, as the inbox stores it and as
@@ -126,14 +126,19 @@ func envOf(ev Event) map[string]any {
 	}}
 }
 
-func compile(src string) (*vm.Program, error) {
-	return expr.Compile(src, expr.Env(config.TriggerEnv()), expr.MaxNodes(2000))
+func compile(src string) (*sandbox.Program, error) { return config.CompileExpr(src) }
+
+// run evaluates a trigger expression. Triggers are judged as events
+// arrive, with no execution to cancel yet; the sandbox's own limits
+// (sandbox.MaxDuration, MaxSteps, MaxBytes) bound each evaluation.
+func run(p *sandbox.Program, env map[string]any) (any, error) {
+	return p.Run(context.Background(), env)
 }
 
 // template is a trigger's input: literals and {"$expr"} leaves.
 type template struct {
 	lit  any
-	prog *vm.Program
+	prog *sandbox.Program
 	obj  map[string]*template
 	arr  []*template
 }
@@ -174,7 +179,7 @@ func compileTemplate(v any) (*template, error) {
 func (t *template) eval(env map[string]any) (any, error) {
 	switch {
 	case t.prog != nil:
-		return expr.Run(t.prog, env)
+		return run(t.prog, env)
 	case t.obj != nil:
 		out := make(map[string]any, len(t.obj))
 		for k, c := range t.obj {
@@ -202,8 +207,8 @@ func (t *template) eval(env map[string]any) (any, error) {
 // trigger is a compiled config.Trigger.
 type trigger struct {
 	config.Trigger
-	filter *vm.Program
-	thread *vm.Program
+	filter *sandbox.Program
+	thread *sandbox.Program
 	input  *template
 }
 
@@ -234,7 +239,7 @@ func (t *trigger) matches(env map[string]any) (bool, error) {
 	if t.filter == nil {
 		return true, nil
 	}
-	out, err := expr.Run(t.filter, env)
+	out, err := run(t.filter, env)
 	if err != nil {
 		return false, err
 	}
@@ -252,7 +257,7 @@ func (t *trigger) explicitThread(ev Event) (string, bool, error) {
 	if t.thread == nil {
 		return "", false, nil
 	}
-	out, err := expr.Run(t.thread, envOf(ev))
+	out, err := run(t.thread, envOf(ev))
 	if err != nil {
 		return "", false, fmt.Errorf("thread: %w", err)
 	}
@@ -266,7 +271,7 @@ func (t *trigger) turnInput(ev Event) (any, error) {
 	env := envOf(ev)
 	ev.Thread = t.ID
 	if t.thread != nil {
-		out, err := expr.Run(t.thread, env)
+		out, err := run(t.thread, env)
 		if err != nil {
 			return nil, fmt.Errorf("thread: %w", err)
 		}
