@@ -587,10 +587,18 @@ func TestCancelledParkedRunGivesBackItsLeases(t *testing.T) {
 		ctx := context.Background()
 		id := submitAs(t, b.execs, "test", fmt.Sprintf(poolParkDoc, poolClick))
 		parked(t, b.execs, id, 2)
-		ex, err := b.execs.Cancel(ctx, id)
+		asked := time.Now()
+		_, err := b.execs.Cancel(ctx, id)
 		must(t, err)
-		if ex.Status != harness.ExecCancelled {
-			t.Fatalf("status %s", ex.Status)
+		// Cancel answers within a few seconds; on a loaded machine the
+		// parked run may still be letting go of its claim then, and the
+		// cancellation lands when it has.
+		waitFor(t, "the execution to be cancelled", func() bool {
+			ex, err := b.execs.Get(ctx, id)
+			return err == nil && ex.Status == harness.ExecCancelled
+		})
+		if d := time.Since(asked); d > 5*time.Second {
+			t.Logf("cancelled %s after Cancel was asked", d)
 		}
 		cancelled := time.Now()
 		waitFor(t, "the leases to go back", func() bool {
