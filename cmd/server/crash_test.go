@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -304,29 +303,9 @@ type execRecord struct {
 	} `json:"input"`
 }
 
-// scanRecords reads every execution record under prefix.
+// scanRecords reads every execution record under prefix that a webhook
+// event of the test started.
 func scanRecords(t *testing.T, ctx context.Context, c redis.UniversalClient, prefix string) []execRecord {
 	t.Helper()
-	var out []execRecord
-	var cursor uint64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, prefix+"{exec:*}:record", 1000).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys {
-			data, err := c.Get(ctx, k).Bytes()
-			if err != nil {
-				continue
-			}
-			var r execRecord
-			if json.Unmarshal(data, &r) == nil && strings.HasPrefix(r.Input.Event.ID, "evt-") {
-				out = append(out, r)
-			}
-		}
-		if next == 0 {
-			return out
-		}
-		cursor = next
-	}
+	return records(t, ctx, c, prefix, func(r execRecord) bool { return strings.HasPrefix(r.Input.Event.ID, "evt-") })
 }

@@ -59,7 +59,14 @@ type recordHead struct {
 // prefix.
 func allRecords(t *testing.T, ctx context.Context, c redis.UniversalClient, prefix string) []recordHead {
 	t.Helper()
-	var out []recordHead
+	return records(t, ctx, c, prefix, func(recordHead) bool { return true })
+}
+
+// records decodes every execution record under prefix as a T and keeps
+// those keep accepts. A record that expires during the scan is skipped.
+func records[T any](t *testing.T, ctx context.Context, c redis.UniversalClient, prefix string, keep func(T) bool) []T {
+	t.Helper()
+	var out []T
 	var cursor uint64
 	for {
 		keys, next, err := c.Scan(ctx, cursor, prefix+"{exec:*}:record", 1000).Result()
@@ -71,8 +78,8 @@ func allRecords(t *testing.T, ctx context.Context, c redis.UniversalClient, pref
 			if err != nil {
 				continue
 			}
-			var r recordHead
-			if json.Unmarshal(data, &r) == nil {
+			var r T
+			if json.Unmarshal(data, &r) == nil && keep(r) {
 				out = append(out, r)
 			}
 		}
