@@ -46,9 +46,9 @@ func (e *Executions) sweep(ctx context.Context) {
 }
 
 func (e *Executions) work(ctx context.Context, consumer string) {
-	cursor := "0-0"
+	w := &reclaim{cursor: "0-0"}
 	for ctx.Err() == nil {
-		msgs, err := e.next(ctx, consumer, &cursor)
+		msgs, err := e.next(ctx, consumer, w)
 		if err != nil {
 			if ctx.Err() == nil {
 				e.logger.Error("claim work", "err", err)
@@ -66,13 +66,32 @@ func (e *Executions) work(ctx context.Context, consumer string) {
 // up to ten pending items, so one call of next covers 10,000 of them.
 const maxReclaimScans = 1000
 
+// reclaim is a worker's place in its scans of the pending list.
+type reclaim struct {
+	// cursor is where the current scan of the pending list goes on;
+	// "0-0" between scans.
+	cursor string
+	// last is when the last scan ended.
+	last time.Time
+}
+
 // next returns the next work item: first one abandoned by a consumer that
 // has held it past the visibility timeout, else a new one. XAUTOCLAIM
 // looks at only ten pending items per call when asked for one, so next
 // follows its cursor through the whole pending list (kept across calls in
-// *cursor) before it reads new items: otherwise an abandoned item behind
-// ten held ones would never be found.
-func (e *Executions) next(ctx context.Context, consumer string, cursor *string) ([]redis.XMessage, error) {
+// w) before it reads new items: otherwise an abandoned item behind ten
+// held ones would never be found.
+//
+// A scan that found nothing is not repeated within pollEvery: a busy
+// worker would otherwise pay an XAUTOCLAIM for every item it reads, while
+// an abandoned item comes due only a whole visibility timeout after its
+// last delivery, so looking once per poll keeps the takeover lag what it
+// was (at most a poll).
+func (e *Executions) next(ctx context.Context, consumer string, w *reclaim) ([]redis.XMessage, error) {
+	if w.cursor == "0-0" && time.Since(w.last) < e.pollEvery() {
+		return e.read(ctx, consumer)
+	}
+	cursor := &w.cursor
 	for range maxReclaimScans {
 		msgs, start, err := e.store.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: e.workKey(), Group: workGroup, Consumer: consumer, MinIdle: e.visibility, Start: *cursor, Count: 1,
@@ -92,6 +111,12 @@ func (e *Executions) next(ctx context.Context, consumer string, cursor *string) 
 			break
 		}
 	}
+	w.last = time.Now()
+	return e.read(ctx, consumer)
+}
+
+// read waits up to pollEvery for a new work item.
+func (e *Executions) read(ctx context.Context, consumer string) ([]redis.XMessage, error) {
 	streams, err := e.store.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: workGroup, Consumer: consumer, Streams: []string{e.workKey(), ">"}, Count: 1, Block: e.pollEvery(),
 	}).Result()
