@@ -44,9 +44,10 @@ interop: ## run the interop tests against server-everything (npm) and the offici
 
 bench: ## run the benchmarks and print their figures
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./internal/harness/ ./internal/api/ ./internal/mcp/
-	@# Ledger cost per step and executions/s with one and two processes, on a real Redis.
+	@# Ledger cost per step, and executions/s with one and two processes at 64 clients, with
+	@# p50/p99 and Redis commands and connections per execution, on a real Redis (see README, Performance).
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'CallStep' -benchmem -count=1 ./internal/harness/
-	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'Executions' -benchtime 3s -count=1 ./cmd/server/
+	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'Executions' -benchtime 1000x -count=1 ./cmd/server/
 	@# Pool leases: acquire + release with 8 slots and 64 waiters, in one process and across two processes, on a real Redis.
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'AcquireRelease' -benchtime 20000x -count=1 ./internal/pools/
 	@# Webhook ingest rate and event→execution-start latency at 500 events/s, on the real Redis (127.0.0.1:6379 unless set).

@@ -41,6 +41,18 @@
 // worker.go and on each path's), so cancelling the execution or a path
 // stops its expressions between two steps.
 //
+// # Notifications, and what a save writes
+//
+// Cancel and Wait hear their messages (cancel asked, execution finished)
+// through one pattern subscription per process (notify.go), not a
+// subscription, and so a Redis connection, per running execution. A
+// message is only a hint: each listener also reads the state it waits for
+// (the cancel flag, the record), so a message lost while the subscription
+// reconnects costs time, not correctness. A save of the record, fenced by
+// the run's epoch, writes the events that report it (and, when the
+// execution finishes, the announcement Wait listens for) in the same
+// script; a call's started event goes out with its pending entry's save.
+//
 // # Parking, and parallel paths
 //
 // A run parks when a call waits for a person (an approval): the record is

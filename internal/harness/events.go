@@ -175,17 +175,16 @@ func (e *Executions) cancelled(ctx context.Context, id string) bool {
 	return err == nil && n > 0
 }
 
-// watchCancel cancels a run when Cancel is asked while it runs.
+// watchCancel cancels a run when Cancel is asked while it runs. It hears
+// Cancel's message through the process's shared subscription, not one of
+// its own (a connection per running execution).
 func (e *Executions) watchCancel(ctx context.Context, cancel context.CancelCauseFunc, id string) (stop func()) {
-	sub := e.store.Client.Subscribe(ctx, e.cancelKey(id))
-	// Wait for the subscription before reading the flag, so a Cancel is
-	// seen either by the flag or by the message. The wait is bounded: a
-	// slow Redis must not hold up the run.
-	_, _ = sub.ReceiveTimeout(ctx, 2*time.Second)
+	// Listen before reading the flag, so a Cancel is seen either by the
+	// flag or by the message.
+	msgs, unlisten := e.notify.listen(ctx, e.cancelKey(id))
 	if e.cancelled(ctx, id) {
 		cancel(errCancelled)
 	}
-	msgs := sub.Channel()
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -195,7 +194,7 @@ func (e *Executions) watchCancel(ctx context.Context, cancel context.CancelCause
 		case <-ctx.Done():
 		}
 	}()
-	return func() { close(done); sub.Close() }
+	return func() { close(done); unlisten() }
 }
 
 // Resume runs a failed execution again from its ledger: done steps keep

@@ -218,6 +218,9 @@ type Executions struct {
 	models    Models
 	approvals *Approvals
 	schemas   schemas
+	// notify is the one subscription of this process to every
+	// execution's cancel and done channels (see notifier).
+	notify *notifier
 }
 
 const workGroup = "workers"
@@ -263,6 +266,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		models: o.Models,
 	}
 	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit, approvers: e.approversOf}
+	e.notify = newNotifier(st.Client, globEscape(st.Prefix)+"{exec:*}:cancel", globEscape(st.Prefix)+"{exec:*}:done")
 	return e
 }
 
@@ -626,16 +630,15 @@ func (e *Executions) trim(ctx context.Context) {
 
 // Wait returns the execution once it is terminal or when d has passed,
 // whichever comes first; it works whichever replica runs the execution.
-// The finish is announced on a channel; a slow poll backs it up, so a
-// subscription that failed only makes Wait slower, never wrong.
+// The finish is announced on a channel, heard through the process's shared
+// subscription; a slow poll backs it up, so a message lost to a dropped
+// subscription only makes Wait slower, never wrong.
 func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Execution, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	sub := e.store.Client.Subscribe(ctx, e.doneKey(id))
-	defer sub.Close()
-	// Subscribe before reading, so a finish between the two is not missed.
-	_, _ = sub.ReceiveTimeout(ctx, min(d, 2*time.Second))
-	done := sub.Channel()
+	// Listen before reading, so a finish between the two is not missed.
+	done, stop := e.notify.listen(ctx, e.doneKey(id))
+	defer stop()
 	poll := time.NewTicker(500 * time.Millisecond)
 	defer poll.Stop()
 	for {

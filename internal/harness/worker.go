@@ -3,9 +3,11 @@ package harness
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,9 +46,9 @@ func (e *Executions) sweep(ctx context.Context) {
 }
 
 func (e *Executions) work(ctx context.Context, consumer string) {
-	cursor := "0-0"
+	w := &reclaim{cursor: "0-0"}
 	for ctx.Err() == nil {
-		msgs, err := e.next(ctx, consumer, &cursor)
+		msgs, err := e.next(ctx, consumer, w)
 		if err != nil {
 			if ctx.Err() == nil {
 				e.logger.Error("claim work", "err", err)
@@ -64,13 +66,32 @@ func (e *Executions) work(ctx context.Context, consumer string) {
 // up to ten pending items, so one call of next covers 10,000 of them.
 const maxReclaimScans = 1000
 
+// reclaim is a worker's place in its scans of the pending list.
+type reclaim struct {
+	// cursor is where the current scan of the pending list goes on;
+	// "0-0" between scans.
+	cursor string
+	// last is when the last scan ended.
+	last time.Time
+}
+
 // next returns the next work item: first one abandoned by a consumer that
 // has held it past the visibility timeout, else a new one. XAUTOCLAIM
 // looks at only ten pending items per call when asked for one, so next
 // follows its cursor through the whole pending list (kept across calls in
-// *cursor) before it reads new items: otherwise an abandoned item behind
-// ten held ones would never be found.
-func (e *Executions) next(ctx context.Context, consumer string, cursor *string) ([]redis.XMessage, error) {
+// w) before it reads new items: otherwise an abandoned item behind ten
+// held ones would never be found.
+//
+// A scan that found nothing is not repeated within pollEvery: a busy
+// worker would otherwise pay an XAUTOCLAIM for every item it reads, while
+// an abandoned item comes due only a whole visibility timeout after its
+// last delivery, so looking once per poll keeps the takeover lag what it
+// was (at most a poll).
+func (e *Executions) next(ctx context.Context, consumer string, w *reclaim) ([]redis.XMessage, error) {
+	if w.cursor == "0-0" && time.Since(w.last) < e.pollEvery() {
+		return e.read(ctx, consumer)
+	}
+	cursor := &w.cursor
 	for range maxReclaimScans {
 		msgs, start, err := e.store.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: e.workKey(), Group: workGroup, Consumer: consumer, MinIdle: e.visibility, Start: *cursor, Count: 1,
@@ -90,6 +111,12 @@ func (e *Executions) next(ctx context.Context, consumer string, cursor *string) 
 			break
 		}
 	}
+	w.last = time.Now()
+	return e.read(ctx, consumer)
+}
+
+// read waits up to pollEvery for a new work item.
+func (e *Executions) read(ctx context.Context, consumer string) ([]redis.XMessage, error) {
 	streams, err := e.store.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: workGroup, Consumer: consumer, Streams: []string{e.workKey(), ">"}, Count: 1, Block: e.pollEvery(),
 	}).Result()
@@ -174,10 +201,24 @@ return 1
 `)
 
 // saveScript writes the record only for the current epoch: no zombie
-// writes from a runner whose claim was taken over.
+// writes from a runner whose claim was taken over. With it go the events
+// that report the change (step started or finished, execution running or
+// finished) and, when the execution finished, the message Wait listens
+// for: one round trip for what took three, and a fenced runner's events
+// are dropped with its record.
+//
+// KEYS: epoch, record, events. ARGV: epoch, record JSON, retention ms,
+// number of events, channel to publish the status on ("" for none),
+// status, then type and data of each event.
 var saveScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+local n = tonumber(ARGV[4])
+for i = 0, n - 1 do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', '` + strconv.Itoa(maxEvents) + `', '*', 'type', ARGV[7 + 2 * i], 'data', ARGV[8 + 2 * i])
+end
+if n > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
 return 1
 `)
 
@@ -330,6 +371,8 @@ type run struct {
 	// parking: the run ends waiting for a person, so its kept leases are
 	// still renewed (parkLease).
 	parking bool
+	// held are events written with the next save (see beginHeld).
+	held []event
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -354,11 +397,10 @@ func (r *run) execute(ctx context.Context) error {
 		r.rec.StartedAt = &now
 	}
 	r.rec.Status = ExecRunning
-	if err := r.save(ctx); err != nil {
+	if err := r.saveWith(ctx, "", event{EventState, map[string]any{"status": ExecRunning, "epoch": r.epoch}}); err != nil {
 		return err
 	}
 	r.e.observer.ExecutionEntered(ExecRunning)
-	r.e.emit(ctx, r.rec.ID, EventState, map[string]any{"status": ExecRunning, "epoch": r.epoch})
 	r.e.logger.Info("execution running", "execution", r.rec.ID, "epoch", r.epoch)
 
 	doc, err := ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
@@ -406,16 +448,14 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 		r.rec.Status, r.rec.Output, r.rec.Error = ExecFailed, nil, asExecError(runErr)
 		r.rec.Error.Message = r.e.redactor.String(r.rec.Error.Message)
 	}
-	if err := r.save(ctx); err != nil {
-		return err
-	}
-	r.e.observer.ExecutionEntered(r.rec.Status)
 	data := map[string]any{"status": r.rec.Status}
 	if r.rec.Error != nil {
 		data["error"] = r.rec.Error
 	}
-	r.e.emit(ctx, r.rec.ID, EventFinished, data)
-	r.e.store.Client.Publish(ctx, r.e.doneKey(r.rec.ID), string(r.rec.Status))
+	if err := r.saveWith(ctx, r.e.doneKey(r.rec.ID), event{EventFinished, data}); err != nil {
+		return err
+	}
+	r.e.observer.ExecutionEntered(r.rec.Status)
 	started := now
 	if r.rec.StartedAt != nil {
 		started = *r.rec.StartedAt
@@ -424,16 +464,41 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	return nil
 }
 
-// save writes the record, fenced by the run's epoch.
-func (r *run) save(ctx context.Context) error {
+// event is one execution event to write.
+type event struct {
+	typ  string
+	data map[string]any
+}
+
+// save writes the record, fenced by the run's epoch, with the events held
+// for the next save (see hold).
+func (r *run) save(ctx context.Context) error { return r.saveWith(ctx, "") }
+
+// saveWith is save that also appends events after the held ones and, when
+// publish names a channel, announces the execution's status on it, all in
+// one script (saveScript).
+func (r *run) saveWith(ctx context.Context, publish string, events ...event) error {
 	r.mu.Lock()
 	data, err := marshalRecord(r.rec)
+	events = append(r.held, events...)
+	r.held = nil
+	status := string(r.rec.Status)
 	r.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	ok, err := saveScript.Run(context.WithoutCancel(ctx), r.e.store.Client, []string{r.e.epochKey(r.rec.ID), r.e.recordKey(r.rec.ID)},
-		r.epoch, data, r.e.retention.Milliseconds()).Int()
+	args := make([]any, 0, 6+2*len(events))
+	args = append(args, r.epoch, data, r.e.retention.Milliseconds(), 0, publish, status)
+	for _, ev := range events {
+		raw, err := json.Marshal(r.e.redact(ev.data))
+		if err != nil {
+			continue // a progress report, not worth failing the step
+		}
+		args = append(args, ev.typ, raw)
+	}
+	args[3] = (len(args) - 6) / 2
+	ok, err := saveScript.Run(context.WithoutCancel(ctx), r.e.store.Client,
+		[]string{r.e.epochKey(r.rec.ID), r.e.recordKey(r.rec.ID), r.e.eventsKey(r.rec.ID)}, args...).Int()
 	if err != nil {
 		return &storageError{fmt.Errorf("executions: save %s: %w", r.rec.ID, err)}
 	}
@@ -585,18 +650,37 @@ func (r *run) checkIdentity(i int) error {
 		"%w: %s (was instance %s, now %s); resume with rerun [%q] to run it live", errIdentityChanged, st.Connection, st.Identity.Instance, now.Instance, st.Connection)}
 }
 
-// begin makes sure the step has a ledger entry.
+// begin makes sure the step has a ledger entry, and reports it started.
 func (r *run) begin(n *Node, key, conn string) {
+	if ev, ok := r.enter(n, key, conn); ok {
+		r.e.emit(context.Background(), r.rec.ID, ev.typ, ev.data)
+	}
+}
+
+// beginHeld is begin for a step that saves the record soon (a call writes
+// its pending entry before it is sent, or its failure): its started event
+// goes out with that save, in the same round trip.
+func (r *run) beginHeld(n *Node, key, conn string) {
+	if ev, ok := r.enter(n, key, conn); ok {
+		r.mu.Lock()
+		r.held = append(r.held, ev)
+		r.mu.Unlock()
+	}
+}
+
+// enter adds the step's ledger entry unless it has one, and returns its
+// started event.
+func (r *run) enter(n *Node, key, conn string) (event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.entry(key) >= 0 {
-		return
+		return event{}, false
 	}
 	r.rec.Steps = append(r.rec.Steps, StepRecord{
 		Key: key, ID: n.ID, Kind: n.Kind, Connection: conn, Op: n.Op,
 		IdempotencyKey: r.rec.ID + ":" + key, StartedAt: time.Now().UTC(),
 	})
-	r.e.emit(context.Background(), r.rec.ID, EventStepStarted, map[string]any{"key": key, "id": n.ID, "connection": conn, "op": n.Op})
+	return event{EventStepStarted, map[string]any{"key": key, "id": n.ID, "connection": conn, "op": n.Op}}, true
 }
 
 func (r *run) done(ctx context.Context, key string, n *Node, out any) (any, error) {
@@ -604,10 +688,9 @@ func (r *run) done(ctx context.Context, key string, n *Node, out any) (any, erro
 		finished := time.Now().UTC()
 		st.Status, st.Output, st.FinishedAt, st.DurationMs = StepDone, out, &finished, finished.Sub(st.StartedAt).Milliseconds()
 	})
-	if err := r.save(ctx); err != nil {
+	if err := r.saveWith(ctx, "", event{EventStepFinished, map[string]any{"key": key, "id": n.ID, "status": StepDone}}); err != nil {
 		return nil, err
 	}
-	r.e.emit(ctx, r.rec.ID, EventStepFinished, map[string]any{"key": key, "id": n.ID, "status": StepDone})
 	return out, nil
 }
 
@@ -624,10 +707,9 @@ func (r *run) fail(ctx context.Context, key string, n *Node, err error) error {
 		st.Error.Message = r.e.redactor.String(st.Error.Message)
 		st.FinishedAt, st.DurationMs = &finished, finished.Sub(st.StartedAt).Milliseconds()
 	})
-	if serr := r.save(ctx); serr != nil {
+	if serr := r.saveWith(ctx, "", event{EventStepFinished, map[string]any{"key": key, "id": n.ID, "status": StepFailed, "error": asExecError(se)}}); serr != nil {
 		return serr
 	}
-	r.e.emit(ctx, r.rec.ID, EventStepFinished, map[string]any{"key": key, "id": n.ID, "status": StepFailed, "error": asExecError(se)})
 	return se
 }
 
@@ -646,7 +728,7 @@ func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
 	if out, err, ok := r.replayed(key, n); ok {
 		return out, err
 	}
-	r.begin(n, key, conn)
+	r.beginHeld(n, key, conn)
 	started := time.Now()
 	out, _, err := r.send(ctx, f, n, &key)
 	if interruption(err) {
