@@ -438,7 +438,7 @@ var (
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-// substitute replaces ${env:NAME} in the MCP string fields and the OAuth
+// substitute replaces ${env:NAME} in the MCP and OpenAPI string fields and the OAuth
 // client credentials that may hold them. It runs on the typed File, so each problem has its field's path.
 // ${secret:NAME} is recognised only to be refused until the secret store
 // exists: silently passing the literal text on would be worse.
@@ -451,6 +451,14 @@ func (f *File) substitute(getenv func(string) string, ps *problems) {
 			path := "connections." + name + ".auth.oauth"
 			a.OAuth.ClientID = substituteString(a.OAuth.ClientID, path+".clientId", getenv, ps)
 			a.OAuth.ClientSecret = substituteString(a.OAuth.ClientSecret, path+".clientSecret", getenv, ps)
+		}
+		if o := f.Connections[name].OpenAPI; o != nil {
+			path := "connections." + name + ".openapi"
+			o.URL = substituteString(o.URL, path+".url", getenv, ps)
+			o.BaseURL = substituteString(o.BaseURL, path+".baseUrl", getenv, ps)
+			for _, k := range slices.Sorted(maps.Keys(o.Headers)) {
+				o.Headers[k] = substituteString(o.Headers[k], path+".headers."+k, getenv, ps)
+			}
 		}
 		m := f.Connections[name].MCP
 		if m == nil {
