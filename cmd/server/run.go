@@ -25,6 +25,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
+	"github.com/patchbay-dev/patchbay/internal/openapi"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -80,6 +81,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			}
 			p = mcp.New(name, *spec.MCP, opts)
 			redactor.Add(mcp.Secrets(*spec.MCP)...)
+		}
+		if spec.OpenAPI != nil {
+			p = openapi.New(name, *spec.OpenAPI, &openapi.Options{Logger: logger})
+			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)
 		}
 		if spec.Pool != nil {
 			if p, err = poolProvider(st, name, spec, cfg.PoolReclaimAfter, logger, redactor); err != nil {

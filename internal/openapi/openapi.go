@@ -310,4 +310,3 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 	}
 	return data, nil
 }
-
