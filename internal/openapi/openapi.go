@@ -196,17 +196,12 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 }
 
 // parseDocument checks data is an OpenAPI 3 document and returns it as
-// generic JSON (YAML turned into JSON's types) with its version.
+// generic JSON (YAML turned into JSON's types) with its version. The
+// document's structure is checked by decoding it into kin-openapi's types
+// without resolving refs: the loader's resolution fails a whole document
+// on one remote or broken ref, where this provider leaves such a schema
+// open or such a parameter out.
 func parseDocument(data []byte) (map[string]any, string, error) {
-	loader := openapi3.NewLoader()
-	loader.IsExternalRefsAllowed = false
-	doc, err := loader.LoadFromData(data)
-	if err != nil {
-		return nil, "", fmt.Errorf("parse document: %w", err)
-	}
-	if !strings.HasPrefix(doc.OpenAPI, "3.") {
-		return nil, "", fmt.Errorf("document is OpenAPI %q: only 3.0 and 3.1 are supported", doc.OpenAPI)
-	}
 	var raw any
 	if err := yaml.Unmarshal(data, &raw); err != nil {
 		return nil, "", fmt.Errorf("parse document: %w", err)
@@ -215,7 +210,19 @@ func parseDocument(data []byte) (map[string]any, string, error) {
 	if !ok {
 		return nil, "", errors.New("document is not an object")
 	}
-	return root, doc.OpenAPI, nil
+	version, _ := root["openapi"].(string)
+	if !strings.HasPrefix(version, "3.") {
+		return nil, "", fmt.Errorf("document's openapi version is %q: only OpenAPI 3.0 and 3.1 are supported", version)
+	}
+	js, err := json.Marshal(root)
+	if err != nil {
+		return nil, "", fmt.Errorf("parse document: %w", err)
+	}
+	var doc openapi3.T
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, "", fmt.Errorf("parse document: %w", err)
+	}
+	return root, version, nil
 }
 
 // jsonish turns YAML's decoded values into JSON's: maps with non-string
