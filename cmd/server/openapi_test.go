@@ -140,6 +140,23 @@ allowlists:
 				t.Fatal("the document request carried the API key (no baseUrl, no docAuth)")
 			}
 
+			t.Run("status", func(t *testing.T) {
+				var conn struct {
+					State      string         `json:"state"`
+					Info       map[string]any `json:"info"`
+					Identity   map[string]any `json:"identity"`
+					Operations []struct {
+						Name        string          `json:"name"`
+						InputSchema json.RawMessage `json:"inputSchema"`
+					} `json:"operations"`
+				}
+				getJSON(t, srv.url+"/v1/connections/pets", &conn)
+				if conn.State != "ready" || conn.Info["document"] != ts.URL+"/openapi.yaml" || conn.Info["baseUrl"] != ts.URL ||
+					conn.Info["operations"] != 3.0 || conn.Identity["surface"] != "openapi" || len(conn.Operations) != 3 {
+					t.Fatalf("connection = %+v", conn)
+				}
+			})
+
 			t.Run("create, list, read", func(t *testing.T) {
 				ex := post(t, srv.url, "k1", []byte(`{"wait":"10s","input":{"name":"Rex"},"workflow":{"version":1,
 					"connections":{"pets":{}},"root":{"kind":"sequence","id":"main","steps":[
@@ -236,5 +253,23 @@ func checkNoSecret(t *testing.T, base, id, secret string) {
 		if strings.Contains(string(data), secret) {
 			t.Fatalf("GET %s shows the secret:\n%s", path, data)
 		}
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer k1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s = %d %s", url, resp.StatusCode, data)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("GET %s: %v\n%s", url, err, data)
 	}
 }
