@@ -19,6 +19,7 @@ import (
 // request must not (it has another origin's rules: no baseUrl is set).
 type petstore struct {
 	key       string
+	tenant    string
 	apiCalls  atomic.Int64
 	docHadKey atomic.Bool
 	mu        sync.Mutex
@@ -76,7 +77,7 @@ func (p *petstore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.apiCalls.Add(1)
-	if r.Header.Get("X-Api-Key") != p.key {
+	if r.Header.Get("X-Api-Key") != p.key || r.Header.Get("X-Tenant") != p.tenant {
 		http.Error(w, `{"message":"bad key"}`, http.StatusUnauthorized)
 		return
 	}
@@ -107,7 +108,7 @@ func (p *petstore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The excerpt of an error body reaches the execution record: a
 		// key echoed here must come out redacted.
 		w.WriteHeader(http.StatusNotFound)
-		fmt.Fprintf(w, `{"message":"no pet %s", "sentKey":%q}`, id, r.Header.Get("X-Api-Key"))
+		fmt.Fprintf(w, `{"message":"no pet %s", "sentKey":%q, "tenant":%q}`, id, r.Header.Get("X-Api-Key"), r.Header.Get("X-Tenant"))
 	default:
 		http.NotFound(w, r)
 	}
@@ -115,8 +116,10 @@ func (p *petstore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func TestOpenAPIConnection(t *testing.T) {
 	t.Parallel()
-	const key = "pk-live-0123456789abcdef"
-	api := &petstore{key: key}
+	// The key comes from the secret chain at each call; the tenant from
+	// the environment at load. Both are secrets to redact.
+	const key, tenant = "pk-live-0123456789abcdef", "tenant-9f8e7d6c5b"
+	api := &petstore{key: key, tenant: tenant}
 	ts := httptest.NewServer(api)
 	t.Cleanup(ts.Close)
 	cfg := writeConfig(t, fmt.Sprintf(`
@@ -124,7 +127,7 @@ connections:
   pets:
     openapi:
       url: %q
-      headers: { X-Api-Key: "${env:PETS_KEY}" }
+      headers: { X-Api-Key: "${secret:pets.key}", X-Tenant: "${env:PETS_TENANT}" }
 allowlists:
   default:
     connections:
@@ -133,7 +136,8 @@ allowlists:
 	for mode, redisURL := range redisModes(t) {
 		t.Run(mode, func(t *testing.T) {
 			srv := start(t, map[string]string{
-				"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1", "PETS_KEY": key,
+				"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
+				"PATCHBAY_SECRET_PETS_KEY": key, "PETS_TENANT": tenant,
 				"REDIS_URL": redisURL, "PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
 			})
 			if api.docHadKey.Load() {
@@ -174,7 +178,7 @@ allowlists:
 				if list, _ := steps[1].(map[string]any)["output"].([]any); len(list) == 0 {
 					t.Fatalf("list step = %v", steps[1])
 				}
-				checkNoSecret(t, srv.url, ex["id"].(string), key)
+				checkNoSecret(t, srv.url, ex["id"].(string), key, tenant)
 			})
 
 			t.Run("wrong type refused at gate 2", func(t *testing.T) {
@@ -201,14 +205,14 @@ allowlists:
 				if ex["status"] != "failed" || !strings.Contains(text, "HTTP 404") || !strings.Contains(text, "no pet a/b c") {
 					t.Fatalf("execution: %v", ex)
 				}
-				if !strings.Contains(text, "<redacted>") {
-					t.Fatalf("the echoed key is not redacted: %v", ex)
+				if !strings.Contains(text, `"sentKey":"<redacted>", "tenant":"<redacted>"`) {
+					t.Fatalf("the echoed headers are not redacted: %v", ex)
 				}
-				checkNoSecret(t, srv.url, ex["id"].(string), key)
+				checkNoSecret(t, srv.url, ex["id"].(string), key, tenant)
 			})
 
-			if strings.Contains(srv.output.String(), key) {
-				t.Fatal("the API key reached the log")
+			if out := srv.output.String(); strings.Contains(out, key) || strings.Contains(out, tenant) {
+				t.Fatal("a header's secret reached the log")
 			}
 		})
 	}
@@ -234,8 +238,8 @@ func postAny(t *testing.T, base, key string, body []byte) map[string]any {
 }
 
 // checkNoSecret reads an execution's record and its events and fails when
-// secret appears in either.
-func checkNoSecret(t *testing.T, base, id, secret string) {
+// a secret appears in either.
+func checkNoSecret(t *testing.T, base, id string, secrets ...string) {
 	t.Helper()
 	c := &http.Client{Timeout: 10 * time.Second}
 	for _, path := range []string{"/v1/executions/" + id, "/v1/executions/" + id + "/events"} {
@@ -250,8 +254,10 @@ func checkNoSecret(t *testing.T, base, id, secret string) {
 		if resp.StatusCode != 200 || len(data) == 0 {
 			t.Fatalf("GET %s = %d %s", path, resp.StatusCode, data)
 		}
-		if strings.Contains(string(data), secret) {
-			t.Fatalf("GET %s shows the secret:\n%s", path, data)
+		for _, secret := range secrets {
+			if strings.Contains(string(data), secret) {
+				t.Fatalf("GET %s shows a secret:\n%s", path, data)
+			}
 		}
 	}
 }

@@ -70,6 +70,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	// Secrets come before the connections: an openapi entry's headers may
+	// resolve ${secret:NAME} through them at every call.
+	secrets, secretWriter, err := secretStores(cfg, st, getenv)
+	if err != nil {
+		return err
+	}
 	reg := harness.NewRegistry(logger)
 	for _, name := range sortedNames(cfg.File.Connections) {
 		spec := cfg.File.Connections[name]
@@ -83,7 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			redactor.Add(mcp.Secrets(*spec.MCP)...)
 		}
 		if spec.OpenAPI != nil {
-			p = openapi.New(name, *spec.OpenAPI, &openapi.Options{Logger: logger})
+			p = openapi.New(name, *spec.OpenAPI, &openapi.Options{Logger: logger, Secrets: secrets, Redactor: redactor})
 			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)
 		}
 		if spec.Pool != nil {
@@ -113,10 +119,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	als := harness.NewAllowlists(st)
 	if err := seedAllowlists(ctx, als, cfg.File.Allowlists, logger); err != nil {
-		return err
-	}
-	secrets, secretWriter, err := secretStores(cfg, st, getenv)
-	if err != nil {
 		return err
 	}
 	metrics := api.NewMetrics()

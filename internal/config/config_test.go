@@ -355,7 +355,7 @@ connections:
     openapi:
       url: https://raw.example.com/api.yaml
       baseUrl: https://api.example.com
-      headers: { Authorization: "Bearer ${env:GH_TOKEN}" }
+      headers: { Authorization: "Bearer ${env:GH_TOKEN}", X-Other: "t=${secret:gh.other}" }
       include: [issues, pulls/get]
       docAuth: false
     policy: { approve: ["issues/create"] }
@@ -365,7 +365,7 @@ connections:
 			check: func(t *testing.T, f config.File) {
 				c := f.Connections["github"]
 				o := c.OpenAPI
-				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.DocAuth == nil || *o.DocAuth || len(o.Include) != 2 || c.Determinism != "costly" {
+				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.Headers["X-Other"] != "t=${secret:gh.other}" || o.DocAuth == nil || *o.DocAuth || len(o.Include) != 2 || c.Determinism != "costly" {
 					t.Errorf("github = %+v %+v", c, o)
 				}
 			},
@@ -376,7 +376,7 @@ connections:
 connections:
   a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: [""], timeoutMs: -1 } }
   b: { openapi: { url: "gopher://x" }, pool: { max: 2 }, auth: oauth }
-  c: { openapi: { url: ./api.yaml, headers: { X-Key: "${env:NOPE}" } }, mcp: { command: x } }
+  c: { openapi: { url: ./api.yaml, headers: { X-Key: "${env:NOPE}", X-Bad: "${secret:a b}" } }, mcp: { command: x } }
 `,
 			wants: []want{
 				{"connections.a.openapi.baseUrl", "absolute http:// or https:// URL"},
@@ -388,6 +388,7 @@ connections:
 				{"connections.b.openapi.url", "file path"},
 				{"connections.b.pool", "needs an mcp server"},
 				{"connections.c", "exactly one kind, has mcp and openapi"},
+				{"connections.c.openapi.headers.X-Bad", "not a valid secret name"},
 				{"connections.c.openapi.headers.X-Key", "NOPE is not set"},
 			},
 		},

@@ -48,7 +48,11 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	hreq, err := c.request(ctx, op, req)
+	headers, err := p.headers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("openapi %s: %s: %w", p.name, req.Op, err)
+	}
+	hreq, err := c.request(ctx, op, req, headers)
 	if err != nil {
 		return nil, &harness.CallError{Op: req.Op, Message: err.Error()}
 	}
@@ -76,7 +80,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 }
 
 // request builds the HTTP request of one call.
-func (c *conn) request(ctx context.Context, op operation, call harness.CallRequest) (*http.Request, error) {
+func (c *conn) request(ctx context.Context, op operation, call harness.CallRequest, configured map[string]string) (*http.Request, error) {
 	args := call.Args
 	path := op.Path
 	query := url.Values{}
@@ -160,7 +164,7 @@ func (c *conn) request(ctx context.Context, op operation, call harness.CallReque
 	if body != nil {
 		hreq.Header.Set("Content-Type", "application/json")
 	}
-	for k, v := range c.provider.spec.Headers {
+	for k, v := range configured {
 		hreq.Header.Set(k, v)
 	}
 	// Per-call credentials (a principal's token) win over the entry's.

@@ -33,7 +33,11 @@ func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) 
 	}
 	req.Header.Set("Accept", "application/json, application/yaml;q=0.9, */*;q=0.5")
 	if withCreds {
-		for k, v := range p.spec.Headers {
+		headers, err := p.headers(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("openapi %s: document request: %w", p.name, err)
+		}
+		for k, v := range headers {
 			req.Header.Set(k, v)
 		}
 	}

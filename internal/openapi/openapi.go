@@ -70,6 +70,13 @@ type Options struct {
 	Logger     *slog.Logger
 	// ReadFile reads a document given as a file path; nil is os.ReadFile.
 	ReadFile func(string) ([]byte, error)
+	// Secrets resolves ${secret:NAME} in header values at each call (and
+	// for the document request when headers go with it); nil refuses
+	// such headers.
+	Secrets SecretResolver
+	// Redactor is told every value resolved from Secrets before it is
+	// sent, so it is scrubbed from records, events and logs.
+	Redactor Redactor
 }
 
 // Provider opens the connection behind one openapi entry.
@@ -102,7 +109,9 @@ func New(name string, spec config.OpenAPI, opts *Options) *Provider {
 func Secrets(spec config.OpenAPI) []string {
 	set := map[string]bool{}
 	for _, v := range spec.Headers {
-		if v != "" {
+		// A header holding ${secret:…} is resolved per call, and its
+		// value registered then; the reference itself is no secret.
+		if v != "" && !secretRefRE.MatchString(v) {
 			set[v] = true
 		}
 	}
