@@ -128,11 +128,14 @@ connections:
     openapi:
       url: %q
       headers: { X-Api-Key: "${secret:pets.key}", X-Tenant: "${env:PETS_TENANT}" }
+  gone:
+    openapi: { url: %q }
 allowlists:
   default:
     connections:
       pets: { ops: ["*"] }
-`, ts.URL+"/openapi.yaml"))
+      gone: { ops: ["*"] }
+`, ts.URL+"/openapi.yaml", ts.URL+"/missing.yaml?token=abc"))
 	for mode, redisURL := range redisModes(t) {
 		t.Run(mode, func(t *testing.T) {
 			srv := start(t, map[string]string{
@@ -146,6 +149,10 @@ allowlists:
 
 			t.Run("status", func(t *testing.T) {
 				var conn struct {
+					Kind       string         `json:"kind"`
+					URL        string         `json:"url"`
+					Tools      []string       `json:"tools"`
+					LastError  string         `json:"lastError"`
 					State      string         `json:"state"`
 					Info       map[string]any `json:"info"`
 					Identity   map[string]any `json:"identity"`
@@ -158,6 +165,21 @@ allowlists:
 				if conn.State != "ready" || conn.Info["document"] != ts.URL+"/openapi.yaml" || conn.Info["baseUrl"] != ts.URL ||
 					conn.Info["operations"] != 3.0 || conn.Identity["surface"] != "openapi" || len(conn.Operations) != 3 {
 					t.Fatalf("connection = %+v", conn)
+				}
+				if conn.Kind != "openapi" || conn.URL != ts.URL+"/openapi.yaml" || strings.Join(conn.Tools, " ") != "pets_listPets pets_createPet pets_showPetById" {
+					t.Fatalf("report = %s %s %q", conn.Kind, conn.URL, conn.Tools)
+				}
+				// A connection whose document cannot be had reports no tools
+				// and why, without the URL's query.
+				var gone struct {
+					State     string   `json:"state"`
+					URL       string   `json:"url"`
+					Tools     []string `json:"tools"`
+					LastError string   `json:"lastError"`
+				}
+				getJSON(t, srv.url+"/v1/connections/gone", &gone)
+				if gone.State != "unavailable" || gone.Tools == nil || len(gone.Tools) != 0 || !strings.Contains(gone.LastError, "HTTP 401") || gone.URL != ts.URL+"/missing.yaml" {
+					t.Fatalf("failed connection = %+v", gone)
 				}
 			})
 

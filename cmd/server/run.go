@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -108,6 +109,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 		if err := reg.SetAccess(name, access(spec)); err != nil {
+			return err
+		}
+		if err := reg.SetKind(name, spec.Kind(), reportURL(spec)); err != nil {
 			return err
 		}
 	}
@@ -310,4 +314,25 @@ type redisLogger struct{ logger *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.logger.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}
+
+// reportURL is where a connection reaches, as its status shows it: an http
+// MCP server's URL or an OpenAPI document's location, without userinfo or
+// query (either may hold a credential); "" for the other kinds.
+func reportURL(spec config.Connection) string {
+	var raw string
+	switch {
+	case spec.MCP != nil && spec.MCP.Transport() != "stdio":
+		raw = spec.MCP.URL
+	case spec.OpenAPI != nil:
+		raw = spec.OpenAPI.URL
+	default:
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }
