@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
+	"github.com/patchbay-dev/patchbay/internal/openapi"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -69,6 +71,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	// Secrets come before the connections: an openapi entry's headers may
+	// resolve ${secret:NAME} through them at every call.
+	secrets, secretWriter, err := secretStores(cfg, st, getenv)
+	if err != nil {
+		return err
+	}
 	reg := harness.NewRegistry(logger)
 	for _, name := range sortedNames(cfg.File.Connections) {
 		spec := cfg.File.Connections[name]
@@ -80,6 +88,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			}
 			p = mcp.New(name, *spec.MCP, opts)
 			redactor.Add(mcp.Secrets(*spec.MCP)...)
+		}
+		if spec.OpenAPI != nil {
+			p = openapi.New(name, *spec.OpenAPI, &openapi.Options{Logger: logger, Secrets: secrets, Redactor: redactor})
+			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)
 		}
 		if spec.Pool != nil {
 			if p, err = poolProvider(st, name, spec, cfg.PoolReclaimAfter, logger, redactor); err != nil {
@@ -99,6 +111,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err := reg.SetAccess(name, access(spec)); err != nil {
 			return err
 		}
+		if err := reg.SetKind(name, spec.Kind(), reportURL(spec)); err != nil {
+			return err
+		}
 	}
 	defer func() {
 		if err := reg.Close(); err != nil {
@@ -108,10 +123,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	als := harness.NewAllowlists(st)
 	if err := seedAllowlists(ctx, als, cfg.File.Allowlists, logger); err != nil {
-		return err
-	}
-	secrets, secretWriter, err := secretStores(cfg, st, getenv)
-	if err != nil {
 		return err
 	}
 	metrics := api.NewMetrics()
@@ -303,4 +314,25 @@ type redisLogger struct{ logger *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.logger.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}
+
+// reportURL is where a connection reaches, as its status shows it: an http
+// MCP server's URL or an OpenAPI document's location, without userinfo or
+// query (either may hold a credential); "" for the other kinds.
+func reportURL(spec config.Connection) string {
+	var raw string
+	switch {
+	case spec.MCP != nil && spec.MCP.Transport() != "stdio":
+		raw = spec.MCP.URL
+	case spec.OpenAPI != nil:
+		raw = spec.OpenAPI.URL
+	default:
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }

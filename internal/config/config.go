@@ -157,10 +157,13 @@ type File struct {
 	Models map[string]ModelProvider `yaml:"models"`
 }
 
-// Connection is one entry under connections. Only mcp is supported so far;
-// the other kinds are parsed so that they can be refused by name.
+// Connection is one entry under connections: exactly one of mcp, openapi,
+// source and cron.
 type Connection struct {
 	MCP *MCP `yaml:"mcp"`
+	// OpenAPI makes the entry a REST API described by an OpenAPI 3
+	// document (see OpenAPI).
+	OpenAPI *OpenAPI `yaml:"openapi"`
 	// Auth is the sign-in an http or sse MCP server needs (OAuth), nil
 	// for none. See Auth.
 	Auth   *Auth   `yaml:"auth"`
@@ -195,6 +198,35 @@ type MCP struct {
 	// MaxResponseBytes bounds one message from the server (a stdio line or
 	// an HTTP response body), default 16 MiB, so a runaway server cannot
 	// exhaust patchbay's memory.
+	MaxResponseBytes int64 `yaml:"maxResponseBytes"`
+}
+
+// OpenAPI describes a REST API by its OpenAPI 3.0 or 3.1 document: every
+// operation of the document (or those Include selects) becomes an
+// operation of the connection.
+type OpenAPI struct {
+	// URL is where the document is: an http(s) URL, or a file path
+	// (relative to the working directory) or file:// URL.
+	URL string `yaml:"url"`
+	// BaseURL is where requests go; default the document's servers[0].url,
+	// else the document's origin.
+	BaseURL string `yaml:"baseUrl"`
+	// Headers go with every call (an API key, say). They go with the
+	// document request only as DocAuth says.
+	Headers map[string]string `yaml:"headers"`
+	// Include selects operations by operationId or tag; empty means all.
+	Include []string `yaml:"include"`
+	// DocAuth says whether Headers go with the document request: true
+	// always, false never, unset only when BaseURL is set and has the
+	// same origin as URL (documents often live on another host, and
+	// credentials belong to the API's origin).
+	DocAuth *bool `yaml:"docAuth"`
+	// TimeoutMs bounds loading the document, default 30000;
+	// RequestTimeoutMs bounds one call, default 60000.
+	TimeoutMs        int `yaml:"timeoutMs"`
+	RequestTimeoutMs int `yaml:"requestTimeoutMs"`
+	// MaxResponseBytes bounds the document and every response body,
+	// default 16 MiB.
 	MaxResponseBytes int64 `yaml:"maxResponseBytes"`
 }
 

@@ -348,6 +348,51 @@ triggers:
 			},
 		},
 		{
+			name: "openapi",
+			file: `
+connections:
+  github:
+    openapi:
+      url: https://raw.example.com/api.yaml
+      baseUrl: https://api.example.com
+      headers: { Authorization: "Bearer ${env:GH_TOKEN}", X-Other: "t=${secret:gh.other}" }
+      include: [issues, pulls/get]
+      docAuth: false
+    policy: { approve: ["issues/create"] }
+    determinism: costly
+`,
+			env: env{"GH_TOKEN": "ghp_123"},
+			check: func(t *testing.T, f config.File) {
+				c := f.Connections["github"]
+				o := c.OpenAPI
+				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.Headers["X-Other"] != "t=${secret:gh.other}" || o.DocAuth == nil || *o.DocAuth || len(o.Include) != 2 || c.Determinism != "costly" {
+					t.Errorf("github = %+v %+v", c, o)
+				}
+			},
+		},
+		{
+			name: "openapi problems",
+			file: `
+connections:
+  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: [""], timeoutMs: -1 } }
+  b: { openapi: { url: "gopher://x" }, pool: { max: 2 }, auth: oauth }
+  c: { openapi: { url: ./api.yaml, headers: { X-Key: "${env:NOPE}", X-Bad: "${secret:a b}" } }, mcp: { command: x } }
+`,
+			wants: []want{
+				{"connections.a.openapi.baseUrl", "absolute http:// or https:// URL"},
+				{"connections.a.openapi.headers.bad header", "not a valid HTTP header name"},
+				{"connections.a.openapi.include[0]", "not empty"},
+				{"connections.a.openapi.timeoutMs", "must not be negative"},
+				{"connections.a.openapi.url", "is required"},
+				{"connections.b.auth", "only supported on an mcp connection"},
+				{"connections.b.openapi.url", "file path"},
+				{"connections.b.pool", "needs an mcp server"},
+				{"connections.c", "exactly one kind, has mcp and openapi"},
+				{"connections.c.openapi.headers.X-Bad", "not a valid secret name"},
+				{"connections.c.openapi.headers.X-Key", "NOPE is not set"},
+			},
+		},
+		{
 			name: "a key given twice",
 			file: `
 apiKeys:
@@ -520,7 +565,7 @@ func TestValidate(t *testing.T) {
 			},
 			wants: []want{
 				{"connections.auth.auth", "only supported on an mcp connection"},
-				{"connections.none", "exactly one kind: mcp, source or cron"},
+				{"connections.none", "exactly one kind: mcp, openapi, source or cron"},
 				{"connections.none.policy.deny[1]", `"[bad" is not a valid glob`},
 				{"connections.three", "has mcp and source and cron"},
 			},

@@ -438,7 +438,7 @@ var (
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-// substitute replaces ${env:NAME} in the MCP string fields and the OAuth
+// substitute replaces ${env:NAME} in the MCP and OpenAPI string fields and the OAuth
 // client credentials that may hold them. It runs on the typed File, so each problem has its field's path.
 // ${secret:NAME} is recognised only to be refused until the secret store
 // exists: silently passing the literal text on would be worse.
@@ -451,6 +451,14 @@ func (f *File) substitute(getenv func(string) string, ps *problems) {
 			path := "connections." + name + ".auth.oauth"
 			a.OAuth.ClientID = substituteString(a.OAuth.ClientID, path+".clientId", getenv, ps)
 			a.OAuth.ClientSecret = substituteString(a.OAuth.ClientSecret, path+".clientSecret", getenv, ps)
+		}
+		if o := f.Connections[name].OpenAPI; o != nil {
+			path := "connections." + name + ".openapi"
+			o.URL = substituteString(o.URL, path+".url", getenv, ps)
+			o.BaseURL = substituteString(o.BaseURL, path+".baseUrl", getenv, ps)
+			for _, k := range slices.Sorted(maps.Keys(o.Headers)) {
+				o.Headers[k] = substituteKeepingSecrets(o.Headers[k], path+".headers."+k, getenv, ps)
+			}
 		}
 		m := f.Connections[name].MCP
 		if m == nil {
@@ -472,6 +480,29 @@ func (f *File) substitute(getenv func(string) string, ps *problems) {
 		}
 	}
 }
+
+// substituteKeepingSecrets replaces ${env:NAME} as substituteString does
+// but keeps every ${secret:NAME} with a valid name for the provider to
+// resolve at each call, so a secret's value never sits in the config and a
+// rotated one takes effect without a restart.
+func substituteKeepingSecrets(s, path string, getenv func(string) string, ps *problems) string {
+	if !strings.Contains(s, "${") {
+		return s
+	}
+	return refRE.ReplaceAllStringFunc(s, func(ref string) string {
+		if m := refRE.FindStringSubmatch(ref); m[1] == "secret" {
+			if !secretNameRE.MatchString(m[2]) || m[2] == "." || m[2] == ".." {
+				ps.add(path, "${secret:%s}: not a valid secret name (letters, digits, '.', '_', '-')", m[2])
+			}
+			return ref
+		}
+		return substituteString(ref, path, getenv, ps)
+	})
+}
+
+// secretNameRE is the secret-name rule of internal/harness
+// (ValidSecretName), which config cannot import.
+var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 func substituteString(s, path string, getenv func(string) string, ps *problems) string {
 	if !strings.Contains(s, "${") {

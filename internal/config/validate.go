@@ -86,9 +86,10 @@ const (
 
 // Kinds of connection entry.
 const (
-	KindMCP    = "mcp"
-	KindSource = "source"
-	KindCron   = "cron"
+	KindMCP     = "mcp"
+	KindOpenAPI = "openapi"
+	KindSource  = "source"
+	KindCron    = "cron"
 )
 
 // Validate checks every setting, including those that depend on each other,
@@ -219,13 +220,16 @@ func (c Connection) validate(ps *problems, name string) {
 	kinds := c.Kinds()
 	switch len(kinds) {
 	case 0:
-		ps.add(path, "must have exactly one kind: mcp, source or cron")
+		ps.add(path, "must have exactly one kind: mcp, openapi, source or cron")
 	case 1:
 	default:
 		ps.add(path, "must have exactly one kind, has %s", strings.Join(kinds, " and "))
 	}
 	if c.MCP != nil {
 		c.MCP.validate(ps, path+".mcp", name)
+	}
+	if c.OpenAPI != nil {
+		c.OpenAPI.validate(ps, path+".openapi")
 	}
 	if c.Auth != nil {
 		c.validateAuth(ps, path+".auth")
@@ -336,12 +340,15 @@ func (f *File) validateAPIKeys(ps *problems) {
 	}
 }
 
-// Kinds lists the kinds the entry declares (mcp, source, cron), in that
-// order. A valid entry has exactly one.
+// Kinds lists the kinds the entry declares (mcp, openapi, source, cron),
+// in that order. A valid entry has exactly one.
 func (c Connection) Kinds() []string {
 	var kinds []string
 	if c.MCP != nil {
 		kinds = append(kinds, KindMCP)
+	}
+	if c.OpenAPI != nil {
+		kinds = append(kinds, KindOpenAPI)
 	}
 	if c.Source != nil {
 		kinds = append(kinds, KindSource)
@@ -421,22 +428,61 @@ func (m *MCP) validate(ps *problems, path, key string) {
 		if m.Cwd != "" {
 			ps.add(path+".cwd", "is not allowed for an http server")
 		}
-		seen := map[string]string{}
-		for _, h := range slices.Sorted(maps.Keys(m.Headers)) {
-			hp := path + ".headers." + h
-			if !validHeaderName(h) {
-				ps.add(hp, "is not a valid HTTP header name")
-				continue
-			}
-			if first, dup := seen[strings.ToLower(h)]; dup {
-				ps.add(hp, "repeats header %q (header names are case-insensitive)", first)
-				continue
-			}
-			seen[strings.ToLower(h)] = h
-			if strings.ContainsAny(m.Headers[h], "\r\n\x00") {
-				ps.add(hp, "value must not contain line breaks or NUL")
-			}
+		validateHeaders(ps, path+".headers", m.Headers)
+	}
+}
+
+func validateHeaders(ps *problems, path string, headers map[string]string) {
+	seen := map[string]string{}
+	for _, h := range slices.Sorted(maps.Keys(headers)) {
+		hp := path + "." + h
+		if !validHeaderName(h) {
+			ps.add(hp, "is not a valid HTTP header name")
+			continue
 		}
+		if first, dup := seen[strings.ToLower(h)]; dup {
+			ps.add(hp, "repeats header %q (header names are case-insensitive)", first)
+			continue
+		}
+		seen[strings.ToLower(h)] = h
+		if strings.ContainsAny(headers[h], "\r\n\x00") {
+			ps.add(hp, "value must not contain line breaks or NUL")
+		}
+	}
+}
+
+// validate checks an openapi entry. As for mcp, messages never quote the
+// URLs or header values: they may hold tokens from ${env:…}.
+func (o *OpenAPI) validate(ps *problems, path string) {
+	switch {
+	case strings.TrimSpace(o.URL) == "":
+		ps.add(path+".url", "is required: the OpenAPI document's http(s) URL or file path")
+	case strings.Contains(o.URL, "://"):
+		if u, err := url.Parse(o.URL); err != nil || !(u.Scheme == "file" || (u.Scheme == "http" || u.Scheme == "https") && u.Host != "") {
+			ps.add(path+".url", "must be an absolute http:// or https:// URL, a file:// URL or a file path")
+		}
+	}
+	if o.BaseURL != "" {
+		if u, err := url.Parse(o.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			ps.add(path+".baseUrl", "must be an absolute http:// or https:// URL")
+		}
+	}
+	validateHeaders(ps, path+".headers", o.Headers)
+	for i, in := range o.Include {
+		if strings.TrimSpace(in) == "" {
+			ps.add(fmt.Sprintf("%s.include[%d]", path, i), "must be an operationId or a tag, not empty")
+		}
+	}
+	if o.TimeoutMs < 0 {
+		ps.add(path+".timeoutMs", "must not be negative")
+	}
+	if o.RequestTimeoutMs < 0 {
+		ps.add(path+".requestTimeoutMs", "must not be negative")
+	}
+	if o.MaxResponseBytes < 0 {
+		ps.add(path+".maxResponseBytes", "must not be negative")
+	} else if o.MaxResponseBytes > 0 && o.MaxResponseBytes < MinMaxResponseBytes {
+		ps.add(path+".maxResponseBytes", "must be at least %d (1 KiB), not %d", MinMaxResponseBytes, o.MaxResponseBytes)
 	}
 }
 

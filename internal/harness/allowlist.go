@@ -155,6 +155,23 @@ func cutField(binding string) (op, field string, ok bool) {
 	return binding[:i], binding[i+1:], true
 }
 
+// matchOp matches an operation name against operation globs. Names may
+// hold '/' (OpenAPI operationIds such as issues/list-for-repo), which
+// path.Match's '*' does not cross; in an operation name '/' is an ordinary
+// character, so a deny or grant of "*" covers every operation and
+// "issues*" all of issues/…. (matchAny keeps path.Match's reading for
+// values such as URLs, where '*' must stay inside one segment.)
+func matchOp(globs []string, name string) bool {
+	const sep = "\x00"
+	name = strings.ReplaceAll(name, "/", sep)
+	for _, g := range globs {
+		if ok, _ := path.Match(strings.ReplaceAll(g, "/", sep), name); ok {
+			return true
+		}
+	}
+	return false
+}
+
 func matchAny(globs []string, name string) bool {
 	for _, g := range globs {
 		if ok, _ := path.Match(g, name); ok {
@@ -170,7 +187,7 @@ func (al *Allowlist) allows(conn, op string) bool {
 		return false
 	}
 	g, ok := al.Connections[conn]
-	return ok && matchAny(g.Ops, op)
+	return ok && matchOp(g.Ops, op)
 }
 
 // check reports what doc asks for beyond al.
@@ -216,7 +233,7 @@ func (al *Allowlist) check(doc *Document, base string) []FieldError {
 			n = &c
 		}
 		if spec, ok := doc.Attached[n.Connection]; ok && n.Kind == KindCall {
-			if g, ok := al.mcpGrant(spec); ok && !matchAny(g.Ops, n.Op) {
+			if g, ok := al.mcpGrant(spec); ok && !matchOp(g.Ops, n.Op) {
 				deny(n.Path+"/op", "the allowlist does not grant operation %q of server %q (step %s)", n.Op, n.Connection, n.ID)
 			}
 			for _, s := range n.Secrets {

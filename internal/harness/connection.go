@@ -144,7 +144,15 @@ func (f ProviderFunc) Connect(ctx context.Context) (Conn, error) { return f(ctx)
 
 // Status is a connection's state as shown to operators.
 type Status struct {
-	Name       string         `json:"name"`
+	Name string `json:"name"`
+	// Kind and URL are what the host set with Registry.SetKind: mcp,
+	// openapi, source or cron, and the server's or document's URL
+	// without credentials.
+	Kind string `json:"kind,omitempty"`
+	URL  string `json:"url,omitempty"`
+	// Tools are the model tool ids of its operations (see ToolIDs), in
+	// manifest order; empty unless it is connected.
+	Tools      []string       `json:"tools"`
 	State      State          `json:"state"`
 	Identity   Identity       `json:"identity"`
 	Operations int            `json:"operationCount"`

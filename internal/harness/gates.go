@@ -136,10 +136,10 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, arg
 	}
 	args = opened.(map[string]any)
 	pol := conn.Policy()
-	if matchAny(pol.Deny, op) {
+	if matchOp(pol.Deny, op) {
 		return 0, nil, &denied{GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), op)}
 	}
-	if matchAny(pol.Approve, op) {
+	if matchOp(pol.Approve, op) {
 		return needsApproval, args, nil
 	}
 	return allow, args, nil

@@ -727,7 +727,7 @@ func grantedOps(al *Allowlist, trusted bool, name string, spec *AttachSpec, ops 
 	}
 	var out []Operation
 	for _, op := range ops {
-		if matchAny(globs, op.Name) {
+		if matchOp(globs, op.Name) {
 			out = append(out, op)
 		}
 	}

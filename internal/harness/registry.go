@@ -133,6 +133,8 @@ type Connection struct {
 	mu       sync.RWMutex
 	policy   Policy
 	access   Access
+	kind     string // for reports, see SetKind
+	url      string
 	conn     Conn
 	manifest Manifest
 	state    State
@@ -247,18 +249,42 @@ func (c *Connection) Manifest() Manifest {
 	return c.manifest
 }
 
+// SetKind records the named connection's kind (mcp, openapi, source,
+// cron) and where it reaches (a URL without credentials, or ""), shown in
+// its status so that every connection reports {name, kind, url, tools}.
+func (r *Registry) SetKind(name, kind, url string) error {
+	c, err := r.Get(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kind, c.url = kind, url
+	return nil
+}
+
 // Status reports the connection's state for operators.
 func (c *Connection) Status() Status {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	s := Status{Name: c.name, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since,
-		SignIn: c.access.SignIn, Pool: c.poolStatus()}
+	s := Status{Name: c.name, Kind: c.kind, URL: c.url, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since,
+		SignIn: c.access.SignIn, Pool: c.poolStatus(), Tools: []string{}}
 	if s.SignIn != "" {
 		s.SignInURL = "/oauth/" + c.name + "/start"
 	}
 	if c.conn != nil {
 		s.Identity = c.conn.Identity()
 		s.Info = c.conn.Info()
+		// Only a live connection offers tools: one that failed reports
+		// none, not those it had before.
+		names := make([]string, len(c.manifest.Operations))
+		for i, op := range c.manifest.Operations {
+			names[i] = op.Name
+		}
+		ids := ToolIDs(c.name, names)
+		for _, n := range names {
+			s.Tools = append(s.Tools, ids[n])
+		}
 	}
 	return s
 }

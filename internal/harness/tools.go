@@ -76,7 +76,7 @@ func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) *toolSet {
 			return !src.Step
 		}
 		for _, p := range picks {
-			if p.Connection == src.Name && (p.Ops == nil || matchAny(p.Ops, op)) {
+			if p.Connection == src.Name && (p.Ops == nil || matchOp(p.Ops, op)) {
 				return true
 			}
 		}

@@ -1,0 +1,123 @@
+package openapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+)
+
+// fetchDocument reads the document from its file or URL. It returns the
+// URL the document was finally read from (nil for a file), against which
+// a relative servers[0].url is resolved.
+func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) {
+	raw := p.spec.URL
+	if !strings.Contains(raw, "://") || strings.HasPrefix(raw, "file://") {
+		path := strings.TrimPrefix(raw, "file://")
+		data, err := p.opts.ReadFile(filepath.Clean(path))
+		if err != nil {
+			return nil, nil, fmt.Errorf("openapi %s: read document: %w", p.name, err)
+		}
+		return data, nil, nil
+	}
+	docURL, err := url.Parse(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("openapi %s: document url: %w", p.name, err)
+	}
+	withCreds := p.docAuth(docURL)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("openapi %s: document request: %w", p.name, err)
+	}
+	req.Header.Set("Accept", "application/json, application/yaml;q=0.9, */*;q=0.5")
+	if withCreds {
+		headers, err := p.headers(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("openapi %s: document request: %w", p.name, err)
+		}
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+	}
+	// Credentials belong to the document's origin: a redirect elsewhere
+	// goes without them (net/http drops only Authorization and cookies).
+	client := *p.opts.HTTPClient
+	next := client.CheckRedirect
+	client.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+		if origin(r.URL) != origin(docURL) {
+			for k := range p.spec.Headers {
+				r.Header.Del(k)
+			}
+			r.Header.Del("Authorization")
+		}
+		if next != nil {
+			return next(r, via)
+		}
+		if len(via) >= 10 {
+			return fmt.Errorf("stopped after 10 redirects")
+		}
+		return nil
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("openapi %s: fetch document: %w", p.name, err)
+	}
+	defer resp.Body.Close()
+	final := resp.Request.URL
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return nil, nil, fmt.Errorf("openapi %s: fetch document: HTTP %d: %s", p.name, resp.StatusCode, p.docAuthHint(withCreds, docURL, final))
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, nil, fmt.Errorf("openapi %s: fetch document: HTTP %d", p.name, resp.StatusCode)
+	}
+	data, err := readBounded(resp.Body, p.maxBytes())
+	if err != nil {
+		return nil, nil, fmt.Errorf("openapi %s: read document: %w", p.name, err)
+	}
+	return data, final, nil
+}
+
+// docAuth says whether the configured headers go with the document
+// request: docAuth when set, else only when baseUrl shares the document's
+// origin (the document is then part of the API the credentials are for).
+func (p *Provider) docAuth(docURL *url.URL) bool {
+	if p.spec.DocAuth != nil {
+		return *p.spec.DocAuth
+	}
+	if p.spec.BaseURL == "" {
+		return false
+	}
+	base, err := url.Parse(p.spec.BaseURL)
+	return err == nil && origin(base) == origin(docURL)
+}
+
+// docAuthHint says which fix applies to a document refused with 401 or
+// 403.
+func (p *Provider) docAuthHint(sent bool, docURL, final *url.URL) string {
+	switch {
+	case origin(final) != origin(docURL):
+		return fmt.Sprintf("the document redirected to %s, another origin, and credentials do not follow a redirect: point url at the final location", redactURL(final.String()))
+	case sent:
+		return "the document's server refused the configured headers"
+	case len(p.spec.Headers) == 0:
+		return "the document needs credentials, and the connection has no headers"
+	case p.spec.DocAuth != nil && !*p.spec.DocAuth:
+		return "the document was fetched without credentials (docAuth: false): set docAuth: true to send the headers with it"
+	default:
+		return "the document was fetched without credentials, which go with it only when baseUrl has the document's origin: set baseUrl, or docAuth: true"
+	}
+}
+
+// origin is a URL's scheme and host (with port), lower case.
+func origin(u *url.URL) string {
+	host := strings.ToLower(u.Host)
+	switch {
+	case u.Scheme == "http" && strings.HasSuffix(host, ":80"):
+		host = strings.TrimSuffix(host, ":80")
+	case u.Scheme == "https" && strings.HasSuffix(host, ":443"):
+		host = strings.TrimSuffix(host, ":443")
+	}
+	return strings.ToLower(u.Scheme) + "://" + host
+}

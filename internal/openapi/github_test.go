@@ -1,0 +1,91 @@
+package openapi
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/npmtest"
+)
+
+// githubOpenAPI pins GitHub's own OpenAPI description (npm
+// @octokit/openapi), a real document of 1,000+ operations nobody here
+// wrote.
+const githubOpenAPI = "@octokit/openapi@23.0.2"
+
+// TestGitHubDocument loads GitHub's description whole and with include,
+// and logs the load time and heap growth of each.
+func TestGitHubDocument(t *testing.T) {
+	dir := npmtest.Require(t, "octokit-openapi", githubOpenAPI)
+	path := filepath.Join(dir, "generated", "api.github.com.json")
+	tests := []struct {
+		name    string
+		include []string
+		check   func(t *testing.T, c harness.Conn)
+	}{
+		{
+			name: "whole",
+			check: func(t *testing.T, c harness.Conn) {
+				if n := len(c.Manifest().Operations); n < 1000 {
+					t.Fatalf("%d operations", n)
+				}
+				if _, ok := c.Info()["warning"]; !ok {
+					t.Fatal("no warning for 1,000+ operations without include")
+				}
+			},
+		},
+		{
+			name:    "include",
+			include: []string{"issues", "pulls/get"},
+			check: func(t *testing.T, c harness.Conn) {
+				m := c.Manifest()
+				var names []string
+				for _, op := range m.Operations {
+					names = append(names, op.Name)
+				}
+				ids := harness.ToolIDs("github", names)
+				if ids["issues/list-for-repo"] != "github_issues_list-for-repo" || ids["pulls/get"] != "github_pulls_get" {
+					t.Fatalf("ids = %v", ids)
+				}
+				if _, ok := c.Info()["warning"]; ok || len(names) < 20 || len(names) > 100 {
+					t.Fatalf("%d operations, info %v", len(names), c.Info())
+				}
+				op, _ := m.Operation("issues/create")
+				var schema struct {
+					Properties map[string]any `json:"properties"`
+					Required   []string       `json:"required"`
+				}
+				if err := json.Unmarshal(op.InputSchema, &schema); err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range []string{"owner", "repo", "title", "labels"} {
+					if _, ok := schema.Properties[p]; !ok {
+						t.Fatalf("issues/create has no %s: %s", p, op.InputSchema)
+					}
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			c, err := New("github", config.OpenAPI{URL: path, Include: tt.include}, nil).Connect(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			runtime.ReadMemStats(&after)
+			t.Logf("%s: %d operations in %s, %.0f MiB allocated, heap %.0f MiB after", tt.name,
+				len(c.Manifest().Operations), took, float64(after.TotalAlloc-before.TotalAlloc)/(1<<20), float64(after.HeapAlloc)/(1<<20))
+			tt.check(t, c)
+		})
+	}
+}

@@ -1,0 +1,340 @@
+// Package openapi is the OpenAPI provider: a REST API described by an
+// OpenAPI 3.0 or 3.1 document (JSON or YAML, from a URL or a file) becomes
+// a connection whose operations are the document's path × method pairs,
+// or those the entry's include selects by operationId or tag.
+//
+// The document is parsed with github.com/getkin/kin-openapi, which checks
+// it is an OpenAPI 3 document; the input schemas are built from the
+// document's own JSON so that 3.1 keywords pass through untouched (see
+// schema.go). An operation's name is its operationId, or one built from
+// method and path (get_pets_petId); its input holds its path, query and
+// header parameters and the properties of a JSON request body merged
+// beside them (a body that is not a plain object, or that shares a name
+// with a parameter, goes whole under "body"). Cookie parameters are left
+// out.
+//
+// A call turns arguments into a request to the base URL (baseUrl, else
+// servers[0].url with its variables' defaults, else the document's
+// origin) with the configured headers, the per-call credentials the
+// harness resolved, and an Idempotency-Key on requests other than GET and
+// HEAD. A 2xx answer returns its JSON (null when empty, the text when not
+// JSON); anything else is a *harness.CallError with the status and the
+// start of the body, which the harness redacts like every error.
+package openapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+)
+
+// Defaults of the entry's optional limits.
+const (
+	DefaultTimeout          = 30 * time.Second
+	DefaultRequestTimeout   = 60 * time.Second
+	DefaultMaxResponseBytes = 16 << 20
+	// WarnOperations is how many operations a connection without include
+	// may have before a warning says to choose some: every operation is a
+	// tool a model is offered on every turn.
+	WarnOperations = 100
+	// errorExcerpt is how much of a failed response's body its error
+	// carries.
+	errorExcerpt = 512
+)
+
+// Options are the provider's optional parts; nil means defaults.
+type Options struct {
+	// HTTPClient sends the document request and the calls; nil is a
+	// client of its own. Its CheckRedirect is replaced for the document
+	// request so that credentials do not follow a redirect to another
+	// origin.
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+	// ReadFile reads a document given as a file path; nil is os.ReadFile.
+	ReadFile func(string) ([]byte, error)
+	// Secrets resolves ${secret:NAME} in header values at each call (and
+	// for the document request when headers go with it); nil refuses
+	// such headers.
+	Secrets SecretResolver
+	// Redactor is told every value resolved from Secrets before it is
+	// sent, so it is scrubbed from records, events and logs.
+	Redactor Redactor
+}
+
+// Provider opens the connection behind one openapi entry.
+type Provider struct {
+	name string
+	spec config.OpenAPI
+	opts Options
+}
+
+// New returns the provider of the entry called name.
+func New(name string, spec config.OpenAPI, opts *Options) *Provider {
+	p := &Provider{name: name, spec: spec}
+	if opts != nil {
+		p.opts = *opts
+	}
+	if p.opts.HTTPClient == nil {
+		p.opts.HTTPClient = &http.Client{}
+	}
+	if p.opts.Logger == nil {
+		p.opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if p.opts.ReadFile == nil {
+		p.opts.ReadFile = os.ReadFile
+	}
+	return p
+}
+
+// Secrets lists the values of an entry to scrub from everything stored or
+// shown: its header values and the userinfo and query values of its URLs.
+func Secrets(spec config.OpenAPI) []string {
+	set := map[string]bool{}
+	for _, v := range spec.Headers {
+		// A header holding ${secret:…} is resolved per call, and its
+		// value registered then; the reference itself is no secret.
+		if v != "" && !secretRefRE.MatchString(v) {
+			set[v] = true
+		}
+	}
+	for _, raw := range []string{spec.URL, spec.BaseURL} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			continue
+		}
+		if u.User != nil {
+			set[u.User.Username()] = true
+			if p, ok := u.User.Password(); ok {
+				set[p] = true
+			}
+		}
+		for _, vs := range u.Query() {
+			for _, v := range vs {
+				set[v] = true
+			}
+		}
+	}
+	delete(set, "")
+	return slices.Sorted(maps.Keys(set))
+}
+
+func (p *Provider) maxBytes() int64 {
+	if p.spec.MaxResponseBytes > 0 {
+		return p.spec.MaxResponseBytes
+	}
+	return DefaultMaxResponseBytes
+}
+
+// Connect loads the document and lists its operations.
+func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
+	timeout := DefaultTimeout
+	if p.spec.TimeoutMs > 0 {
+		timeout = time.Duration(p.spec.TimeoutMs) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	started := time.Now()
+	data, docURL, err := p.fetchDocument(ctx)
+	if err != nil {
+		return nil, err
+	}
+	root, version, err := parseDocument(data)
+	if err != nil {
+		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
+	}
+	ops, unmatched, err := parseOperations(root, p.spec.Include)
+	if err != nil {
+		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
+	}
+	base, err := p.baseURL(root, docURL)
+	if err != nil {
+		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
+	}
+	c := &conn{
+		provider: p, base: base, ops: map[string]operation{},
+		info: map[string]any{
+			"document": redactURL(p.spec.URL), "baseUrl": redactURL(base.String()), "openapi": version,
+			"operations": len(ops), "loadMs": time.Since(started).Milliseconds(),
+		},
+	}
+	if len(p.spec.Include) > 0 {
+		c.info["include"] = p.spec.Include
+	}
+	if len(unmatched) > 0 {
+		c.info["includeUnmatched"] = unmatched
+		p.opts.Logger.Warn("openapi: include entries select no operation", "connection", p.name, "entries", unmatched)
+	}
+	if len(p.spec.Include) == 0 && len(ops) > WarnOperations {
+		msg := fmt.Sprintf("%d operations without include: every one is a tool a model is offered; choose some with include", len(ops))
+		c.info["warning"] = msg
+		p.opts.Logger.Warn("openapi: "+msg, "connection", p.name)
+	}
+	h := sha256.New()
+	for _, op := range ops {
+		c.manifest.Operations = append(c.manifest.Operations, op.Spec)
+		c.ops[op.Name] = op
+		fmt.Fprintf(h, "%s %s %s %s\n", op.Name, op.Method, op.Path, op.Spec.InputSchema)
+	}
+	// The instance names the document and what it declares: a changed
+	// document is another thing to talk to, so recorded results are
+	// judged against the identity they were made with.
+	c.identity = harness.Identity{
+		Surface:  "openapi",
+		Instance: redactURL(p.spec.URL) + "#" + hex.EncodeToString(h.Sum(nil))[:16],
+		Epoch:    1,
+	}
+	return c, nil
+}
+
+// parseDocument checks data is an OpenAPI 3 document and returns it as
+// generic JSON (YAML turned into JSON's types) with its version. The
+// document's structure is checked by decoding it into kin-openapi's types
+// without resolving refs: the loader's resolution fails a whole document
+// on one remote or broken ref, where this provider leaves such a schema
+// open or such a parameter out.
+func parseDocument(data []byte) (map[string]any, string, error) {
+	var raw any
+	js := data
+	// JSON documents (GitHub's is 10 MB) take encoding/json's path, many
+	// times faster than the YAML decoder's.
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Unmarshal(data, &raw) == nil {
+	} else {
+		raw = nil
+		if err := yaml.Unmarshal(data, &raw); err != nil {
+			return nil, "", fmt.Errorf("parse document: %w", err)
+		}
+		raw = jsonish(raw)
+		js = nil
+	}
+	root, ok := raw.(map[string]any)
+	if !ok {
+		return nil, "", errors.New("document is not an object")
+	}
+	version, _ := root["openapi"].(string)
+	if !strings.HasPrefix(version, "3.") {
+		return nil, "", fmt.Errorf("document's openapi version is %q: only OpenAPI 3.0 and 3.1 are supported", version)
+	}
+	if js == nil {
+		var err error
+		if js, err = json.Marshal(root); err != nil {
+			return nil, "", fmt.Errorf("parse document: %w", err)
+		}
+	}
+	var doc openapi3.T
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, "", fmt.Errorf("parse document: %w", err)
+	}
+	return root, version, nil
+}
+
+// jsonish turns YAML's decoded values into JSON's: maps with non-string
+// keys (responses: {200: …}) get string keys.
+func jsonish(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			v[k] = jsonish(x)
+		}
+		return v
+	case map[any]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[fmt.Sprint(k)] = jsonish(x)
+		}
+		return out
+	case []any:
+		for i, x := range v {
+			v[i] = jsonish(x)
+		}
+		return v
+	default:
+		return v
+	}
+}
+
+// baseURL is baseUrl, else servers[0].url (its variables at their
+// defaults, resolved against the document's URL when relative), else the
+// document's origin.
+func (p *Provider) baseURL(root map[string]any, docURL *url.URL) (*url.URL, error) {
+	if p.spec.BaseURL != "" {
+		return url.Parse(p.spec.BaseURL)
+	}
+	if servers, ok := root["servers"].([]any); ok && len(servers) > 0 {
+		if s, ok := servers[0].(map[string]any); ok {
+			if raw, ok := s["url"].(string); ok && raw != "" {
+				vars, _ := s["variables"].(map[string]any)
+				for name, v := range vars {
+					if m, ok := v.(map[string]any); ok {
+						raw = strings.ReplaceAll(raw, "{"+name+"}", fmt.Sprint(m["default"]))
+					}
+				}
+				u, err := url.Parse(raw)
+				if err != nil {
+					return nil, fmt.Errorf("servers[0].url: %w", err)
+				}
+				if docURL != nil && !u.IsAbs() {
+					u = docURL.ResolveReference(u)
+				}
+				if u.IsAbs() && (u.Scheme == "http" || u.Scheme == "https") {
+					return u, nil
+				}
+			}
+		}
+	}
+	if docURL != nil && (docURL.Scheme == "http" || docURL.Scheme == "https") {
+		return &url.URL{Scheme: docURL.Scheme, Host: docURL.Host}, nil
+	}
+	return nil, errors.New("no base URL: set baseUrl, or give the document an absolute servers[0].url")
+}
+
+// redactURL drops a URL's userinfo and query, which may hold credentials,
+// before it is shown.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return raw
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only JSON's own types reach here (the document was JSON or
+		// YAML); a failure is a bug, not a bad document.
+		panic(fmt.Sprintf("openapi: schema does not marshal: %v", err))
+	}
+	return b
+}
+
+// readBounded reads at most limit bytes of r, failing when there is more.
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return data, nil
+}

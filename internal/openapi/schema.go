@@ -1,0 +1,210 @@
+package openapi
+
+import (
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// maxRefDepth is how many $refs deep a schema is inlined; a ref deeper
+// than that becomes an open schema, as a cyclic or remote one does. Three
+// levels carry the shapes callers fill in (an object, its parts, their
+// parts) without blowing up the size of large documents' schemas.
+const maxRefDepth = 3
+
+// resolver inlines local refs of one document, parsed as generic JSON.
+type resolver struct {
+	root any
+}
+
+// pointer returns the value at a local ref ("#/components/schemas/Pet")
+// and whether there is one. Remote refs (anything not starting with "#/")
+// are not followed.
+func (r resolver) pointer(ref string) (any, bool) {
+	if ref == "#" {
+		return r.root, true
+	}
+	if !strings.HasPrefix(ref, "#/") {
+		return nil, false
+	}
+	frag, err := url.PathUnescape(ref[2:])
+	if err != nil {
+		return nil, false
+	}
+	cur := r.root
+	for _, tok := range strings.Split(frag, "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch v := cur.(type) {
+		case map[string]any:
+			next, ok := v[tok]
+			if !ok {
+				return nil, false
+			}
+			cur = next
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(v) {
+				return nil, false
+			}
+			cur = v[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// deref follows the $ref of a non-schema object (a parameter, a request
+// body), through chains of refs. ok is false when a ref does not resolve
+// or loops.
+func (r resolver) deref(v any) (map[string]any, bool) {
+	seen := map[string]bool{}
+	for {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		ref, isRef := m["$ref"].(string)
+		if !isRef {
+			return m, true
+		}
+		if seen[ref] {
+			return nil, false
+		}
+		seen[ref] = true
+		if v, ok = r.pointer(ref); !ok {
+			return nil, false
+		}
+	}
+}
+
+// schemaKeys name the keywords whose value is one schema; schemaMapKeys
+// those whose value maps names to schemas; schemaListKeys those whose value
+// is a list of schemas.
+var (
+	schemaKeys     = []string{"items", "additionalProperties", "not", "contains", "if", "then", "else", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "additionalItems"}
+	schemaMapKeys  = []string{"properties", "patternProperties", "dependentSchemas"}
+	schemaListKeys = []string{"allOf", "anyOf", "oneOf", "prefixItems"}
+	// droppedKeys are OpenAPI annotations that mean nothing to a JSON
+	// Schema validator, or identifiers that would change how the inlined
+	// schema's refs resolve.
+	droppedKeys = []string{"example", "xml", "discriminator", "externalDocs", "nullable", "$id", "$schema", "$anchor", "$dynamicAnchor", "$dynamicRef", "$defs", "definitions", "$comment"}
+)
+
+// schema turns an OpenAPI schema into a self-contained JSON Schema (draft
+// 2020-12, what gate 2 validates with): local refs are inlined up to
+// maxRefDepth levels, cyclic, remote, unresolvable or deeper refs become
+// the open schema {}, and the OpenAPI 3.0 dialect (nullable, boolean
+// exclusiveMinimum/exclusiveMaximum) is rewritten in 2020-12 terms. OpenAPI
+// 3.1 schemas (type lists with "null", const, …) pass as they are.
+func (r resolver) schema(v any, depth int, stack []string) any {
+	switch s := v.(type) {
+	case bool:
+		return s
+	case map[string]any:
+		if ref, ok := s["$ref"].(string); ok {
+			if depth >= maxRefDepth || slices.Contains(stack, ref) {
+				return map[string]any{}
+			}
+			target, ok := r.pointer(ref)
+			if !ok {
+				return map[string]any{}
+			}
+			out := r.schema(target, depth+1, append(stack, ref))
+			// A description beside the ref (allowed in 3.1) says more
+			// about this use than the target's does.
+			if d, ok := s["description"].(string); ok {
+				if m, ok := out.(map[string]any); ok {
+					m = cloneMap(m)
+					m["description"] = d
+					return m
+				}
+			}
+			return out
+		}
+		out := make(map[string]any, len(s))
+		for k, val := range s {
+			if !slices.Contains(droppedKeys, k) {
+				out[k] = val
+			}
+		}
+		for _, k := range schemaKeys {
+			if sub, ok := s[k]; ok {
+				if k == "items" {
+					if list, ok := sub.([]any); ok { // 3.0-era tuple form
+						out[k] = r.schemaList(list, depth, stack)
+						continue
+					}
+				}
+				out[k] = r.schema(sub, depth, stack)
+			}
+		}
+		for _, k := range schemaMapKeys {
+			if m, ok := s[k].(map[string]any); ok {
+				sub := make(map[string]any, len(m))
+				for name, val := range m {
+					sub[name] = r.schema(val, depth, stack)
+				}
+				out[k] = sub
+			}
+		}
+		for _, k := range schemaListKeys {
+			if list, ok := s[k].([]any); ok {
+				out[k] = r.schemaList(list, depth, stack)
+			}
+		}
+		if s["nullable"] == true {
+			out["type"] = withNull(out["type"])
+		}
+		for _, pair := range [][2]string{{"exclusiveMinimum", "minimum"}, {"exclusiveMaximum", "maximum"}} {
+			excl, bound := pair[0], pair[1]
+			if b, ok := out[excl].(bool); ok {
+				// 3.0: a boolean that makes the bound exclusive.
+				delete(out, excl)
+				if lim, ok := out[bound]; ok && b {
+					out[excl] = lim
+					delete(out, bound)
+				}
+			}
+		}
+		return out
+	default:
+		return map[string]any{}
+	}
+}
+
+func (r resolver) schemaList(list []any, depth int, stack []string) []any {
+	out := make([]any, len(list))
+	for i, sub := range list {
+		out[i] = r.schema(sub, depth, stack)
+	}
+	return out
+}
+
+// withNull adds "null" to a type keyword (3.0's nullable: true). Without
+// a type there is nothing to widen: the schema already admits null.
+func withNull(t any) any {
+	switch t := t.(type) {
+	case string:
+		if t == "null" {
+			return t
+		}
+		return []any{t, "null"}
+	case []any:
+		if slices.Contains(t, any("null")) {
+			return t
+		}
+		return append(slices.Clone(t), "null")
+	default:
+		return t
+	}
+}
+
+func cloneMap(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
