@@ -72,12 +72,9 @@ type guard struct {
 func requireAPIKey(keys []Key, g guard) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			var addr string
-			if g.limiter != nil {
-				addr = g.proxies.Key(c.Request())
-				if d := g.limiter.Blocked(addr); d > 0 {
-					return rateLimited(d)
-				}
+			addr := g.proxies.Key(c.Request())
+			if d := g.limiter.Blocked(addr); d > 0 {
+				return rateLimited(d)
 			}
 			token, ok := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
 			if !ok {
@@ -97,18 +94,14 @@ func requireAPIKey(keys []Key, g guard) echo.MiddlewareFunc {
 				}
 				return match == 1
 			}
-			ok = g.limiter == nil && check()
-			if g.limiter != nil {
-				res := g.limiter.Attempt(addr, check)
-				if res.Refused > 0 {
-					return rateLimited(res.Refused)
-				}
-				if res.Blocks > 0 {
-					g.logger.Warn("wrong API keys: address blocked", "client", addr, "for", res.Blocks)
-				}
-				ok = res.OK
+			res := g.limiter.Attempt(addr, check)
+			if res.Refused > 0 {
+				return rateLimited(res.Refused)
 			}
-			if !ok {
+			if res.Blocks > 0 {
+				g.logger.Warn("wrong API keys: address blocked", "client", addr, "for", res.Blocks)
+			}
+			if !res.OK {
 				return problem(http.StatusUnauthorized, codeUnauthenticated, "the API key is not valid")
 			}
 			c.Set(principalKey, found)

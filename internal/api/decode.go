@@ -41,15 +41,7 @@ func decodeClosed(body []byte, dst any) error {
 	if err := numbersProblem(body); err != nil {
 		return err
 	}
-	allowed := jsonNames(dst)
-	var problems []harness.FieldError
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if !slices.Contains(allowed, k) {
-			problems = append(problems, harness.FieldError{Path: "/" + k, Code: harness.CodeValidationFailed,
-				Message: fmt.Sprintf("unknown field %q (allowed: %s)", k, strings.Join(allowed, ", "))})
-		}
-	}
-	if len(problems) > 0 {
+	if problems := unknownMembers(fields, jsonNames(dst)...); len(problems) > 0 {
 		return problem(http.StatusUnprocessableEntity, codeValidationFailed, "the request has invalid fields", problems...)
 	}
 	if err := json.Unmarshal(body, dst); err != nil {
@@ -61,6 +53,19 @@ func decodeClosed(body []byte, dst any) error {
 		return malformed(err)
 	}
 	return nil
+}
+
+// unknownMembers names each member of a closed object that allowed does
+// not list.
+func unknownMembers(fields map[string]json.RawMessage, allowed ...string) []harness.FieldError {
+	var problems []harness.FieldError
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if !slices.Contains(allowed, k) {
+			problems = append(problems, harness.FieldError{Path: "/" + k, Code: harness.CodeValidationFailed,
+				Message: fmt.Sprintf("unknown field %q (allowed: %s)", k, strings.Join(allowed, ", "))})
+		}
+	}
+	return problems
 }
 
 // jsonNames lists the JSON member names of the struct dst points to.

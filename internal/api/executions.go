@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"mime"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -124,14 +122,9 @@ func decodeCreate(body []byte) (*createRequest, error) {
 	if err := numbersProblem(body); err != nil {
 		return nil, err
 	}
-	var problems []harness.FieldError
+	problems := unknownMembers(fields, "workflow", "agent", "input", "wait")
 	bad := func(path, msg string) {
 		problems = append(problems, harness.FieldError{Path: path, Code: harness.CodeValidationFailed, Message: msg})
-	}
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if k != "workflow" && k != "agent" && k != "input" && k != "wait" {
-			bad("/"+k, fmt.Sprintf("unknown field %q (allowed: workflow, agent, input, wait)", k))
-		}
 	}
 	req := &createRequest{Workflow: fields["workflow"], Agent: fields["agent"]}
 	isObject := func(raw json.RawMessage) bool { w := bytes.TrimSpace(raw); return len(w) > 0 && w[0] == '{' }

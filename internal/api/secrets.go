@@ -3,9 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 
 	"github.com/labstack/echo/v4"
 
@@ -49,14 +47,9 @@ func decodeSecret(body []byte) (string, error) {
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return "", malformed(err)
 	}
-	var problems []harness.FieldError
+	problems := unknownMembers(fields, "value")
 	bad := func(path, msg string) {
 		problems = append(problems, harness.FieldError{Path: path, Code: harness.CodeValidationFailed, Message: msg})
-	}
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if k != "value" {
-			bad("/"+k, fmt.Sprintf("unknown field %q (allowed: value)", k))
-		}
 	}
 	var value string
 	raw, ok := fields["value"]

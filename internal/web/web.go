@@ -339,22 +339,18 @@ func (h *handler) signIn(c echo.Context) error {
 		}
 		return subject != ""
 	}
-	ok := h.Throttle == nil && check()
-	if h.Throttle != nil {
-		// An address that has failed too often is refused before its
-		// token is looked at: while it is blocked, a guess tells it
-		// nothing. Attempts are judged under the limiter, so parallel
-		// guesses count one by one.
-		res := h.Throttle.Attempt(addr, check)
-		if res.Refused > 0 {
-			return h.blocked(c, next, res.Refused)
-		}
-		if res.Blocks > 0 {
-			h.Logger.Warn("failed sign-ins: address blocked", "client", addr, "for", res.Blocks)
-		}
-		ok = res.OK
+	// An address that has failed too often is refused before its token
+	// is looked at: while it is blocked, a guess tells it nothing.
+	// Attempts are judged under the limiter, so parallel guesses count
+	// one by one.
+	res := h.Throttle.Attempt(addr, check)
+	if res.Refused > 0 {
+		return h.blocked(c, next, res.Refused)
 	}
-	if !ok {
+	if res.Blocks > 0 {
+		h.Logger.Warn("failed sign-ins: address blocked", "client", addr, "for", res.Blocks)
+	}
+	if !res.OK {
 		h.Logger.Warn("admin sign-in refused: wrong token", "remote", c.RealIP())
 		return h.signInAgain(c, http.StatusUnauthorized, next, "That admin token is not valid.")
 	}
