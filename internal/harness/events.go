@@ -60,28 +60,12 @@ var ErrInvalidEventID = errors.New("invalid event id")
 // ValidEventID reports whether s has the form of an event id.
 func ValidEventID(s string) bool {
 	ms, seq, found := strings.Cut(s, "-")
-	if !digits(ms) || (found && !digits(seq)) {
-		return false
-	}
 	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
 		return false
 	}
 	if found {
-		if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
-			return false
-		}
-	}
-	return true
-}
-
-func digits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
+		_, err := strconv.ParseUint(seq, 10, 64)
+		return err == nil
 	}
 	return true
 }
