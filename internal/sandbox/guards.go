@@ -135,6 +135,9 @@ func init() {
 	for name, est := range guards {
 		b := builtin.Builtins[builtin.Index[name]]
 		impl := implementation(b)
+		if f, ok := faster[name]; ok {
+			impl = fallback(f, impl)
+		}
 		types := make([]any, 0, len(b.Types))
 		for _, t := range b.Types {
 			in := []reflect.Type{meterType}
@@ -200,6 +203,38 @@ func init() {
 			}
 		}),
 	)
+}
+
+// faster are implementations of builtins for the common shapes of their
+// arguments, where expr-lang's walks every element through reflection:
+// concat of two 1M-element arrays took 150 ms that way (700 ms under the
+// race detector), in one step the meter cannot interrupt. ok false means
+// "not this shape": expr-lang's implementation runs.
+var faster = map[string]func(args []any) (out any, ok bool){
+	"concat": func(args []any) (any, bool) {
+		n := 0
+		for _, a := range args {
+			x, ok := a.([]any)
+			if !ok {
+				return nil, false
+			}
+			n += len(x)
+		}
+		out := make([]any, 0, n)
+		for _, a := range args {
+			out = append(out, a.([]any)...)
+		}
+		return out, true
+	},
+}
+
+func fallback(f func([]any) (any, bool), impl func(...any) (any, error)) func(...any) (any, error) {
+	return func(args ...any) (any, error) {
+		if out, ok := f(args); ok {
+			return out, nil
+		}
+		return impl(args...)
+	}
 }
 
 func implementation(b *builtin.Function) func(args ...any) (any, error) {
