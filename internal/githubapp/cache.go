@@ -99,6 +99,9 @@ func (s *Source) mint(ctx context.Context, sc Scope, id string) (string, error) 
 // exchangeLocked exchanges while holding the lock, caches the token,
 // releases the lock and tells the waiters.
 func (s *Source) exchangeLocked(ctx context.Context, sc Scope, id, owner string) (string, error) {
+	// Never outlive the lock: past its TTL another replica may exchange.
+	ctx, cancel := context.WithTimeout(ctx, lockTTL)
+	defer cancel()
 	defer func() {
 		// Released even when ctx is spent; never another replica's lock.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

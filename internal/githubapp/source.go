@@ -139,9 +139,10 @@ func (s *Source) Token(ctx context.Context, scope Scope) (string, error) {
 		return tok, err
 	}
 	// The flight outlives a caller that gives up, so the others are not
-	// cancelled with it; it is bounded by the lock it holds.
+	// cancelled with it; it is bounded by a wait for another replica's
+	// exchange and one of its own.
 	ch := s.flights.DoChan(id, func() (any, error) {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTTL)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*lockTTL)
 		defer cancel()
 		return s.mint(fctx, sc, id)
 	})
