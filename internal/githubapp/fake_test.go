@@ -90,6 +90,7 @@ func newFake(t *testing.T, c *clock, prefix string) *fakeGitHub {
 	mux.HandleFunc("GET "+prefix+"/repos/{owner}/{repo}/installation", f.lookup)
 	mux.HandleFunc("POST "+prefix+"/app/installations/{id}/access_tokens", f.exchange)
 	mux.HandleFunc("GET "+prefix+"/repos/{owner}/{repo}/issues", f.issues)
+	mux.HandleFunc("POST "+prefix+"/repos/{owner}/{repo}/issues", f.issues)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -194,12 +195,22 @@ func (f *fakeGitHub) exchange(w http.ResponseWriter, r *http.Request) {
 
 // issues stands for any API call made with an installation token.
 func (f *fakeGitHub) issues(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body) // read before the token is checked, so a refused body is spent
 	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	f.mu.Lock()
 	valid := f.issued[tok]
 	f.mu.Unlock()
 	if !valid {
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials"})
+		return
+	}
+	if r.Method == http.MethodPost {
+		var issue map[string]any
+		if err := json.Unmarshal(body, &issue); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Problems parsing JSON"})
+			return
+		}
+		writeJSON(w, http.StatusCreated, issue)
 		return
 	}
 	writeJSON(w, http.StatusOK, []any{})

@@ -550,11 +550,49 @@ func TestTransport(t *testing.T) {
 	if got := get(gh.srv.URL + "/repos/acme/widgets/issues"); got != http.StatusOK {
 		t.Fatalf("GET after revocation = %d, want a retry with a fresh token", got)
 	}
-	if _, n := gh.counts(); n != 2 {
-		t.Errorf("%d exchanges, want 2", n)
+	// A body is sent again with the fresh token.
+	second := must(r.src.Token(t.Context(), widgets))
+	gh.revoke(second)
+	res, err := client.Post(gh.srv.URL+"/repos/acme/widgets/issues", "application/json", strings.NewReader(`{"title":"hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusCreated || !strings.Contains(string(created), "hello") {
+		t.Errorf("POST after revocation = %d %s, want the body sent again", res.StatusCode, created)
+	}
+	if _, n := gh.counts(); n != 3 {
+		t.Errorf("%d exchanges, want 3", n)
 	}
 	get(other.URL + "/download")
 	if elsewhere.Get("Authorization") != "" {
 		t.Error("the token went to another origin")
+	}
+}
+
+// A caller that gives up does not cancel the exchange the others (and
+// the cache) wait for.
+func TestCallerGivingUpLeavesTheExchange(t *testing.T) {
+	gh := newFake(t, newClock(), "")
+	arrived, release := gh.hold(t)
+	st := storetest.New(t)
+	r := newReplica(t, gh, st)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { _, err := r.src.Token(ctx, widgets); done <- err }()
+	<-arrived
+	cancel()
+	if err := <-done; githubapp.CodeOf(err) != githubapp.Network || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want network wrapping context.Canceled", err)
+	}
+	release()
+	key, _, _ := githubapp.Keys(r.src, widgets)
+	waitFor(t, "the token to be cached", func() bool { return st.Client.Exists(t.Context(), key).Val() == 1 })
+	if _, err := r.src.Token(t.Context(), widgets); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := gh.counts(); n != 1 {
+		t.Errorf("%d exchanges, want 1", n)
 	}
 }
