@@ -62,7 +62,8 @@
 // uninstalled) is dropped with Invalidate(scope, rejected) — only while
 // the cache still holds that token, so a replica never drops the fresh one
 // another replica has just minted. Do(scope, fn) and Transport do this and
-// retry once.
+// retry once; Refresh does it for a caller that sends its own requests
+// with Headers (the harness's Credentials and CredentialRefresher).
 //
 // # Where a token may go
 //
@@ -77,8 +78,9 @@
 // URL or credential helper inside a sandbox, a tool argument or result:
 // code running there can read it from the environment, a git hook or a
 // replaced binary, and the model can repeat it. Give the sandbox the
-// working tree, not the credential. Transport sends the token to the
-// API's origin only, so a redirect elsewhere never carries it.
+// working tree, not the credential. Transport sends the token to one
+// origin only (the API's, or the one it is given), so a redirect elsewhere
+// never carries it.
 //
 // Least privilege is the caller's policy: ask for contents: read to clone
 // and for write only when a human has approved it. A per-caller scope

@@ -532,7 +532,7 @@ func TestTransport(t *testing.T) {
 	var elsewhere http.Header
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { elsewhere = req.Header.Clone() }))
 	t.Cleanup(other.Close)
-	client := &http.Client{Transport: r.src.Transport(widgets, nil)}
+	client := &http.Client{Transport: r.src.Transport(widgets, "", nil)}
 
 	get := func(url string) int {
 		res, err := client.Get(url)
@@ -594,5 +594,46 @@ func TestCallerGivingUpLeavesTheExchange(t *testing.T) {
 	}
 	if _, n := gh.counts(); n != 1 {
 		t.Errorf("%d exchanges, want 1", n)
+	}
+}
+
+func TestHeadersAndRefresh(t *testing.T) {
+	gh := newFake(t, newClock(), "")
+	r := newReplica(t, gh, storetest.New(t))
+	h, err := r.src.Headers(t.Context(), widgets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, ok := strings.CutPrefix(h["Authorization"], "Bearer ")
+	if !ok || len(h) != 1 || !r.red.has(tok) {
+		t.Fatalf("Headers = %d header(s); want one Authorization with a redacted bearer token", len(h))
+	}
+	gh.revoke(tok)
+	fresh, err := r.src.Refresh(t.Context(), widgets, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh["Authorization"] == h["Authorization"] {
+		t.Fatal("Refresh returned the rejected token")
+	}
+	if got := getIssues(t, gh.srv.URL, strings.TrimPrefix(fresh["Authorization"], "Bearer ")); got != http.StatusOK {
+		t.Errorf("the refreshed token gets %d", got)
+	}
+}
+
+func TestTransportToAnotherOrigin(t *testing.T) {
+	gh := newFake(t, newClock(), "")
+	r := newReplica(t, gh, storetest.New(t))
+	var got http.Header
+	mcp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { got = req.Header.Clone() }))
+	t.Cleanup(mcp.Close)
+	client := &http.Client{Transport: r.src.Transport(widgets, mcp.URL+"/mcp", nil)}
+	res, err := client.Post(mcp.URL+"/mcp", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if tok, ok := strings.CutPrefix(got.Get("Authorization"), "Bearer "); !ok || !r.red.has(tok) {
+		t.Error("the MCP server's origin did not get the token")
 	}
 }

@@ -1,24 +1,60 @@
 package githubapp
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 )
 
-// Transport returns a RoundTripper for server-side code that calls
-// GitHub's REST API with the scope's token. Requests to the Source's API
-// origin get "Authorization: Bearer <token>"; a 401 invalidates the token
-// and the request is sent once more with a fresh one (when its body can
-// be replayed, as http.NewRequest arranges for in-memory bodies).
-// Requests to any other origin, a redirect to a download host included,
-// go out without the token. A nil base is http.DefaultTransport.
-func (s *Source) Transport(scope Scope, base http.RoundTripper) http.RoundTripper {
+// Transport returns a RoundTripper for server-side code (a provider, or
+// a connection's own session) that calls GitHub with the scope's token.
+// Requests to the origin of to (the Source's API base URL when to is
+// empty; an MCP server's URL for an MCP connection) get
+// "Authorization: Bearer <token>"; a 401 invalidates the token and the
+// request is sent once more with a fresh one (when its body can be
+// replayed, as http.NewRequest arranges for in-memory bodies). Requests
+// to any other origin, a redirect to a download host included, go out
+// without the token. A nil base is http.DefaultTransport.
+func (s *Source) Transport(scope Scope, to string, base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &transport{s: s, scope: scope, base: base, origin: origin(s.apiBase)}
+	if to == "" {
+		to = s.apiBase
+	}
+	return &transport{s: s, scope: scope, base: base, origin: origin(to)}
+}
+
+// Headers are the request headers that carry the scope's token, for a
+// caller that sends the request itself (harness.Credentials).
+func (s *Source) Headers(ctx context.Context, scope Scope) (map[string]string, error) {
+	tok, err := s.Token(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"Authorization": "Bearer " + tok}, nil
+}
+
+// Refresh replaces headers the server answered 401 to: the token they
+// carry is invalidated and a fresh one minted (harness.
+// CredentialRefresher). When the fresh token is the rejected one (GitHub
+// refuses a token it has just issued), it is unauthorized rather than
+// the same headers again.
+func (s *Source) Refresh(ctx context.Context, scope Scope, rejected map[string]string) (map[string]string, error) {
+	tok, _ := strings.CutPrefix(rejected["Authorization"], "Bearer ")
+	if err := s.Invalidate(ctx, scope, tok); err != nil {
+		return nil, err
+	}
+	h, err := s.Headers(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	if h["Authorization"] == rejected["Authorization"] {
+		return nil, errorf(Unauthorized, "GitHub refused the installation token it had just issued")
+	}
+	return h, nil
 }
 
 type transport struct {
