@@ -61,7 +61,7 @@ type reply struct {
 // repository endpoint (issues) that checks the token, under an optional
 // path prefix (GHES's /api/v3).
 type fakeGitHub struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *httptest.Server
 	clock *clock
 
@@ -84,7 +84,7 @@ type fakeGitHub struct {
 	gate    chan struct{}
 }
 
-func newFake(t *testing.T, c *clock, prefix string) *fakeGitHub {
+func newFake(t testing.TB, c *clock, prefix string) *fakeGitHub {
 	f := &fakeGitHub{t: t, clock: c, installations: map[string]int64{"acme/widgets": 42}, issued: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+prefix+"/repos/{owner}/{repo}/installation", f.lookup)

@@ -17,7 +17,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/githubapp"
 )
 
-func pemOf(t *testing.T, kind string, der []byte) string {
+func pemOf(t testing.TB, kind string, der []byte) string {
 	t.Helper()
 	return string(pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}))
 }

@@ -56,7 +56,7 @@ type replica struct {
 	red *recorder
 }
 
-func newReplica(t *testing.T, gh *fakeGitHub, st *store.Store, opts ...func(*githubapp.Options)) replica {
+func newReplica(t testing.TB, gh *fakeGitHub, st *store.Store, opts ...func(*githubapp.Options)) replica {
 	t.Helper()
 	red := &recorder{}
 	o := githubapp.Options{
