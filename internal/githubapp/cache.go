@@ -32,8 +32,8 @@ type cachedToken struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
-// flightResult is what the winner of an exchange publishes: empty for a
-// token now in the cache, else its error (no secret in it).
+// flightResult is the error the winner of an exchange leaves for the
+// replicas that waited for it (no secret in it).
 type flightResult struct {
 	Code       Code   `json:"code"`
 	Status     int    `json:"status,omitempty"`
@@ -50,6 +50,9 @@ var delIfEqual = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then 
 func tokenName(id string) string   { return "ghapp:token:{" + id + "}" }
 func lockName(id string) string    { return "ghapp:lock:{" + id + "}" }
 func channelName(id string) string { return "ghapp:done:{" + id + "}" }
+
+// failedName holds the error of the flight that held the lock as owner.
+func failedName(id, owner string) string { return "ghapp:failed:{" + id + "}:" + owner }
 
 // cached returns the scope's token while it has more than RefreshBefore
 // left.
@@ -89,39 +92,48 @@ func (s *Source) mint(ctx context.Context, sc Scope, id string) (string, error) 
 		if won {
 			return s.exchangeLocked(ctx, sc, id, owner)
 		}
-		tok, done, err := s.await(ctx, id)
+		holder, err := s.store.Client.Get(ctx, s.store.Key(lockName(id))).Result()
+		if errors.Is(err, redis.Nil) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return "", fmt.Errorf("githubapp: read the exchange lock: %w", err)
+		}
+		tok, done, err := s.await(ctx, id, holder)
 		if done || err != nil {
 			return tok, err
 		}
 	}
 }
 
-// exchangeLocked exchanges while holding the lock, caches the token,
-// releases the lock and tells the waiters.
+// exchangeLocked exchanges while holding the lock, leaves the token in
+// the cache or the error under the flight's name, releases the lock and
+// wakes the waiters — in that order, so a waiter that sees the lock gone
+// finds the result.
 func (s *Source) exchangeLocked(ctx context.Context, sc Scope, id, owner string) (string, error) {
 	// Never outlive the lock: past its TTL another replica may exchange.
 	ctx, cancel := context.WithTimeout(ctx, lockTTL)
 	defer cancel()
-	defer func() {
-		// Released even when ctx is spent; never another replica's lock.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = delIfEqual.Run(rctx, s.store.Client, []string{s.store.Key(lockName(id))}, owner).Err()
-	}()
+	tok, err := s.exchangeOnce(ctx, sc, id, owner)
+	// Released even when ctx is spent; never another replica's lock.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer rcancel()
+	_ = delIfEqual.Run(rctx, s.store.Client, []string{s.store.Key(lockName(id))}, owner).Err()
+	_ = s.store.Client.Publish(rctx, s.store.Key(channelName(id)), "").Err()
+	return tok, err
+}
+
+func (s *Source) exchangeOnce(ctx context.Context, sc Scope, id, owner string) (string, error) {
 	// Another replica may have finished between our read and our lock.
 	if tok, ok, err := s.cached(ctx, id); err != nil || ok {
 		return tok, err
 	}
 	g, err := s.exchange(ctx, sc)
 	if err != nil {
-		s.publish(ctx, id, err)
+		s.leaveError(ctx, id, owner, err)
 		return "", err
 	}
-	if err := s.put(ctx, id, g); err != nil {
-		return "", err
-	}
-	s.publish(ctx, id, nil)
-	return g.Token, nil
+	return g.Token, s.put(ctx, id, g)
 }
 
 // put caches a fresh token until RefreshBefore ahead of its expiry.
@@ -140,52 +152,48 @@ func (s *Source) put(ctx context.Context, id string, g grant) error {
 	return nil
 }
 
-// publish tells waiting replicas the exchange is over. Only an *Error is
-// passed on; after anything else they try themselves.
-func (s *Source) publish(ctx context.Context, id string, err error) {
-	msg := []byte("{}")
+// leaveError keeps an *Error for the flight's waiters for as long as they
+// could be waiting. Anything else is not passed on: they try themselves.
+func (s *Source) leaveError(ctx context.Context, id, owner string, err error) {
 	var e *Error
-	if errors.As(err, &e) {
-		text := e.Message
-		if e.Err != nil {
-			text += ": " + e.Err.Error()
-		}
-		msg, _ = json.Marshal(flightResult{Code: e.Code, Status: e.Status, RetryAfter: e.RetryAfter.Milliseconds(), Message: text})
-	} else if err != nil {
+	if !errors.As(err, &e) {
 		return
 	}
-	_ = s.store.Client.Publish(ctx, s.store.Key(channelName(id)), msg).Err()
+	text := e.Message
+	if e.Err != nil {
+		text += ": " + e.Err.Error()
+	}
+	msg, _ := json.Marshal(flightResult{Code: e.Code, Status: e.Status, RetryAfter: e.RetryAfter.Milliseconds(), Message: text})
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = s.store.Client.Set(rctx, s.store.Key(failedName(id, owner)), msg, lockTTL).Err()
 }
 
-// await waits for the lock holder: done with the token or its error once
-// it has finished, not done when the lock is free to take.
-func (s *Source) await(ctx context.Context, id string) (tok string, done bool, err error) {
+// await waits for the flight holding the lock as holder: done with the
+// token or that flight's error once it has finished, not done when it
+// ended without either (the lock is free to take).
+func (s *Source) await(ctx context.Context, id, holder string) (tok string, done bool, err error) {
 	sub := s.store.Client.Subscribe(ctx, s.store.Key(channelName(id)))
 	defer sub.Close()
 	if _, err := sub.Receive(ctx); err != nil {
 		return "", false, fmt.Errorf("githubapp: wait for the exchange: %w", err)
 	}
-	results := sub.Channel()
+	wake := sub.Channel()
 	tick := time.NewTicker(lockPoll)
 	defer tick.Stop()
 	for {
-		// Checked after subscribing, so a result published before is
-		// seen here and one published after arrives on results.
-		if tok, ok, err := s.cached(ctx, id); err != nil || ok {
-			return tok, true, err
-		}
-		held, err := s.store.Client.Exists(ctx, s.store.Key(lockName(id))).Result()
-		if err != nil {
-			return "", false, fmt.Errorf("githubapp: wait for the exchange: %w", err)
-		}
-		if held == 0 {
-			return "", false, nil
+		// Checked after subscribing, so a flight that ended before is
+		// seen here and one that ends after wakes us.
+		finished, err := s.flightOver(ctx, id, holder)
+		if err != nil || finished {
+			if err != nil {
+				return "", true, err
+			}
+			tok, ok, err := s.cached(ctx, id)
+			return tok, ok || err != nil, err
 		}
 		select {
-		case m := <-results:
-			if e := resultError(m); e != nil {
-				return "", true, e
-			}
+		case <-wake:
 		case <-tick.C:
 		case <-ctx.Done():
 			return "", true, &Error{Code: Network, Message: "waiting for another replica's exchange", Err: ctx.Err()}
@@ -193,16 +201,29 @@ func (s *Source) await(ctx context.Context, id string) (tok string, done bool, e
 	}
 }
 
-// resultError is the winner's error, or nil when it got a token.
-func resultError(m *redis.Message) *Error {
-	if m == nil {
-		return nil
+// flightOver reports whether holder's flight has ended (its lock is gone
+// or replaced); its error, when it left one, is err.
+func (s *Source) flightOver(ctx context.Context, id, holder string) (bool, error) {
+	cur, err := s.store.Client.Get(ctx, s.store.Key(lockName(id))).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return false, fmt.Errorf("githubapp: wait for the exchange: %w", err)
+	case cur == holder:
+		return false, nil
+	}
+	raw, err := s.store.Client.Get(ctx, s.store.Key(failedName(id, holder))).Result()
+	if errors.Is(err, redis.Nil) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("githubapp: read the exchange's result: %w", err)
 	}
 	var r flightResult
-	if json.Unmarshal([]byte(m.Payload), &r) != nil || r.Code == "" {
-		return nil
+	if json.Unmarshal([]byte(raw), &r) != nil || r.Code == "" {
+		return true, nil
 	}
-	return &Error{Code: r.Code, Status: r.Status, RetryAfter: time.Duration(r.RetryAfter) * time.Millisecond, Message: r.Message}
+	return true, &Error{Code: r.Code, Status: r.Status, RetryAfter: time.Duration(r.RetryAfter) * time.Millisecond, Message: r.Message}
 }
 
 // drop deletes the scope's cached token if it is rejected.

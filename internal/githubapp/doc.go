@@ -49,14 +49,16 @@
 //
 // One exchange per scope per cluster: within a process callers share a
 // singleflight; across processes the flight first takes ghapp:lock:{<id>}
-// (SET NX, 20 s TTL, released only by its owner). The winner exchanges,
-// caches, releases, and publishes on ghapp:done:{<id>} either nothing (the
-// token is in the cache) or its *Error, which every waiter returns rather
-// than asking GitHub again. Waiters subscribe, then re-read the cache (so
-// a result published before they listened is not missed) and check every
-// 250 ms that the lock is still held, taking it themselves if its holder
-// died. A flight is bounded by the lock TTL and survives a caller that
-// gives up.
+// (SET NX with a random owner value, 20 s TTL, released only by its
+// owner). The winner exchanges and leaves the token in the cache, or its
+// *Error under ghapp:failed:{<id>}:<owner> (20 s), then releases the lock
+// and publishes on ghapp:done:{<id>}. The others wait for the owner they
+// saw: subscribed, they check whether that lock is gone or replaced (then
+// they return the cached token or that flight's error — they do not ask
+// GitHub again — or, when it left neither, take the lock themselves),
+// waking on the publication and every 250 ms, so a holder that died
+// costs at most the lock's TTL. A flight is bounded by the lock TTL and
+// survives a caller that gives up.
 //
 // A token GitHub answers 401 to before its expiry (revoked, App
 // uninstalled) is dropped with Invalidate(scope, rejected) — only while
