@@ -69,8 +69,9 @@
 //
 // # Where a token may go
 //
-// Every installation token and App JWT is given to Options.Redactor as
-// soon as it is minted or read from the cache; the package logs nothing,
+// The private key is given to Options.Redactor by New, and every
+// installation token and App JWT as soon as it is minted or read from the
+// cache; the package logs nothing,
 // and its errors never quote a token, a JWT or the key.
 //
 // A token goes only to GitHub, from patchbay's own process: an

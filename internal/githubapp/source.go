@@ -49,9 +49,9 @@ type Options struct {
 	// the key when empty).
 	Key   []byte
 	KeyID string
-	// Redactor learns every installation token and App JWT this Source
-	// mints or reads back from the cache (required; the harness's
-	// *SecretRedactor fits).
+	// Redactor learns the private key, and every installation token and
+	// App JWT this Source mints or reads back from the cache (required;
+	// the harness's *SecretRedactor fits).
 	Redactor interface{ Add(values ...string) }
 	// Now is the clock (time.Now when nil); tests move it.
 	Now func() time.Time
@@ -82,6 +82,8 @@ func New(o Options) (*Source, error) {
 	if o.Store == nil || o.Redactor == nil {
 		return nil, errors.New("githubapp: Options.Store and Options.Redactor are required")
 	}
+	// The key is a secret too, in the form it was given.
+	o.Redactor.Add(o.PrivateKey)
 	key, err := ParsePrivateKey(o.PrivateKey)
 	if err != nil {
 		return nil, err

@@ -124,6 +124,9 @@ func TestTokenExchangeRequest(t *testing.T) {
 				t.Errorf("%s = %q, want %q", name, got, want)
 			}
 		}
+		if !r.red.has(pemOf(t, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(testKey()))) {
+			t.Error("the private key is not given to the redactor")
+		}
 		if appJWT, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer "); !r.red.has(appJWT) {
 			t.Error("the App JWT is not given to the redactor")
 		}
