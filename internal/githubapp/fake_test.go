@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,11 +87,28 @@ type fakeGitHub struct {
 	gate    chan struct{}
 }
 
+// Routes of the fake, under its prefix.
+const (
+	lookupRoute   = "GET /repos/{owner}/{repo}/installation"
+	exchangeRoute = "POST /app/installations/{installation_id}/access_tokens"
+)
+
 func newFake(t testing.TB, c *clock, prefix string) *fakeGitHub {
+	return newFakeChecked(t, c, prefix, nil)
+}
+
+// newFakeChecked is newFake with check wrapping the handler of each of
+// GitHub's App routes (named by route).
+func newFakeChecked(t testing.TB, c *clock, prefix string, check func(route string, h http.HandlerFunc) http.HandlerFunc) *fakeGitHub {
 	f := &fakeGitHub{t: t, clock: c, installations: map[string]int64{"acme/widgets": 42}, issued: map[string]bool{}}
+	if check == nil {
+		check = func(_ string, h http.HandlerFunc) http.HandlerFunc { return h }
+	}
+	method, path, _ := strings.Cut(lookupRoute, " ")
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+prefix+"/repos/{owner}/{repo}/installation", f.lookup)
-	mux.HandleFunc("POST "+prefix+"/app/installations/{id}/access_tokens", f.exchange)
+	mux.HandleFunc(method+" "+prefix+path, check(lookupRoute, f.lookup))
+	method, path, _ = strings.Cut(exchangeRoute, " ")
+	mux.HandleFunc(method+" "+prefix+path, check(exchangeRoute, f.exchange))
 	mux.HandleFunc("GET "+prefix+"/repos/{owner}/{repo}/issues", f.issues)
 	mux.HandleFunc("POST "+prefix+"/repos/{owner}/{repo}/issues", f.issues)
 	f.srv = httptest.NewServer(mux)
@@ -144,7 +164,10 @@ func (f *fakeGitHub) lookup(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found", "documentation_url": "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"})
 	default:
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "app_id": 123456, "target_type": "Organization", "account": map[string]any{"login": r.PathValue("owner")}, "repository_selection": "selected"})
+		inst := example(f.t, "installation.json")
+		inst["id"] = id
+		inst["account"].(map[string]any)["login"] = r.PathValue("owner")
+		writeJSON(w, http.StatusOK, inst)
 	}
 }
 
@@ -181,16 +204,35 @@ func (f *fakeGitHub) exchange(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.issued[tok] = true
 	f.mu.Unlock()
-	repos := []map[string]any{}
+	answer := example(f.t, "installation-token.json")
+	documented := answer["repositories"].([]any)[0].(map[string]any)
+	repos := []any{}
 	for _, name := range append(req.Repositories, extra) {
 		if name != "" {
-			repos = append(repos, map[string]any{"id": 1, "name": name, "full_name": "acme/" + name})
+			repo := maps.Clone(documented)
+			repo["name"], repo["full_name"] = name, "acme/"+name
+			repos = append(repos, repo)
 		}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"token": tok, "expires_at": f.clock.Now().Add(time.Hour).UTC().Format(time.RFC3339),
-		"permissions": grant, "repository_selection": "selected", "repositories": repos,
-	})
+	answer["token"], answer["expires_at"] = tok, f.clock.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	answer["permissions"], answer["repositories"] = grant, repos
+	writeJSON(w, http.StatusCreated, answer)
+}
+
+// example is one of GitHub's documented example responses (testdata,
+// from the examples of GitHub's OpenAPI description), for the fake to
+// fill in.
+func example(t testing.TB, name string) map[string]any {
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Error(err)
+		return map[string]any{}
+	}
+	var v map[string]any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Error(err)
+	}
+	return v
 }
 
 // issues stands for any API call made with an installation token.
