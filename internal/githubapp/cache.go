@@ -20,9 +20,9 @@ const (
 	// on GitHub by then, and a replica that died holding it delays the
 	// others at most this long.
 	lockTTL = 20 * time.Second
-	// lockPoll is how often a waiting replica checks that the winner is
-	// still at work, in case its result was published before the waiter
-	// listened or the winner died.
+	// lockPoll is how often a waiting replica looks at the lock besides
+	// being woken, so a missed wake-up, or a holder that died (its lock
+	// expires), costs at most this much more.
 	lockPoll = 250 * time.Millisecond
 )
 
