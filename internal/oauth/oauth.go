@@ -2,7 +2,6 @@ package oauth
 
 import (
 	"context"
-	"crypto/cipher"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
@@ -148,8 +148,7 @@ func flowErr(kind, format string, args ...any) *FlowError {
 // concurrent use, and several replicas may share one Store.
 type Service struct {
 	store       *store.Store
-	aead        cipher.AEAD
-	keyID       string
+	box         *seal.Box
 	publicURL   string
 	redirectURI string
 	metadataURL string
@@ -167,7 +166,7 @@ func New(o Options) (*Service, error) {
 	if o.Store == nil {
 		return nil, errors.New("oauth: Options.Store is required")
 	}
-	aead, keyID, err := newCipher(o.Key, o.KeyID)
+	box, err := newBox(o.Key, o.KeyID)
 	if err != nil {
 		return nil, err
 	}
@@ -178,8 +177,7 @@ func New(o Options) (*Service, error) {
 	base := strings.TrimSuffix(o.PublicURL, "/")
 	s := &Service{
 		store:       o.Store,
-		aead:        aead,
-		keyID:       keyID,
+		box:         box,
 		publicURL:   base,
 		redirectURI: base + CallbackPath,
 		metadataURL: o.ClientMetadataURL,
