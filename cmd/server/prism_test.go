@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -166,6 +167,7 @@ func TestPetstoreOnPrism(t *testing.T) {
 				if got := tap.since(before); len(got) != 0 {
 					t.Fatalf("Prism was sent %v", got)
 				}
+				prismRefuses(t, tap.URL+"/pet/ten")
 			})
 		})
 	}
@@ -334,7 +336,27 @@ allowlists:
 		if got := tap.since(before); len(got) != 0 {
 			t.Fatalf("Prism was sent %v", got)
 		}
+		prismRefuses(t, tap.URL+"/repos/octocat/Hello-World/issues/one")
 	})
+}
+
+// prismRefuses checks that Prism itself answers a GET of url 4xx with a
+// violation: what patchbay refused is a request Prism would reject.
+func prismRefuses(t *testing.T, url string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer any")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// The violation is in the sl-violations header, or in a problem
+	// body when the document declares no 4xx answer to give.
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 4 || !strings.Contains(resp.Header.Get("sl-violations")+string(body), "integer") {
+		t.Fatalf("Prism answers GET %s with %d %q %s", url, resp.StatusCode, resp.Header.Get("sl-violations"), body)
+	}
 }
 
 var localRef = regexp.MustCompile(`"#/components/([^/"]+)/([^/"]+)"`)
