@@ -156,18 +156,9 @@ func TestPetstoreOnPrism(t *testing.T) {
 			t.Run("wrong type refused at gate 2", func(t *testing.T) {
 				// Prism answers GET /pet/ten with 400 "petid must be
 				// integer"; patchbay refuses it before sending anything.
-				before := tap.count()
-				ex := postAny(t, srv.url, "k1", []byte(`{"wait":"10s","workflow":{"version":1,
+				refusedAtGate2(t, srv, tap, `{"wait":"10s","workflow":{"version":1,
 					"connections":{"pets":{}},"root":{"kind":"call","id":"read","connection":"pets","op":"getPetById",
-					"args":{"petId":{"$expr":"$input.id"}}}},"input":{"id":"ten"}}`))
-				e, _ := ex["error"].(map[string]any)
-				if ex["status"] != "failed" || e["code"] != "steering_denied" || e["gate"] != 2.0 {
-					t.Fatalf("execution: %v", ex)
-				}
-				if got := tap.since(before); len(got) != 0 {
-					t.Fatalf("Prism was sent %v", got)
-				}
-				prismRefuses(t, tap.URL+"/pet/ten")
+					"args":{"petId":{"$expr":"$input.id"}}}},"input":{"id":"ten"}}`, "/pet/ten")
 			})
 		})
 	}
@@ -325,25 +316,29 @@ allowlists:
 	})
 
 	t.Run("wrong type refused at gate 2", func(t *testing.T) {
-		before := tap.count()
-		ex := postAny(t, srv.url, "k1", []byte(`{"wait":"10s","workflow":{"version":1,
+		refusedAtGate2(t, srv, tap, `{"wait":"10s","workflow":{"version":1,
 			"connections":{"github":{}},"root":{"kind":"call","id":"read","connection":"github","op":"issues/get",
-			"args":{"owner":"octocat","repo":"Hello-World","issue_number":"one"}}}}`))
-		e, _ := ex["error"].(map[string]any)
-		if ex["status"] != "failed" || e["code"] != "steering_denied" || e["gate"] != 2.0 {
-			t.Fatalf("execution: %v", ex)
-		}
-		if got := tap.since(before); len(got) != 0 {
-			t.Fatalf("Prism was sent %v", got)
-		}
-		prismRefuses(t, tap.URL+"/repos/octocat/Hello-World/issues/one")
+			"args":{"owner":"octocat","repo":"Hello-World","issue_number":"one"}}}}`, "/repos/octocat/Hello-World/issues/one")
 	})
 }
 
-// prismRefuses checks that Prism itself answers a GET of url 4xx with a
-// violation: what patchbay refused is a request Prism would reject.
-func prismRefuses(t *testing.T, url string) {
+// refusedAtGate2 posts an execution whose one call has an argument of the
+// wrong type, and checks that patchbay refuses it at gate 2 with nothing
+// sent to Prism, and that Prism itself answers a GET of path (that call's
+// request) 4xx with a violation: what patchbay refused first is a request
+// Prism would reject.
+func refusedAtGate2(t *testing.T, srv *server_, tap *prismTap, execution, path string) {
 	t.Helper()
+	before := tap.count()
+	ex := postAny(t, srv.url, "k1", []byte(execution))
+	e, _ := ex["error"].(map[string]any)
+	if ex["status"] != "failed" || e["code"] != "steering_denied" || e["gate"] != 2.0 {
+		t.Fatalf("execution: %v", ex)
+	}
+	if got := tap.since(before); len(got) != 0 {
+		t.Fatalf("Prism was sent %v", got)
+	}
+	url := tap.URL + path
 	req, _ := http.NewRequest("GET", url, nil)
 	req.Header.Set("Authorization", "Bearer any")
 	resp, err := http.DefaultClient.Do(req)
