@@ -415,5 +415,6 @@ func trimDocument(t *testing.T, src string, paths ...string) string {
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%s trimmed to %d paths, %d KiB", filepath.Base(src), len(kept), len(out)>>10)
 	return path
 }

@@ -40,6 +40,7 @@ func Prism(t testing.TB, doc string) string {
 	}
 	var out logTail
 	cmd.Stdout = &out
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +68,7 @@ func Prism(t testing.TB, doc string) string {
 		if !ok || !strings.HasPrefix(addr, "127.0.0.1:") {
 			t.Fatalf("prism did not report a loopback address (got %q):\n%s", addr, out.String())
 		}
+		t.Logf("prism %s on %s: listening after %s", PrismVersion, filepath.Base(doc), time.Since(started).Round(time.Millisecond))
 		return "http://" + addr
 	case <-time.After(prismStart):
 		t.Fatalf("prism did not listen within %s:\n%s", prismStart, out.String())
