@@ -186,8 +186,15 @@ func TestPetstoreAgentOnPrism(t *testing.T) {
 	checkClean(t, tap.since(0), "GET /pet/10")
 	llm.mu.Lock()
 	defer llm.mu.Unlock()
-	if !slices.Contains(llm.offered, "pets_getPetById") || !strings.Contains(llm.result, "doggie") {
-		t.Fatalf("tools offered %v; tool result sent back %q", llm.offered, llm.result)
+	// The model sees the schema gate 2 checks: petId is an integer.
+	var params struct {
+		Properties map[string]struct {
+			Type string `json:"type"`
+		} `json:"properties"`
+	}
+	_ = json.Unmarshal(llm.offered["pets_getPetById"], &params)
+	if params.Properties["petId"].Type != "integer" || len(llm.offered) != 8 || !strings.Contains(llm.result, "doggie") {
+		t.Fatalf("tools offered %s; tool result sent back %q", llm.offered, llm.result)
 	}
 }
 
@@ -205,12 +212,12 @@ func mustRead(t *testing.T, path string) string {
 type scriptedLLM struct {
 	*httptest.Server
 	mu      sync.Mutex
-	offered []string
+	offered map[string]json.RawMessage // tool id → its parameters
 	result  string
 }
 
 func newScriptedLLM(t *testing.T, tool, args, text string) *scriptedLLM {
-	f := &scriptedLLM{}
+	f := &scriptedLLM{offered: map[string]json.RawMessage{}}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Messages []struct {
@@ -219,7 +226,8 @@ func newScriptedLLM(t *testing.T, tool, args, text string) *scriptedLLM {
 			} `json:"messages"`
 			Tools []struct {
 				Function struct {
-					Name string `json:"name"`
+					Name       string          `json:"name"`
+					Parameters json.RawMessage `json:"parameters"`
 				} `json:"function"`
 			} `json:"tools"`
 		}
@@ -237,7 +245,7 @@ func newScriptedLLM(t *testing.T, tool, args, text string) *scriptedLLM {
 		}
 		if !round2 {
 			for _, tl := range body.Tools {
-				f.offered = append(f.offered, tl.Function.Name)
+				f.offered[tl.Function.Name] = tl.Function.Parameters
 			}
 		}
 		f.mu.Unlock()
