@@ -164,8 +164,8 @@ type Connection struct {
 	// OpenAPI makes the entry a REST API described by an OpenAPI 3
 	// document (see OpenAPI).
 	OpenAPI *OpenAPI `yaml:"openapi"`
-	// Auth is the sign-in an http or sse MCP server needs (OAuth), nil
-	// for none. See Auth.
+	// Auth is the sign-in an http or sse MCP server or an OpenAPI API
+	// needs (OAuth), nil for none. See Auth.
 	Auth   *Auth   `yaml:"auth"`
 	Policy *Policy `yaml:"policy"`
 	// RequiresPrincipal marks a connection that acts as a user: its

@@ -384,7 +384,7 @@ connections:
 				{"connections.a.openapi.include[0]", "not empty"},
 				{"connections.a.openapi.timeoutMs", "must not be negative"},
 				{"connections.a.openapi.url", "is required"},
-				{"connections.b.auth", "only supported on an mcp connection"},
+				{"connections.b.auth", "needs openapi.baseUrl"},
 				{"connections.b.openapi.url", "file path"},
 				{"connections.b.pool", "needs an mcp server"},
 				{"connections.c", "exactly one kind, has mcp and openapi"},
@@ -706,6 +706,23 @@ func TestLoadAuth(t *testing.T) {
 		},
 		{name: "secret without id", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { clientSecret: s } } }`, wants: []want{{"connections.r.auth.oauth.clientSecret", "needs clientId"}}},
 		{name: "bad scope", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { scopes: ["a b", ""] } } }`, wants: []want{{"connections.r.auth.oauth.scopes[0]", "one scope token"}, {"connections.r.auth.oauth.scopes[1]", "one scope token"}}},
+		{
+			name: "openapi per user",
+			conn: `{ openapi: { url: "https://h/openapi.json", headers: { X-Team: t } }, auth: { oauth: { scopes: [repo] }, perUser: true }, requiresPrincipal: true }`,
+			check: func(t *testing.T, c config.Connection) {
+				if c.OpenAPI == nil || c.Auth == nil || !c.Auth.PerUser || !c.RequiresPrincipal || strings.Join(c.Auth.OAuth.Scopes, " ") != "repo" {
+					t.Errorf("conn = %+v auth = %+v", c, c.Auth)
+				}
+			},
+		},
+		{name: "openapi file with baseUrl", conn: `{ openapi: { url: ./api.yaml, baseUrl: "https://api.h" }, auth: oauth }`},
+		{name: "openapi file without baseUrl", conn: `{ openapi: { url: ./api.yaml }, auth: oauth }`, wants: []want{{"connections.r.auth", "needs openapi.baseUrl"}}},
+		{
+			name:  "openapi with an Authorization header",
+			conn:  `{ openapi: { url: "https://h/openapi.json", headers: { Authorization: "Bearer ${env:CSEC}" } }, auth: oauth }`,
+			wants: []want{{"connections.r.auth", "cannot be combined with an Authorization header (openapi.headers.Authorization)"}},
+		},
+		{name: "source", conn: `{ source: { events: { x: {} } }, auth: oauth }`, wants: []want{{"connections.r.auth", "or an openapi connection"}}},
 		{name: "requiresPrincipal not a bool", conn: `{ mcp: { command: x }, requiresPrincipal: sometimes }`, wants: []want{{"connections.r.requiresPrincipal", "true or false"}}},
 		{name: "unset env", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { clientId: "${env:NOPE}" } } }`, wants: []want{{"connections.r.auth.oauth.clientId", "NOPE is not set"}}},
 	}

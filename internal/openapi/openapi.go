@@ -16,10 +16,17 @@
 // A call turns arguments into a request to the base URL (baseUrl, else
 // servers[0].url with its variables' defaults, else the document's
 // origin) with the configured headers, the per-call credentials the
-// harness resolved, and an Idempotency-Key on requests other than GET and
+// harness resolved (an OAuth entry's token: the call's principal's on a
+// per-user sign-in, the shared one otherwise), and an Idempotency-Key on requests other than GET and
 // HEAD. A 2xx answer returns its JSON (null when empty, the text when not
-// JSON); anything else is a *harness.CallError with the status and the
-// start of the body, which the harness redacts like every error.
+// JSON); a 401 to a call with per-call credentials wraps
+// harness.ErrNeedsSignIn (the harness refreshes the token once); anything
+// else is a *harness.CallError with the status and the start of the body,
+// which the harness redacts like every error.
+//
+// The document is read once for everyone, so it only ever carries the
+// entry's headers and, with auth, the shared sign-in's token (see
+// SharedCredentials), and those only as docAuth allows.
 package openapi
 
 import (
@@ -75,9 +82,14 @@ type Options struct {
 	// for the document request when headers go with it); nil refuses
 	// such headers.
 	Secrets SecretResolver
-	// Redactor is told every value resolved from Secrets before it is
-	// sent, so it is scrubbed from records, events and logs.
+	// Redactor is told every value resolved from Secrets or Shared
+	// before it is sent, so it is scrubbed from records, events and logs.
 	Redactor Redactor
+	// Shared gives the credential the document request carries, when
+	// docAuth lets credentials go with it, for an entry with auth; nil
+	// for none. A call's own credential comes from the harness instead
+	// (harness.Credentials, resolved per call for its principal).
+	Shared SharedCredentials
 }
 
 // Provider opens the connection behind one openapi entry.
