@@ -214,8 +214,9 @@ type OpenAPI struct {
 	// Headers go with every call (an API key, say). They go with the
 	// document request only as DocAuth says.
 	Headers map[string]string `yaml:"headers"`
-	// Include selects operations by operationId or tag; empty means all.
-	Include []string `yaml:"include"`
+	// Include selects operations by operationId or tag, or by an
+	// expression (see Include); empty means all.
+	Include []Include `yaml:"include"`
 	// DocAuth says whether Headers go with the document request: true
 	// always, false never, unset only when BaseURL is set and has the
 	// same origin as URL (documents often live on another host, and

@@ -356,7 +356,7 @@ connections:
       url: https://raw.example.com/api.yaml
       baseUrl: https://api.example.com
       headers: { Authorization: "Bearer ${env:GH_TOKEN}", X-Other: "t=${secret:gh.other}" }
-      include: [issues, pulls/get]
+      include: [issues, pulls/get, { $expr: "method == 'GET' && 'repos' in tags" }]
       docAuth: false
     policy: { approve: ["issues/create"] }
     determinism: costly
@@ -365,7 +365,8 @@ connections:
 			check: func(t *testing.T, f config.File) {
 				c := f.Connections["github"]
 				o := c.OpenAPI
-				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.Headers["X-Other"] != "t=${secret:gh.other}" || o.DocAuth == nil || *o.DocAuth || len(o.Include) != 2 || c.Determinism != "costly" {
+				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.Headers["X-Other"] != "t=${secret:gh.other}" || o.DocAuth == nil || *o.DocAuth || c.Determinism != "costly" ||
+					!reflect.DeepEqual(o.Include, []config.Include{{Name: "issues"}, {Name: "pulls/get"}, config.IncludeExpr("method == 'GET' && 'repos' in tags")}) {
 					t.Errorf("github = %+v %+v", c, o)
 				}
 			},
@@ -374,7 +375,7 @@ connections:
 			name: "openapi problems",
 			file: `
 connections:
-  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: [""], timeoutMs: -1 } }
+  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: ["", { $expr: "method ==" }, { $expr: "path" }, { $expr: "nope == 1" }, { expr: x }, [x]], timeoutMs: -1 } }
   b: { openapi: { url: "gopher://x" }, pool: { max: 2 }, auth: oauth }
   c: { openapi: { url: ./api.yaml, headers: { X-Key: "${env:NOPE}", X-Bad: "${secret:a b}" } }, mcp: { command: x } }
 `,
@@ -382,6 +383,12 @@ connections:
 				{"connections.a.openapi.baseUrl", "absolute http:// or https:// URL"},
 				{"connections.a.openapi.headers.bad header", "not a valid HTTP header name"},
 				{"connections.a.openapi.include[0]", "not empty"},
+				{"connections.a.openapi.include[1].$expr", "not a valid include expression"},
+				{"connections.a.openapi.include[2].$expr", "expected bool"},
+				{"connections.a.openapi.include[3].$expr", "unknown name nope"},
+				{"connections.a.openapi.include[4].$expr", "is required"},
+				{"connections.a.openapi.include[4].expr", "unknown field"},
+				{"connections.a.openapi.include[5]", "must be a mapping, not a list"},
 				{"connections.a.openapi.timeoutMs", "must not be negative"},
 				{"connections.a.openapi.url", "is required"},
 				{"connections.b.auth", "needs openapi.baseUrl"},

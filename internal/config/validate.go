@@ -485,11 +485,7 @@ func (o *OpenAPI) validate(ps *problems, path string) {
 		}
 	}
 	validateHeaders(ps, path+".headers", o.Headers)
-	for i, in := range o.Include {
-		if strings.TrimSpace(in) == "" {
-			ps.add(fmt.Sprintf("%s.include[%d]", path, i), "must be an operationId or a tag, not empty")
-		}
-	}
+	validateInclude(ps, path+".include", o.Include)
 	if o.TimeoutMs < 0 {
 		ps.add(path+".timeoutMs", "must not be negative")
 	}

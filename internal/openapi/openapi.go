@@ -1,7 +1,8 @@
 // Package openapi is the OpenAPI provider: a REST API described by an
 // OpenAPI 3.0 or 3.1 document (JSON or YAML, from a URL or a file) becomes
 // a connection whose operations are the document's path × method pairs,
-// or those the entry's include selects by operationId or tag.
+// or those the entry's include selects by operationId, tag or expression
+// (see config.Include).
 //
 // The document is parsed with github.com/getkin/kin-openapi, which checks
 // it is an OpenAPI 3 document; the input schemas are built from the
@@ -173,7 +174,11 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
 	}
-	ops, unmatched, err := parseOperations(root, p.spec.Include)
+	sel, err := newSelector(p.spec.Include)
+	if err != nil {
+		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
+	}
+	ops, unmatched, err := parseOperations(ctx, root, sel)
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
 	}
