@@ -46,6 +46,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -98,11 +99,15 @@ type Provider struct {
 	name string
 	spec config.OpenAPI
 	opts Options
+
+	mu    sync.Mutex
+	sum   string // the operations' hash at the last load
+	epoch int64
 }
 
 // New returns the provider of the entry called name.
 func New(name string, spec config.OpenAPI, opts *Options) *Provider {
-	p := &Provider{name: name, spec: spec}
+	p := &Provider{name: name, spec: spec, epoch: 1}
 	if opts != nil {
 		p.opts = *opts
 	}
@@ -206,20 +211,34 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 		p.opts.Logger.Warn("openapi: "+msg, "connection", p.name)
 	}
 	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", base)
 	for _, op := range ops {
 		c.manifest.Operations = append(c.manifest.Operations, op.Spec)
 		c.ops[op.Name] = op
 		fmt.Fprintf(h, "%s %s %s %s\n", op.Name, op.Method, op.Path, op.Spec.InputSchema)
 	}
-	// The instance names the document and what it declares: a changed
-	// document is another thing to talk to, so recorded results are
-	// judged against the identity they were made with.
-	c.identity = harness.Identity{
-		Surface:  "openapi",
-		Instance: redactURL(p.spec.URL) + "#" + hex.EncodeToString(h.Sum(nil))[:16],
-		Epoch:    1,
-	}
+	c.identity = p.identity(hex.EncodeToString(h.Sum(nil))[:16])
 	return c, nil
+}
+
+// identity is the connection's identity for the operations hashed to
+// sum. The instance names the document and what it declares (where calls
+// go, and each operation's name, method, path and input schema), so every
+// replica that loads the same document agrees on it, and a changed
+// document is another thing to talk to: recorded results are judged
+// against the identity they were made with, by the entry's determinism.
+// The epoch moves on each time a reload finds the operations changed, as
+// an MCP connection's does when its session is renewed.
+func (p *Provider) identity(sum string) harness.Identity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sum != sum {
+		if p.sum != "" {
+			p.epoch++
+		}
+		p.sum = sum
+	}
+	return harness.Identity{Surface: "openapi", Instance: redactURL(p.spec.URL) + "#" + sum, Epoch: p.epoch}
 }
 
 // parseDocument checks data is an OpenAPI 3 document and returns it as
