@@ -238,6 +238,7 @@ func buildOperation(r resolver, name, method, path string, tags []string, item, 
 		Description: fmt.Sprintf("%s %s", method, path) + prefixed(desc),
 		InputSchema: mustJSON(schema),
 		Annotations: annotations(method, raw),
+		HTTP:        &harness.HTTPRoute{Method: method, Path: path},
 	}
 	return op
 }
