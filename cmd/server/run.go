@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if spec.OpenAPI != nil {
 			opts := &openapi.Options{Logger: logger, Secrets: secrets, Redactor: redactor}
 			if usesOAuth(spec) {
-				opts.Shared = oauthSvc
+				opts.Shared, opts.SharedOnly = oauthSvc, !spec.Auth.PerUser
 			}
 			p = openapi.New(name, *spec.OpenAPI, opts)
 			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)

@@ -92,6 +92,11 @@ type Options struct {
 	// for none. A call's own credential comes from the harness instead
 	// (harness.Credentials, resolved per call for its principal).
 	Shared SharedCredentials
+	// SharedOnly says every call uses the shared sign-in (auth without
+	// perUser): until someone signs in, the connection needs a sign-in,
+	// as a shared MCP server does, rather than being ready for calls
+	// that are all refused.
+	SharedOnly bool
 }
 
 // Provider opens the connection behind one openapi entry.
@@ -171,6 +176,11 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	started := time.Now()
+	if p.opts.SharedOnly && p.opts.Shared != nil {
+		if _, _, err := p.opts.Shared.SharedHeaders(ctx, p.name); err != nil {
+			return nil, fmt.Errorf("openapi %s: %w", p.name, err)
+		}
+	}
 	data, docURL, err := p.fetchDocument(ctx)
 	if err != nil {
 		return nil, err

@@ -86,3 +86,23 @@ func TestDocumentCarriesOnlyTheSharedToken(t *testing.T) {
 		})
 	}
 }
+
+// An entry whose calls all use the shared sign-in needs one before it is
+// ready, even when its document is public.
+func TestSharedOnlyNeedsTheSignIn(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"openapi":"3.0.3","info":{"title":"t","version":"1"},"paths":{}}`)
+	}))
+	t.Cleanup(ts.Close)
+	spec := config.OpenAPI{URL: ts.URL + "/doc.json"}
+	if _, err := New("api", spec, &Options{Shared: fakeShared{false}, SharedOnly: true}).Connect(context.Background()); !errors.Is(err, harness.ErrNeedsSignIn) {
+		t.Fatalf("shared, nobody signed in: err = %v, want ErrNeedsSignIn", err)
+	}
+	if _, err := New("api", spec, &Options{Shared: fakeShared{true}, SharedOnly: true}).Connect(context.Background()); err != nil {
+		t.Fatalf("shared, signed in: %v", err)
+	}
+	if _, err := New("api", spec, &Options{Shared: fakeShared{false}}).Connect(context.Background()); err != nil {
+		t.Fatalf("per user, no shared sign-in: %v", err)
+	}
+}
