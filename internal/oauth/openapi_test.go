@@ -34,6 +34,9 @@ type fakeAPI struct {
 const apiDocument = `{"openapi":"3.0.3","info":{"title":"who","version":"1"},
  "paths":{"/whoami":{"get":{"operationId":"whoami","responses":{"200":{"description":"ok"}}}}}}`
 
+// callWhoami is a document with one call of the fake API's operation.
+const callWhoami = `{"version":1,"connections":{"` + connName + `":{}},"root":{"kind":"call","id":"c","connection":"` + connName + `","op":"whoami","args":{}}}`
+
 func newFakeAPI(t *testing.T, as *fakeAS) *fakeAPI {
 	t.Helper()
 	a := &fakeAPI{as: as}
@@ -98,8 +101,7 @@ func TestOpenAPIPerUserTokens(t *testing.T) {
 
 	run := func(principal string) *harness.Execution {
 		t.Helper()
-		doc := `{"version":1,"connections":{"` + connName + `":{}},"root":{"kind":"call","id":"c","connection":"` + connName + `","op":"whoami","args":{}}}`
-		ex, err := execs.Submit(t.Context(), harness.Request{Workflow: json.RawMessage(doc), Principal: principal, Allowlist: "ops"})
+		ex, err := execs.Submit(t.Context(), harness.Request{Workflow: json.RawMessage(callWhoami), Principal: principal, Allowlist: "ops"})
 		must(t, err)
 		ex, err = execs.Wait(t.Context(), ex.ID, 10*time.Second)
 		must(t, err)
@@ -120,6 +122,13 @@ func TestOpenAPIPerUserTokens(t *testing.T) {
 	}
 	if len(docs) != 1 || docs[0] != "" {
 		t.Fatalf("document requests carried %q, want one without a token: only a shared sign-in may read it", docs)
+	}
+
+	// A run for nobody (a trigger's) does not see a per-user connection.
+	host, _, err := execs.SubmitOnce(t.Context(), "host-run", json.RawMessage(callWhoami), nil)
+	must(t, err)
+	if host, err = execs.Wait(t.Context(), host.ID, 10*time.Second); err != nil || host.Status != harness.ExecFailed || host.Error.Gate != harness.GateDeclared || !strings.Contains(host.Error.Message, "no principal") {
+		t.Fatalf("host run: %+v, %v; want refused at gate 1", host, err)
 	}
 
 	// carol has not signed in: refused before anything is sent.
