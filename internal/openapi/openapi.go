@@ -18,8 +18,8 @@
 // servers[0].url with its variables' defaults, else the document's
 // origin) with the configured headers, the per-call credentials the
 // harness resolved (an OAuth entry's token: the call's principal's on a
-// per-user sign-in, the shared one otherwise), and an Idempotency-Key on requests other than GET and
-// HEAD. A 2xx answer returns its JSON (null when empty, the text when not
+// per-user sign-in, the shared one otherwise), and an Idempotency-Key on
+// requests other than GET and HEAD. A 2xx answer returns its JSON (null when empty, the text when not
 // JSON); a 401 to a call with per-call credentials wraps
 // harness.ErrNeedsSignIn (the harness refreshes the token once); anything
 // else is a *harness.CallError with the status and the start of the body,
