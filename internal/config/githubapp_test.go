@@ -80,8 +80,8 @@ func TestLoadGitHubApp(t *testing.T) {
 			},
 		},
 		{
-			name:  "bad expressions",
-			conn:  `{ ` + api + `, requiresPrincipal: true, auth: { githubApp: { ` + app + `, owner: { $expr: "1 +" }, repo: { $expr: "42" }, permissions: { $expr: "x", issues: read }, discovery: { owner: a, repo: b, permissions: { metadata: read } } } } }`,
+			name: "bad expressions",
+			conn: `{ ` + api + `, requiresPrincipal: true, auth: { githubApp: { ` + app + `, owner: { $expr: "1 +" }, repo: { $expr: "42" }, permissions: { $expr: "x", issues: read }, discovery: { owner: a, repo: b, permissions: { metadata: read } } } } }`,
 			wants: []want{
 				{"connections.r.auth.githubApp.owner.$expr", "not a valid string expression"},
 				{"connections.r.auth.githubApp.permissions", "not both"},
