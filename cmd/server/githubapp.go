@@ -112,8 +112,9 @@ func (c *appConn) scope(ctx context.Context, principal string) (githubapp.Scope,
 	if c.owner == nil && c.repo == nil && c.perms == nil {
 		return s, nil
 	}
-	if principal == "" {
-		return s, errors.New("the token's scope depends on the caller, and this execution has no principal")
+	if principal == "" || principal == harness.HostPrincipal {
+		// requiresPrincipal hides the connection from such runs first.
+		return s, errors.New("the token's scope depends on the caller, and this execution runs for no one")
 	}
 	env := map[string]any{"principal": principal}
 	str := func(p *sandbox.Program, what string, into *string) error {
