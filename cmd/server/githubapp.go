@@ -164,13 +164,19 @@ func permissionsOf(v any) (map[string]string, error) {
 	return out, nil
 }
 
-// headers are the Authorization header of a call for principal.
-func (c *appConn) headers(ctx context.Context, principal string) (map[string]string, error) {
+// forCall is the source and scope of a call made for principal.
+func (c *appConn) forCall(ctx context.Context, principal string) (*githubapp.Source, githubapp.Scope, error) {
 	scope, err := c.scope(ctx, principal)
 	if err != nil {
-		return nil, fmt.Errorf("github app: %w", err)
+		return nil, scope, fmt.Errorf("github app: %w", err)
 	}
 	src, err := c.src.get(ctx)
+	return src, scope, err
+}
+
+// headers are the Authorization header of a call for principal.
+func (c *appConn) headers(ctx context.Context, principal string) (map[string]string, error) {
+	src, scope, err := c.forCall(ctx, principal)
 	if err != nil {
 		return nil, err
 	}
@@ -250,11 +256,7 @@ func (m credentialMux) Headers(ctx context.Context, connection, principal string
 // expiry): invalidated, and a fresh one minted once.
 func (m credentialMux) Refresh(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, error) {
 	if c, ok := m.apps[connection]; ok {
-		scope, err := c.scope(ctx, principal)
-		if err != nil {
-			return nil, fmt.Errorf("github app: %w", err)
-		}
-		src, err := c.src.get(ctx)
+		src, scope, err := c.forCall(ctx, principal)
 		if err != nil {
 			return nil, err
 		}

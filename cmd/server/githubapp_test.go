@@ -257,7 +257,7 @@ func TestGitHubAppOpenAPI(t *testing.T) {
 			}
 			for who, id := range ids {
 				key := "k-" + strings.TrimSuffix(who, "-again")
-				noTokenIn(t, srv.url, key, id, append(tokens, gh.KeyPEM()[40:80])...)
+				checkNoSecretAs(t, srv.url, key, id, append(tokens, gh.KeyPEM()[40:80])...)
 			}
 			out := srv.output.String()
 			for _, tok := range tokens {
@@ -269,9 +269,9 @@ func TestGitHubAppOpenAPI(t *testing.T) {
 	}
 }
 
-// noTokenIn reads an execution's record and events as key and fails when
-// any of tokens appears in either.
-func noTokenIn(t *testing.T, base, key, id string, tokens ...string) {
+// checkNoSecretAs reads an execution's record and events as key and
+// fails when any of tokens appears in either.
+func checkNoSecretAs(t *testing.T, base, key, id string, tokens ...string) {
 	t.Helper()
 	for _, path := range []string{"/v1/executions/" + id, "/v1/executions/" + id + "/events"} {
 		req, _ := http.NewRequest("GET", base+path, nil)

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // petstore is a Petstore-like API with its OpenAPI 3 document at
@@ -263,41 +262,10 @@ func postAny(t *testing.T, base, key string, body []byte) map[string]any {
 // a secret appears in either.
 func checkNoSecret(t *testing.T, base, id string, secrets ...string) {
 	t.Helper()
-	c := &http.Client{Timeout: 10 * time.Second}
-	for _, path := range []string{"/v1/executions/" + id, "/v1/executions/" + id + "/events"} {
-		req, _ := http.NewRequest("GET", base+path, nil)
-		req.Header.Set("Authorization", "Bearer k1")
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || len(data) == 0 {
-			t.Fatalf("GET %s = %d %s", path, resp.StatusCode, data)
-		}
-		for _, secret := range secrets {
-			if strings.Contains(string(data), secret) {
-				t.Fatalf("GET %s shows a secret:\n%s", path, data)
-			}
-		}
-	}
+	checkNoSecretAs(t, base, "k1", id, secrets...)
 }
 
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("Authorization", "Bearer k1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s = %d %s", url, resp.StatusCode, data)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		t.Fatalf("GET %s: %v\n%s", url, err, data)
-	}
+	getJSONAs(t, url, "k1", v)
 }
