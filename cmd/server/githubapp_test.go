@@ -345,3 +345,48 @@ func TestGitHubAppCredentialsForNoOne(t *testing.T) {
 		t.Fatalf("%d exchanges", n)
 	}
 }
+
+// TestGitHubAppAgentOpensIssue: a model turn (the agent shorthand, a fake
+// model server) opens an issue through the App-authenticated connection.
+// The call carries alice's org's token; neither the model, nor the
+// record, the events or the log ever see it.
+func TestGitHubAppAgentOpensIssue(t *testing.T) {
+	t.Parallel()
+	api := newIssuesAPI(t)
+	gh := api.gh
+	gh.Install("acme", "widgets", 1)
+	gh.Install("alice-org", "widgets", 2)
+	llm := newScriptedCalls(t, []scriptedCall{
+		{"gh_issues_create", `{"owner": "alice-org", "repo": "widgets", "title": "Flaky test", "body": "seen twice"}`},
+	}, "Opened issue 1.")
+	cfg := writeConfig(t, mustRead(t, gitHubAppConfig(t, gh))+fmt.Sprintf("models:\n  local: { type: openai, baseURL: %q }\n", llm.URL+"/v1"))
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_SECRET_GH_APP_KEY": gh.KeyPEM(),
+		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
+	})
+	status, ex := post2(strings.TrimPrefix(srv.url, "http://"), "k-alice",
+		[]byte(`{"agent":{"model":"local/llama3","instructions":"Open an issue about the flaky test."},"input":"go"}`))
+	if status != http.StatusAccepted {
+		t.Fatalf("POST = %d %v", status, ex)
+	}
+	ex = waitDoneAs(t, srv.url, "k-alice", ex["id"].(string))
+	if ex["status"] != "succeeded" || ex["output"] != "Opened issue 1." {
+		t.Fatalf("execution = %v", ex)
+	}
+	calls := api.called()
+	if len(calls) != 1 || calls[0].Owner != "alice-org" || calls[0].Permissions["issues"] != "write" {
+		t.Fatalf("API calls carried %+v", calls)
+	}
+	llm.mu.Lock()
+	results := strings.Join(llm.results, "\n")
+	llm.mu.Unlock()
+	if !strings.Contains(results, "Flaky test") {
+		t.Fatalf("tool results sent to the model: %q", results)
+	}
+	for _, tok := range gh.Tokens() {
+		if strings.Contains(results, tok) || strings.Contains(srv.output.String(), tok) {
+			t.Fatal("an installation token reached the model or the log")
+		}
+	}
+	checkNoSecretAs(t, srv.url, "k-alice", ex["id"].(string), gh.Tokens()...)
+}
