@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -8,13 +9,17 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/server"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/demo"
 	"github.com/patchbay-dev/patchbay/internal/githubapp/githubapptest"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -387,6 +392,75 @@ func TestGitHubAppAgentOpensIssue(t *testing.T) {
 		if strings.Contains(results, tok) || strings.Contains(srv.output.String(), tok) {
 			t.Fatal("an installation token reached the model or the log")
 		}
+	}
+	checkNoSecretAs(t, srv.url, "k-alice", ex["id"].(string), gh.Tokens()...)
+}
+
+// TestGitHubAppMCP: a remote MCP server authenticated by a GitHub App.
+// The connection's own session (initialize, tools/list) carries the
+// discovery token; alice's call goes in a session of hers, with her
+// org's token.
+func TestGitHubAppMCP(t *testing.T) {
+	t.Parallel()
+	gh := githubapptest.New(t, "4242")
+	gh.Install("acme", "widgets", 1)
+	gh.Install("alice-org", "widgets", 2)
+	var mu sync.Mutex
+	seen := map[string][]string{} // JSON-RPC method → the owners of the tokens it carried
+	demoSrv := server.NewStreamableHTTPServer(demo.NewServer())
+	mcpHTTP := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g, ok := gh.GrantOf(r)
+		if !ok {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var msg struct {
+			Method string `json:"method"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		mu.Lock()
+		seen[msg.Method] = append(seen[msg.Method], g.Owner)
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		demoSrv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(mcpHTTP.Close)
+	cfg := writeConfig(t, fmt.Sprintf(`
+connections:
+  remote:
+    mcp: { url: %[1]q }
+    requiresPrincipal: true
+    auth:
+      githubApp:
+        appId: %[2]q
+        privateKey: "${secret:gh-app-key}"
+        apiBaseUrl: %[3]q
+        owner: { $expr: "principal + '-org'" }
+        repo: widgets
+        permissions: { contents: read }
+        discovery: { owner: acme, repo: widgets, permissions: { metadata: read } }
+apiKeys:
+  - { name: alice, key: k-alice, allowlist: default }
+allowlists:
+  default: { connections: { remote: { ops: ["*"] } } }
+`, mcpHTTP.URL+"/mcp", gh.AppID, gh.URL))
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_SECRET_GH_APP_KEY": gh.KeyPEM(),
+		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
+	})
+	ex := postAny(t, srv.url, "k-alice", []byte(`{"wait":"10s","workflow":{"version":1,"connections":{"remote":{}},
+		"root":{"kind":"call","id":"sum","connection":"remote","op":"add","args":{"a":2,"b":3}}}}`))
+	if ex["status"] != "succeeded" {
+		t.Fatalf("execution = %v", ex)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if lists := seen["tools/list"]; len(lists) == 0 || lists[0] != "acme" {
+		t.Fatalf("tools/list carried tokens of %v, want the discovery scope's (acme)", lists)
+	}
+	if calls := seen["tools/call"]; len(calls) != 1 || calls[0] != "alice-org" {
+		t.Fatalf("tools/call carried tokens of %v, want alice-org's", calls)
 	}
 	checkNoSecretAs(t, srv.url, "k-alice", ex["id"].(string), gh.Tokens()...)
 }
