@@ -131,7 +131,7 @@ func (a *issuesAPI) called() []githubapptest.Grant {
 
 // gitHubAppConfig is a config with one OpenAPI connection, gh, whose
 // calls carry a token for the caller's own org (<principal>-org/widgets),
-// and three callers; carol's org has no installation.
+// and four callers; carol's and dave's orgs have no installation.
 func gitHubAppConfig(t *testing.T, gh *githubapptest.Server) string {
 	return writeConfig(t, fmt.Sprintf(`
 connections:
@@ -151,6 +151,7 @@ apiKeys:
   - { name: alice, key: k-alice, allowlist: default }
   - { name: bob, key: k-bob, allowlist: default }
   - { name: carol, key: k-carol, allowlist: default }
+  - { name: dave, key: k-dave, allowlist: default }
 allowlists:
   default:
     connections:
@@ -163,8 +164,9 @@ allowlists:
 // carry a token minted for its own org's installation; the document
 // request carries the narrow discovery token; a token never shows in a
 // record, an event or the log; an org without the App fails the call with
-// not_installed and leaves the connection ready; a token revoked early is
-// replaced once.
+// not_installed and leaves the connection ready; a secondary rate limit
+// fails it with rate_limited and GitHub's retry-after; a token revoked
+// early is replaced once.
 func TestGitHubAppOpenAPI(t *testing.T) {
 	t.Parallel()
 	api := newIssuesAPI(t)
@@ -234,6 +236,18 @@ func TestGitHubAppOpenAPI(t *testing.T) {
 					t.Fatalf("after carol's failure the connection is %s", conn.State)
 				}
 				ids["carol"] = ex["id"].(string)
+			})
+
+			t.Run("rate limited", func(t *testing.T) {
+				gh.ReplyTo("dave-org", "widgets", githubapptest.Reply{Status: http.StatusForbidden,
+					Header: map[string]string{"Retry-After": "30"}, Body: `{"message":"You have exceeded a secondary rate limit."}`})
+				ex := postAny(t, srv.url, "k-dave", []byte(`{"wait":"10s","workflow":{"version":1,"connections":{"gh":{}},
+					"root":{"kind":"call","id":"open","connection":"gh","op":"issues/create","args":{"owner":"dave-org","repo":"widgets","title":"x"}}}}`))
+				msg := fmt.Sprint(ex["error"])
+				if ex["status"] != "failed" || !strings.Contains(msg, "rate_limited") || !strings.Contains(msg, "retry after 30s") {
+					t.Fatalf("execution = %v, want failed with rate_limited and its retry-after", ex)
+				}
+				ids["dave"] = ex["id"].(string)
 			})
 
 			t.Run("revoked token replaced once", func(t *testing.T) {

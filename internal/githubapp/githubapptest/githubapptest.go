@@ -41,6 +41,7 @@ type Server struct {
 
 	mu            sync.Mutex
 	installations map[string]int64 // lower-cased owner/repo
+	replies       map[string]Reply // lower-cased owner/repo → canned lookup answer
 	grants        map[string]Grant // by token
 	exchanges     int
 }
@@ -53,7 +54,7 @@ func New(t testing.TB, appID string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{AppID: appID, Key: key, mux: http.NewServeMux(), installations: map[string]int64{}, grants: map[string]Grant{}}
+	s := &Server{AppID: appID, Key: key, mux: http.NewServeMux(), installations: map[string]int64{}, replies: map[string]Reply{}, grants: map[string]Grant{}}
 	s.mux.HandleFunc("GET /repos/{owner}/{repo}/installation", s.lookup)
 	s.mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.exchange)
 	srv := httptest.NewServer(s.mux)
@@ -72,6 +73,21 @@ func (s *Server) Install(owner, repo string, id int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.installations[strings.ToLower(owner+"/"+repo)] = id
+}
+
+// Reply is a canned answer.
+type Reply struct {
+	Status int
+	Header map[string]string
+	Body   string
+}
+
+// ReplyTo makes the installation lookup of owner/repo answer r (a rate
+// limit, say) instead of looking the installation up.
+func (s *Server) ReplyTo(owner, repo string, r Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replies[strings.ToLower(owner+"/"+repo)] = r
 }
 
 // Handle serves pattern (a net/http pattern) besides the App routes: a
@@ -149,7 +165,17 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	owner, repo := r.PathValue("owner"), r.PathValue("repo")
 	s.mu.Lock()
 	id, ok := s.installations[strings.ToLower(owner+"/"+repo)]
+	canned, isCanned := s.replies[strings.ToLower(owner+"/"+repo)]
 	s.mu.Unlock()
+	if isCanned {
+		for k, v := range canned.Header {
+			w.Header().Set(k, v)
+		}
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(canned.Status)
+		_, _ = io.WriteString(w, canned.Body)
+		return
+	}
 	if !ok {
 		WriteJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found", "documentation_url": "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"})
 		return
