@@ -57,6 +57,9 @@ func gitHubApps(cfg *config.Config, st *store.Store, secrets harness.SecretStore
 		src, ok := sources[id]
 		switch {
 		case !ok:
+			if _, isRef := config.SecretRef(g.PrivateKey); !isRef {
+				redactor.Add(g.PrivateKey) // a key written into the file
+			}
 			src = &lazySource{secrets: secrets, keyRef: g.PrivateKey, opts: githubapp.Options{
 				AppID: g.AppID, APIBaseURL: g.APIBaseURL, Store: st, Redactor: redactor, Key: key, KeyID: keyID,
 			}}
