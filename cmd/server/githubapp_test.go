@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -477,4 +478,27 @@ allowlists:
 		t.Fatalf("tools/call carried tokens of %v, want alice-org's", calls)
 	}
 	checkNoSecretAs(t, srv.url, "k-alice", ex["id"].(string), gh.Tokens()...)
+}
+
+// TestGitHubAppNeedsSecretKeyOnRedis: tokens are sealed under
+// PATCHBAY_SECRET_KEY, which every replica must share, so a githubApp
+// connection on a real Redis without it is refused at start.
+func TestGitHubAppNeedsSecretKeyOnRedis(t *testing.T) {
+	t.Parallel()
+	if storetest.URL(t) == "" {
+		t.Skip("needs a real Redis (" + storetest.EnvURL + ")")
+	}
+	gh := githubapptest.New(t, "4242")
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"PATCHBAY_CONFIG": gitHubAppConfig(t, gh)}[k]
+	}, os.ReadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := storetest.New(t)
+	_, err = gitHubApps(cfg, st, nil, harness.NewSecretRedactor(), slog.New(slog.DiscardHandler))
+	var ve *config.ValidationError
+	if !errors.As(err, &ve) || ve.Problems[0].Path != "PATCHBAY_SECRET_KEY" || !strings.Contains(ve.Problems[0].Message, "auth: githubApp") {
+		t.Fatalf("err = %v, want PATCHBAY_SECRET_KEY required", err)
+	}
 }
