@@ -502,3 +502,41 @@ func TestGitHubAppNeedsSecretKeyOnRedis(t *testing.T) {
 		t.Fatalf("err = %v, want PATCHBAY_SECRET_KEY required", err)
 	}
 }
+
+// TestGitHubAppKeyResolvedOnFirstUse: the private key is read from the
+// secret chain when a token is first needed; a key that is missing then
+// fails that call (naming the secret, not a value) and is looked up
+// again on the next.
+func TestGitHubAppKeyResolvedOnFirstUse(t *testing.T) {
+	t.Parallel()
+	gh := githubapptest.New(t, "4242")
+	gh.Install("alice-org", "widgets", 2)
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"PATCHBAY_CONFIG": gitHubAppConfig(t, gh)}[k]
+	}, os.ReadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	env := map[string]string{}
+	secrets := harness.NewEnvSecrets(func(k string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		return env[k]
+	})
+	apps, err := gitHubApps(cfg, storetest.NewEmbedded(t), secrets, harness.NewSecretRedactor(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := callCredentials(apps, nil)
+	if _, _, err := creds.Headers(context.Background(), "gh", "alice"); err == nil || !strings.Contains(err.Error(), "${secret:gh-app-key}") {
+		t.Fatalf("without the key: err = %v", err)
+	}
+	mu.Lock()
+	env["PATCHBAY_SECRET_GH_APP_KEY"] = gh.KeyPEM()
+	mu.Unlock()
+	h, ok, err := creds.Headers(context.Background(), "gh", "alice")
+	if err != nil || !ok || !strings.HasPrefix(h["Authorization"], "Bearer ghs_") {
+		t.Fatalf("with the key: %v %v %v", h, ok, err)
+	}
+}
