@@ -251,6 +251,9 @@ type Auth struct {
 	// PerUser keeps each principal's own tokens; false keeps one shared
 	// token, the operator's.
 	PerUser bool `yaml:"perUser"`
+	// ServiceAccount makes a drive entry act as a Google service account
+	// instead of signing in with OAuth (see ServiceAccount).
+	ServiceAccount *ServiceAccount `yaml:"serviceAccount"`
 
 	word string // the scalar form as written, checked by Validate
 }
