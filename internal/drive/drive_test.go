@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
+	"github.com/patchbay-dev/patchbay/internal/drive/drivetest"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -24,7 +25,7 @@ const (
 )
 
 type bundle struct {
-	fake *fakeDrive
+	fake *drivetest.Drive
 	conn harness.Conn
 }
 
@@ -32,8 +33,8 @@ type bundle struct {
 // per-user provider over it (no service account).
 func setup(t *testing.T, spec config.Drive) *bundle {
 	t.Helper()
-	fake := newFakeDrive(t, map[string]string{"tok-alice": "alice", "tok-bob": "bob"})
-	spec.APIBaseURL, spec.UploadBaseURL = fake.apiURL(), fake.uploadURL()
+	fake := drivetest.New(t, map[string]string{"tok-alice": "alice", "tok-bob": "bob"})
+	spec.APIBaseURL, spec.UploadBaseURL = fake.APIURL(), fake.UploadURL()
 	c, err := drive.New("gdrive", spec, nil).Connect(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +194,7 @@ func TestTools(t *testing.T) {
 	if again["created"] != false || fileOf(t, again)["id"] != q1["id"] {
 		t.Fatalf("second save_file = %v", again)
 	}
-	if got := string(fake.file("tok-alice", q1["id"].(string)).Content); got != "second" {
+	if got := string(fake.File("tok-alice", q1["id"].(string)).Content); got != "second" {
 		t.Fatalf("content after save = %q", got)
 	}
 
@@ -221,7 +222,7 @@ func TestTools(t *testing.T) {
 		callError(t, err, `no folder "Nowhere"`)
 	}
 	updated := b.must(t, "alice", "update_file", map[string]any{"fileId": created["id"], "content": "# notes, v2"})
-	if updated["id"] != created["id"] || string(fake.file("tok-alice", created["id"].(string)).Content) != "# notes, v2" {
+	if updated["id"] != created["id"] || string(fake.File("tok-alice", created["id"].(string)).Content) != "# notes, v2" {
 		t.Fatalf("update_file = %v", updated)
 	}
 
@@ -242,7 +243,7 @@ func TestTools(t *testing.T) {
 	}
 
 	del := b.must(t, "alice", "delete_file", map[string]any{"path": "Reports/notes.md"})
-	if del["deleted"] != true || del["fileId"] != created["id"] || fake.file("tok-alice", created["id"].(string)) != nil {
+	if del["deleted"] != true || del["fileId"] != created["id"] || fake.File("tok-alice", created["id"].(string)) != nil {
 		t.Fatalf("delete_file = %v", del)
 	}
 	if _, err := b.as(t, "alice", "delete_file", map[string]any{"fileId": created["id"]}); err == nil {
@@ -253,8 +254,8 @@ func TestTools(t *testing.T) {
 
 	// How the requests went out.
 	var multipart, media, altMedia int
-	for _, r := range fake.requests() {
-		q := r.query()
+	for _, r := range fake.Requests() {
+		q := r.Query()
 		switch {
 		case r.Method == "POST" && r.Path == "/upload/drive/v3/files" && q.Get("uploadType") == "multipart":
 			multipart++
@@ -280,13 +281,13 @@ func TestReadFormats(t *testing.T) {
 	t.Parallel()
 	b := setup(t, config.Drive{MaxFileBytes: 16})
 	f := b.fake
-	doc := f.add("tok-alice", "Plan", docMIME, "root", "the plan")
-	sheet := f.add("tok-alice", "Budget", sheetMIME, "root", "a,b\n1,2\n")
-	slides := f.add("tok-alice", "Deck", slidesMIME, "root", "slide one")
-	f.add("tok-alice", "logo.png", "image/png", "root", "\x89PNG\r\n\x1a\n\xff")
-	big := f.add("tok-alice", "big.txt", "text/plain", "root", strings.Repeat("x", 17))
-	folder := f.add("tok-alice", "Folder", drive.FolderMIME, "root", "")
-	form := f.add("tok-alice", "Survey", "application/vnd.google-apps.form", "root", "")
+	doc := f.Add("tok-alice", "Plan", docMIME, "root", "the plan")
+	sheet := f.Add("tok-alice", "Budget", sheetMIME, "root", "a,b\n1,2\n")
+	slides := f.Add("tok-alice", "Deck", slidesMIME, "root", "slide one")
+	f.Add("tok-alice", "logo.png", "image/png", "root", "\x89PNG\r\n\x1a\n\xff")
+	big := f.Add("tok-alice", "big.txt", "text/plain", "root", strings.Repeat("x", 17))
+	folder := f.Add("tok-alice", "Folder", drive.FolderMIME, "root", "")
+	form := f.Add("tok-alice", "Survey", "application/vnd.google-apps.form", "root", "")
 
 	for _, tc := range []struct{ id, content, as string }{
 		{doc, "the plan", "text/plain"}, {sheet, "a,b\n1,2\n", "text/csv"}, {slides, "slide one", "text/plain"},
@@ -300,13 +301,13 @@ func TestReadFormats(t *testing.T) {
 	if raw, _ := base64.StdEncoding.DecodeString(r["content"].(string)); r["encoding"] != "base64" || string(raw) != "\x89PNG\r\n\x1a\n\xff" {
 		t.Fatalf("binary read = %v", r)
 	}
-	before := len(f.requests())
+	before := len(f.Requests())
 	for id, want := range map[string]string{big: "17 bytes, more than the 16", folder: "is a folder", form: "has no text form"} {
 		_, err := b.as(t, "alice", "read_file", map[string]any{"fileId": id})
 		callError(t, err, want)
 	}
-	for _, r := range f.requests()[before:] {
-		if r.query().Get("alt") == "media" || strings.HasSuffix(r.Path, "/export") {
+	for _, r := range f.Requests()[before:] {
+		if r.Query().Get("alt") == "media" || strings.HasSuffix(r.Path, "/export") {
 			t.Fatalf("content fetched for a refused read: %+v", r)
 		}
 	}
@@ -324,12 +325,12 @@ func TestAmbiguousPaths(t *testing.T) {
 	t.Parallel()
 	b := setup(t, config.Drive{})
 	f := b.fake
-	a1 := f.add("tok-alice", "dup.txt", "text/plain", "root", "one")
-	a2 := f.add("tok-alice", "dup.txt", "text/plain", "root", "two")
-	p1 := f.add("tok-alice", "Projects", drive.FolderMIME, "root", "")
-	p2 := f.add("tok-alice", "Projects", drive.FolderMIME, "root", "")
-	f.add("tok-alice", "readme.txt", "text/plain", p1, "in p1")
-	f.pageCap = 1 // Drive may split the matches over pages
+	a1 := f.Add("tok-alice", "dup.txt", "text/plain", "root", "one")
+	a2 := f.Add("tok-alice", "dup.txt", "text/plain", "root", "two")
+	p1 := f.Add("tok-alice", "Projects", drive.FolderMIME, "root", "")
+	p2 := f.Add("tok-alice", "Projects", drive.FolderMIME, "root", "")
+	f.Add("tok-alice", "readme.txt", "text/plain", p1, "in p1")
+	f.SetPageCap(1) // Drive may split the matches over pages
 
 	for _, tc := range []struct {
 		op   string
@@ -344,16 +345,16 @@ func TestAmbiguousPaths(t *testing.T) {
 		{"save_file", map[string]any{"path": "Projects/new.txt", "content": "x"}, []string{p1, p2}},
 		{"create_file", map[string]any{"name": "n.txt", "content": "x", "folderPath": "Projects"}, []string{p1, p2}},
 	} {
-		before := len(f.requests())
+		before := len(f.Requests())
 		_, err := b.as(t, "alice", tc.op, tc.args)
 		callError(t, err, fmt.Sprintf("ids %s, %s", tc.ids[0], tc.ids[1]))
-		for _, r := range f.requests()[before:] {
+		for _, r := range f.Requests()[before:] {
 			if r.Method != "GET" {
 				t.Fatalf("%s %v sent %s %s", tc.op, tc.args, r.Method, r.Path)
 			}
 		}
 	}
-	if string(f.file("tok-alice", a1).Content) != "one" || f.file("tok-alice", a2) == nil {
+	if string(f.File("tok-alice", a1).Content) != "one" || f.File("tok-alice", a2) == nil {
 		t.Fatal("an ambiguous path changed a file")
 	}
 }
@@ -364,16 +365,16 @@ func TestQuoting(t *testing.T) {
 	t.Parallel()
 	b := setup(t, config.Drive{})
 	name := `it's a \ name' or name contains '.txt`
-	dir := b.fake.add("tok-alice", `Bob's \folder`, drive.FolderMIME, "root", "")
-	id := b.fake.add("tok-alice", name, "text/plain", dir, "quoted")
-	b.fake.add("tok-alice", "other.txt", "text/plain", dir, "not this")
+	dir := b.fake.Add("tok-alice", `Bob's \folder`, drive.FolderMIME, "root", "")
+	id := b.fake.Add("tok-alice", name, "text/plain", dir, "quoted")
+	b.fake.Add("tok-alice", "other.txt", "text/plain", dir, "not this")
 	r := b.must(t, "alice", "read_file", map[string]any{"path": `Bob's \folder/` + name})
 	if r["content"] != "quoted" || fileOf(t, r)["id"] != id {
 		t.Fatalf("read_file = %v", r)
 	}
 	var qs []string
-	for _, s := range b.fake.requests() {
-		qs = append(qs, s.query().Get("q"))
+	for _, s := range b.fake.Requests() {
+		qs = append(qs, s.Query().Get("q"))
 	}
 	want := `'` + dir + `' in parents and name = 'it\'s a \\ name\' or name contains \'.txt' and trashed = false`
 	if !strings.Contains(strings.Join(qs, "\n"), want) {
@@ -384,11 +385,11 @@ func TestQuoting(t *testing.T) {
 // TestRootFolder: paths and the default listing start at rootFolderId.
 func TestRootFolder(t *testing.T) {
 	t.Parallel()
-	fake := newFakeDrive(t, map[string]string{"tok-alice": "alice"})
-	shared := fake.add("tok-alice", "Shared", drive.FolderMIME, "root", "")
-	fake.add("tok-alice", "a.txt", "text/plain", "root", "outside")
-	fake.add("tok-alice", "a.txt", "text/plain", shared, "inside")
-	c, err := drive.New("gdrive", config.Drive{RootFolderID: shared, APIBaseURL: fake.apiURL(), UploadBaseURL: fake.uploadURL()}, nil).Connect(context.Background())
+	fake := drivetest.New(t, map[string]string{"tok-alice": "alice"})
+	shared := fake.Add("tok-alice", "Shared", drive.FolderMIME, "root", "")
+	fake.Add("tok-alice", "a.txt", "text/plain", "root", "outside")
+	fake.Add("tok-alice", "a.txt", "text/plain", shared, "inside")
+	c, err := drive.New("gdrive", config.Drive{RootFolderID: shared, APIBaseURL: fake.APIURL(), UploadBaseURL: fake.UploadURL()}, nil).Connect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +401,7 @@ func TestRootFolder(t *testing.T) {
 		t.Fatalf("list_files = %v", l)
 	}
 	saved := b.must(t, "alice", "save_file", map[string]any{"path": "new/b.txt", "content": "b"})
-	dir := fake.file("tok-alice", fileOf(t, saved)["parents"].([]any)[0].(string))
+	dir := fake.File("tok-alice", fileOf(t, saved)["parents"].([]any)[0].(string))
 	if dir.Name != "new" || dir.Parents[0] != shared {
 		t.Fatalf("folder created at %+v", dir)
 	}
@@ -413,8 +414,8 @@ func TestRootFolder(t *testing.T) {
 func TestPerUser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, config.Drive{})
-	b.fake.add("tok-alice", "me.txt", "text/plain", "root", "alice's")
-	b.fake.add("tok-bob", "me.txt", "text/plain", "root", "bob's")
+	b.fake.Add("tok-alice", "me.txt", "text/plain", "root", "alice's")
+	b.fake.Add("tok-bob", "me.txt", "text/plain", "root", "bob's")
 	var wg sync.WaitGroup
 	for i := range 20 {
 		user := []string{"alice", "bob"}[i%2]
@@ -426,18 +427,18 @@ func TestPerUser(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for _, r := range b.fake.requests() {
+	for _, r := range b.fake.Requests() {
 		if r.Auth != "Bearer tok-"+r.Owner {
 			t.Fatalf("request %+v", r)
 		}
 	}
 
-	before := len(b.fake.requests())
+	before := len(b.fake.Requests())
 	_, err := b.conn.Call(context.Background(), harness.CallRequest{Op: "list_files", Args: map[string]any{}})
 	if !errors.Is(err, harness.ErrNeedsSignIn) {
 		t.Fatalf("a call without credentials: %v", err)
 	}
-	if len(b.fake.requests()) != before {
+	if len(b.fake.Requests()) != before {
 		t.Fatal("a call without credentials was sent")
 	}
 	_, err = b.conn.Call(context.Background(), harness.CallRequest{Op: "list_files", Args: map[string]any{},

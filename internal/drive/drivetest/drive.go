@@ -1,4 +1,9 @@
-package drive_test
+// Package drivetest is a local fake of the Google Drive v3 endpoints
+// the drive provider uses, and of Google's token endpoint for service
+// accounts, for tests of the provider and of the server that wires it.
+// Both are written from Google's documented requests and answers and
+// listen on loopback only.
+package drivetest
 
 import (
 	"encoding/json"
@@ -17,74 +22,110 @@ import (
 	"unicode"
 )
 
-// fakeDrive is a local stand-in for the Drive v3 endpoints the provider
-// uses, written from Google's reference (files.list/get/create/update/
-// delete/export and the upload protocols): requests are checked for the
-// shape Google documents and answered with Drive's resource and error
-// shapes. Each access token has a Drive of its own, so per-user calls
-// are told apart by what they see.
-type fakeDrive struct {
-	t  *testing.T
+// Drive is a local stand-in for the Drive v3 endpoints the provider
+// uses, written from Google's reference (files.list, get, create, update,
+// delete and export, and the multipart and media upload protocols):
+// requests are checked for the shape Google documents and answered with
+// Drive's resource and error shapes. Each access token has a Drive of its
+// own, so per-user calls are told apart by what they see; a request with
+// an unknown token gets Drive's 401.
+type Drive struct {
+	t  testing.TB
 	mu sync.Mutex
 	// drives maps an access token to its owner's files.
-	drives map[string]*fakeFiles
-	// seen records "METHOD path?uploadType" with the token's owner.
-	seen    []seenRequest
+	drives  map[string]*ownerFiles
+	seen    []Request
 	nextID  int
 	srv     *httptest.Server
-	pageCap int // files.list answers at most this many (0: pageSize)
+	pageCap int
 }
 
-type seenRequest struct {
-	Owner, Method, Path, Query, Auth string
+// Request is one request the fake received, with the owner of the token
+// it carried ("" for none or an unknown one).
+type Request struct {
+	Owner, Method, Path, RawQuery, Auth string
 }
 
-type fakeFiles struct {
+type ownerFiles struct {
 	owner string
-	files map[string]*fakeFile
+	files map[string]*File
 }
 
-type fakeFile struct {
+// File is a file or folder in a fake Drive.
+type File struct {
 	ID, Name, MimeType string
 	Parents            []string
 	Content            []byte
 	Trashed            bool
 }
 
-func newFakeDrive(t *testing.T, tokens map[string]string) *fakeDrive {
-	f := &fakeDrive{t: t, drives: map[string]*fakeFiles{}}
+// New starts a fake Drive; tokens maps each access token it accepts to
+// the owner of the Drive it opens.
+func New(t testing.TB, tokens map[string]string) *Drive {
+	f := &Drive{t: t, drives: map[string]*ownerFiles{}}
 	for tok, owner := range tokens {
-		f.drives[tok] = &fakeFiles{owner: owner, files: map[string]*fakeFile{}}
+		f.drives[tok] = &ownerFiles{owner: owner, files: map[string]*File{}}
 	}
 	f.srv = httptest.NewServer(f)
 	t.Cleanup(f.srv.Close)
 	return f
 }
 
-func (f *fakeDrive) apiURL() string    { return f.srv.URL + "/drive/v3" }
-func (f *fakeDrive) uploadURL() string { return f.srv.URL + "/upload/drive/v3" }
+// SetPageCap makes files.list answer at most n files a page, as Drive
+// may (0: pageSize).
+func (f *Drive) SetPageCap(n int) {
+	f.mu.Lock()
+	f.pageCap = n
+	f.mu.Unlock()
+}
 
-// add puts a file in owner's Drive under parent and returns its id.
-func (f *fakeDrive) add(token, name, mimeType, parent, content string) string {
+// Alias makes token open the same Drive as existing.
+func (f *Drive) Alias(token, existing string) {
+	f.mu.Lock()
+	f.drives[token] = f.drives[existing]
+	f.mu.Unlock()
+}
+
+// Revoke makes Drive refuse token from now on.
+func (f *Drive) Revoke(token string) {
+	f.mu.Lock()
+	delete(f.drives, token)
+	f.mu.Unlock()
+}
+
+// APIURL and UploadURL are the provider's apiBaseUrl and uploadBaseUrl.
+func (f *Drive) APIURL() string    { return f.srv.URL + "/drive/v3" }
+func (f *Drive) UploadURL() string { return f.srv.URL + "/upload/drive/v3" }
+
+// Add puts a file in the Drive of token under parent and returns its id.
+func (f *Drive) Add(token, name, mimeType, parent, content string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.addLocked(f.drives[token], name, mimeType, parent, []byte(content))
 }
 
-func (f *fakeDrive) addLocked(d *fakeFiles, name, mimeType, parent string, content []byte) string {
+func (f *Drive) addLocked(d *ownerFiles, name, mimeType, parent string, content []byte) string {
 	f.nextID++
 	id := fmt.Sprintf("id%03d", f.nextID)
-	d.files[id] = &fakeFile{ID: id, Name: name, MimeType: mimeType, Parents: []string{parent}, Content: content}
+	d.files[id] = &File{ID: id, Name: name, MimeType: mimeType, Parents: []string{parent}, Content: content}
 	return id
 }
 
-func (f *fakeDrive) file(token, id string) *fakeFile {
+// File is a copy of the file id in the Drive of token, or nil.
+func (f *Drive) File(token, id string) *File {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.drives[token].files[id]
+	fl := f.drives[token].files[id]
+	if fl == nil {
+		return nil
+	}
+	c := *fl
+	c.Content = slices.Clone(fl.Content)
+	return &c
 }
 
-func (f *fakeDrive) requests() []seenRequest {
+// Requests are the requests received so far.
+func (f *Drive) Requests() []Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.seen)
@@ -100,7 +141,7 @@ func driveError(w http.ResponseWriter, code int, reason, msg string) {
 	}})
 }
 
-func (f *fakeDrive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (f *Drive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	auth := r.Header.Get("Authorization")
@@ -109,7 +150,7 @@ func (f *fakeDrive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d != nil {
 		owner = d.owner
 	}
-	f.seen = append(f.seen, seenRequest{Owner: owner, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: auth})
+	f.seen = append(f.seen, Request{Owner: owner, Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Auth: auth})
 	if d == nil || !strings.HasPrefix(auth, "Bearer ") {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="https://accounts.google.com/"`)
 		driveError(w, 401, "authError", "Request had invalid authentication credentials.")
@@ -145,7 +186,7 @@ func (f *fakeDrive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (f *fakeDrive) deleteTree(d *fakeFiles, id string) {
+func (f *Drive) deleteTree(d *ownerFiles, id string) {
 	delete(d.files, id)
 	for cid, c := range d.files {
 		if slices.Contains(c.Parents, id) {
@@ -156,7 +197,7 @@ func (f *fakeDrive) deleteTree(d *fakeFiles, id string) {
 
 // resource is a file as Drive answers it (all the fields the provider
 // asks for; size only for files with binary content).
-func resource(fl *fakeFile) map[string]any {
+func resource(fl *File) map[string]any {
 	m := map[string]any{
 		"kind": "drive#file", "id": fl.ID, "name": fl.Name, "mimeType": fl.MimeType, "parents": fl.Parents,
 		"modifiedTime": "2026-12-01T10:00:00.000Z", "webViewLink": "https://drive.google.com/file/d/" + fl.ID + "/view",
@@ -172,7 +213,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func (f *fakeDrive) list(w http.ResponseWriter, r *http.Request, d *fakeFiles) {
+func (f *Drive) list(w http.ResponseWriter, r *http.Request, d *ownerFiles) {
 	q := r.URL.Query()
 	if !strings.HasPrefix(q.Get("fields"), "nextPageToken,incompleteSearch,files(") {
 		f.t.Errorf("files.list fields = %q", q.Get("fields"))
@@ -182,13 +223,13 @@ func (f *fakeDrive) list(w http.ResponseWriter, r *http.Request, d *fakeFiles) {
 		driveError(w, 400, "invalid", "Invalid Value")
 		return
 	}
-	var all []*fakeFile
+	var all []*File
 	for _, fl := range d.files {
 		if match(fl) {
 			all = append(all, fl)
 		}
 	}
-	slices.SortFunc(all, func(a, b *fakeFile) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(all, func(a, b *File) int { return strings.Compare(a.ID, b.ID) })
 	size := 100
 	if s := q.Get("pageSize"); s != "" {
 		size, _ = strconv.Atoi(s)
@@ -209,7 +250,7 @@ func (f *fakeDrive) list(w http.ResponseWriter, r *http.Request, d *fakeFiles) {
 	writeJSON(w, out)
 }
 
-func (f *fakeDrive) get(w http.ResponseWriter, r *http.Request, d *fakeFiles, id string) {
+func (f *Drive) get(w http.ResponseWriter, r *http.Request, d *ownerFiles, id string) {
 	fl := d.files[id]
 	if fl == nil {
 		driveError(w, 404, "notFound", "File not found: "+id+".")
@@ -235,7 +276,7 @@ var exportable = map[string][]string{
 	"application/vnd.google-apps.presentation": {"text/plain", "application/pdf"},
 }
 
-func (f *fakeDrive) export(w http.ResponseWriter, r *http.Request, d *fakeFiles, id string) {
+func (f *Drive) export(w http.ResponseWriter, r *http.Request, d *ownerFiles, id string) {
 	fl := d.files[id]
 	if fl == nil {
 		driveError(w, 404, "notFound", "File not found: "+id+".")
@@ -250,7 +291,7 @@ func (f *fakeDrive) export(w http.ResponseWriter, r *http.Request, d *fakeFiles,
 	w.Write(fl.Content)
 }
 
-func (f *fakeDrive) checkParents(w http.ResponseWriter, d *fakeFiles, parents []string) bool {
+func (f *Drive) checkParents(w http.ResponseWriter, d *ownerFiles, parents []string) bool {
 	if len(parents) != 1 {
 		driveError(w, 400, "badRequest", "exactly one parent expected")
 		return false
@@ -269,7 +310,7 @@ type fakeMeta struct {
 }
 
 // createMetadata is files.create without content (a folder).
-func (f *fakeDrive) createMetadata(w http.ResponseWriter, r *http.Request, d *fakeFiles) {
+func (f *Drive) createMetadata(w http.ResponseWriter, r *http.Request, d *ownerFiles) {
 	var m fakeMeta
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" || json.NewDecoder(r.Body).Decode(&m) != nil {
 		driveError(w, 400, "parseError", "Parse Error")
@@ -286,7 +327,7 @@ func (f *fakeDrive) createMetadata(w http.ResponseWriter, r *http.Request, d *fa
 // multipart is served: a multipart/related body whose first part is the
 // metadata (application/json) and whose second is the media, as Google's
 // "Perform a multipart upload" describes.
-func (f *fakeDrive) createUpload(w http.ResponseWriter, r *http.Request, d *fakeFiles) {
+func (f *Drive) createUpload(w http.ResponseWriter, r *http.Request, d *ownerFiles) {
 	if ut := r.URL.Query().Get("uploadType"); ut != "multipart" {
 		driveError(w, 400, "badRequest", "uploadType "+ut+" is not served by this fake")
 		return
@@ -330,7 +371,7 @@ func (f *fakeDrive) createUpload(w http.ResponseWriter, r *http.Request, d *fake
 
 // updateMedia is files.update with uploadType=media: the body is the new
 // content, as Google's "Perform a simple upload" describes.
-func (f *fakeDrive) updateMedia(w http.ResponseWriter, r *http.Request, d *fakeFiles, id string) {
+func (f *Drive) updateMedia(w http.ResponseWriter, r *http.Request, d *ownerFiles, id string) {
 	if ut := r.URL.Query().Get("uploadType"); ut != "media" {
 		driveError(w, 400, "badRequest", "uploadType "+ut+" is not served by this fake for updates")
 		return
@@ -352,7 +393,7 @@ func (f *fakeDrive) updateMedia(w http.ResponseWriter, r *http.Request, d *fakeF
 // sends and the tests use: terms joined by and, parentheses,
 // 'id' in parents, name = / contains 'x', mimeType = / != 'x' and
 // trashed = true|false. String literals escape ' and \ with a backslash.
-func parseQuery(q string) (func(*fakeFile) bool, error) {
+func parseQuery(q string) (func(*File) bool, error) {
 	p := &qparser{s: q}
 	m, err := p.expr()
 	if err == nil && strings.TrimSpace(p.s[p.i:]) != "" {
@@ -407,8 +448,8 @@ func (p *qparser) literal() (string, error) {
 	return "", fmt.Errorf("unterminated literal")
 }
 
-func (p *qparser) expr() (func(*fakeFile) bool, error) {
-	var terms []func(*fakeFile) bool
+func (p *qparser) expr() (func(*File) bool, error) {
+	var terms []func(*File) bool
 	for {
 		t, err := p.term()
 		if err != nil {
@@ -418,7 +459,7 @@ func (p *qparser) expr() (func(*fakeFile) bool, error) {
 		save := p.i
 		if p.word() != "and" {
 			p.i = save
-			return func(fl *fakeFile) bool {
+			return func(fl *File) bool {
 				for _, t := range terms {
 					if !t(fl) {
 						return false
@@ -430,7 +471,7 @@ func (p *qparser) expr() (func(*fakeFile) bool, error) {
 	}
 }
 
-func (p *qparser) term() (func(*fakeFile) bool, error) {
+func (p *qparser) term() (func(*File) bool, error) {
 	p.skip()
 	if p.i < len(p.s) && p.s[p.i] == '(' {
 		p.i++
@@ -450,7 +491,7 @@ func (p *qparser) term() (func(*fakeFile) bool, error) {
 		if p.word() != "in" || p.word() != "parents" {
 			return nil, fmt.Errorf("'x' in parents expected")
 		}
-		return func(fl *fakeFile) bool { return slices.Contains(fl.Parents, id) }, nil
+		return func(fl *File) bool { return slices.Contains(fl.Parents, id) }, nil
 	}
 	field, op := p.word(), p.word()
 	if field == "trashed" && op == "=" {
@@ -458,7 +499,7 @@ func (p *qparser) term() (func(*fakeFile) bool, error) {
 		if v != "true" && v != "false" {
 			return nil, fmt.Errorf("trashed = true|false")
 		}
-		return func(fl *fakeFile) bool { return fl.Trashed == (v == "true") }, nil
+		return func(fl *File) bool { return fl.Trashed == (v == "true") }, nil
 	}
 	lit, err := p.literal()
 	if err != nil {
@@ -466,19 +507,19 @@ func (p *qparser) term() (func(*fakeFile) bool, error) {
 	}
 	switch field + " " + op {
 	case "name =":
-		return func(fl *fakeFile) bool { return fl.Name == lit }, nil
+		return func(fl *File) bool { return fl.Name == lit }, nil
 	case "name contains":
-		return func(fl *fakeFile) bool { return strings.Contains(strings.ToLower(fl.Name), strings.ToLower(lit)) }, nil
+		return func(fl *File) bool { return strings.Contains(strings.ToLower(fl.Name), strings.ToLower(lit)) }, nil
 	case "mimeType =":
-		return func(fl *fakeFile) bool { return fl.MimeType == lit }, nil
+		return func(fl *File) bool { return fl.MimeType == lit }, nil
 	case "mimeType !=":
-		return func(fl *fakeFile) bool { return fl.MimeType != lit }, nil
+		return func(fl *File) bool { return fl.MimeType != lit }, nil
 	}
 	return nil, fmt.Errorf("unsupported term %s %s", field, op)
 }
 
-// fakeQuery is url.Values of a recorded request.
-func (s seenRequest) query() url.Values {
-	v, _ := url.ParseQuery(s.Query)
+// Query is the recorded request's query.
+func (s Request) Query() url.Values {
+	v, _ := url.ParseQuery(s.RawQuery)
 	return v
 }
