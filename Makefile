@@ -52,6 +52,9 @@ bench: ## run the benchmarks and print their figures
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'AcquireRelease' -benchtime 20000x -count=1 ./internal/pools/
 	@# Webhook ingest rate and event→execution-start latency at 500 events/s, on the real Redis (127.0.0.1:6379 unless set).
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./internal/webhooks/
+	@# OpenAPI: a call through the provider vs a plain net/http request to the same Prism (npm) and
+	@# httptest endpoints, as a ratio; load time, kept heap and peak RSS for GitHub's description.
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./internal/openapi/
 
 generate: ## regenerate generated code (the admin UI's templ components, with the templ pinned in go.mod's tool directive)
 	$(GO) generate ./...

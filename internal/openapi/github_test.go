@@ -1,12 +1,15 @@
 package openapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -36,6 +39,21 @@ func TestGitHubDocument(t *testing.T) {
 				}
 				if _, ok := c.Info()["warning"]; !ok {
 					t.Fatal("no warning for 1,000+ operations without include")
+				}
+				// Gate 2 compiles an operation's schema at its first call:
+				// every one of a real document's must compile.
+				for _, op := range c.Manifest().Operations {
+					doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(op.InputSchema))
+					if err != nil {
+						t.Fatalf("%s: %v", op.Name, err)
+					}
+					comp := jsonschema.NewCompiler()
+					if err := comp.AddResource("mem://"+op.Name, doc); err != nil {
+						t.Fatalf("%s: %v", op.Name, err)
+					}
+					if _, err := comp.Compile("mem://" + op.Name); err != nil {
+						t.Errorf("the schema of %s does not compile: %v", op.Name, err)
+					}
 				}
 			},
 		},

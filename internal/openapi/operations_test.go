@@ -158,4 +158,15 @@ func TestOpenAPI30Dialect(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("schema = %v, want %v", got, want)
 	}
+	// GitHub's issues/create milestone: no type of its own, so null is
+	// added beside the branches (a "type": null here failed to compile).
+	branches := []any{map[string]any{"type": "string"}, map[string]any{"type": "integer"}}
+	got = r.schema(map[string]any{"oneOf": branches, "nullable": true}, 0, nil)
+	want = map[string]any{"anyOf": []any{map[string]any{"oneOf": branches}, map[string]any{"type": "null"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("schema = %v, want %v", got, want)
+	}
+	if got := r.schema(map[string]any{"nullable": true, "description": "anything"}, 0, nil); !reflect.DeepEqual(got, map[string]any{"description": "anything"}) {
+		t.Fatalf("open schema = %v", got)
+	}
 }

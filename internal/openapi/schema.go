@@ -154,9 +154,6 @@ func (r resolver) schema(v any, depth int, stack []string) any {
 				out[k] = r.schemaList(list, depth, stack)
 			}
 		}
-		if s["nullable"] == true {
-			out["type"] = withNull(out["type"])
-		}
 		for _, pair := range [][2]string{{"exclusiveMinimum", "minimum"}, {"exclusiveMaximum", "maximum"}} {
 			excl, bound := pair[0], pair[1]
 			if b, ok := out[excl].(bool); ok {
@@ -167,6 +164,9 @@ func (r resolver) schema(v any, depth int, stack []string) any {
 					delete(out, bound)
 				}
 			}
+		}
+		if s["nullable"] == true {
+			return orNull(out)
 		}
 		return out
 	default:
@@ -182,8 +182,24 @@ func (r resolver) schemaList(list []any, depth int, stack []string) []any {
 	return out
 }
 
-// withNull adds "null" to a type keyword (3.0's nullable: true). Without
-// a type there is nothing to widen: the schema already admits null.
+// orNull makes a schema admit null (3.0's nullable: true): its type gains
+// "null"; one without a type but with oneOf/anyOf/allOf (GitHub's
+// milestone: string or integer) becomes {anyOf: [it, {type: null}]}, since
+// its branches would refuse null; any other already admits it.
+func orNull(s map[string]any) map[string]any {
+	if t, ok := s["type"]; ok {
+		s["type"] = withNull(t)
+		return s
+	}
+	for _, k := range []string{"oneOf", "anyOf", "allOf"} {
+		if _, ok := s[k]; ok {
+			return map[string]any{"anyOf": []any{s, map[string]any{"type": "null"}}}
+		}
+	}
+	return s
+}
+
+// withNull adds "null" to a type keyword.
 func withNull(t any) any {
 	switch t := t.(type) {
 	case string:
