@@ -125,7 +125,7 @@ apiKeys:
 			if out, _ := ex["output"].(map[string]any); ex["status"] != "succeeded" || out["content"] != want {
 				t.Fatalf("execution with %s: %v", key, ex)
 			}
-			checkNoSecret(t, srv.url, ex["id"].(string), leaks()...)
+			checkNoSecretAs(t, srv.url, key, ex["id"].(string), leaks()...)
 		}
 		for _, r := range fake.Requests()[before:] {
 			if r.Owner != "alice" && r.Owner != "bob" || r.Auth != "Bearer ya29."+r.Owner+"-secret" {

@@ -55,10 +55,16 @@ func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, log
 		if !usesOAuth(spec) {
 			continue
 		}
-		c := oauth.Connection{Name: name, ResourceURL: spec.MCP.URL, PerUser: spec.Auth.PerUser}
+		c := oauth.Connection{Name: name, PerUser: spec.Auth.PerUser}
+		if spec.MCP != nil {
+			c.ResourceURL = spec.MCP.URL
+		}
 		if o := spec.Auth.OAuth; o != nil {
-			c.ClientID, c.ClientSecret, c.Scopes = o.ClientID, o.ClientSecret, o.Scopes
+			c.ClientID, c.ClientSecret, c.Scopes, c.Issuer = o.ClientID, o.ClientSecret, o.Scopes, o.Issuer
 			redactor.Add(o.ClientSecret)
+		}
+		if spec.Drive != nil {
+			driveSignIn(&c, spec)
 		}
 		svc.Register(c)
 	}
@@ -66,7 +72,7 @@ func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, log
 }
 
 func usesOAuth(spec config.Connection) bool {
-	return spec.MCP != nil && spec.Auth != nil && spec.Auth.OAuth != nil
+	return (spec.MCP != nil || spec.Drive != nil) && spec.Auth != nil && spec.Auth.OAuth != nil
 }
 
 // credentials is the service as the harness's Credentials, or nil (not a
@@ -85,6 +91,9 @@ func access(spec config.Connection) harness.Access {
 		a.SignIn = harness.SignInShared
 		if spec.Auth.PerUser {
 			a.SignIn = harness.SignInPerUser
+			// A per-user Drive is the caller's own: it must never be
+			// reached without a caller.
+			a.RequiresPrincipal = a.RequiresPrincipal || spec.Drive != nil
 		}
 	}
 	return a

@@ -180,6 +180,8 @@ type Connection struct {
 	Source   *Source   `yaml:"source"`
 	Webhooks *Webhooks `yaml:"webhooks"`
 	Cron     *Cron     `yaml:"cron"`
+	// Drive makes the entry a Google Drive provider (see Drive).
+	Drive *Drive `yaml:"drive"`
 }
 
 // MCP describes an MCP server reached over stdio (command) or Streamable
@@ -265,6 +267,10 @@ type OAuth struct {
 	ClientID     string   `yaml:"clientId"`
 	ClientSecret string   `yaml:"clientSecret" json:"-"`
 	Scopes       []string `yaml:"scopes"`
+	// Issuer names the authorization server, for APIs that publish no
+	// protected resource metadata to discover it from (Google's; a drive
+	// entry defaults to https://accounts.google.com).
+	Issuer string `yaml:"issuer"`
 }
 
 // UnmarshalYAML reads both forms of auth. A word other than oauth is

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -91,6 +92,12 @@ func (c Connection) validateDriveAuth(ps *problems, path string) {
 	if (a.OAuth != nil) == (a.ServiceAccount != nil) {
 		ps.add(path, "on a drive connection needs exactly one of oauth and serviceAccount")
 	}
+	if o := a.OAuth; o != nil {
+		if o.ClientID == "" {
+			ps.add(path+".oauth.clientId", "is required on a drive connection: Google registers no clients on the fly; create an OAuth client (web application) in the Google Cloud console")
+		}
+		o.validateScopesAndIssuer(ps, path+".oauth")
+	}
 	if sa := a.ServiceAccount; sa != nil {
 		sa.validate(ps, path+".serviceAccount")
 		if a.PerUser {
@@ -110,5 +117,24 @@ func (sa *ServiceAccount) validate(ps *problems, path string) {
 	}
 	if sa.Subject != "" && !strings.Contains(sa.Subject, "@") {
 		ps.add(path+".subject", "must be the email address of the user the account acts as")
+	}
+}
+
+// validateScopesAndIssuer checks what an oauth mapping holds besides the
+// client: scope tokens, and an issuer that is an https URL (http only on
+// loopback, for tests), as the sign-in's discovery requires.
+func (o *OAuth) validateScopesAndIssuer(ps *problems, path string) {
+	for i, sc := range o.Scopes {
+		if sc == "" || strings.ContainsAny(sc, " \t\r\n\"\\") {
+			ps.add(fmt.Sprintf("%s.scopes[%d]", path, i), "must be one scope token, without spaces or quotes")
+		}
+	}
+	if o.Issuer == "" {
+		return
+	}
+	u, err := url.Parse(o.Issuer)
+	loopback := err == nil && u.Scheme == "http" && (u.Hostname() == "localhost" || net.ParseIP(u.Hostname()) != nil && net.ParseIP(u.Hostname()).IsLoopback())
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || (u.Scheme != "https" && !loopback) {
+		ps.add(path+".issuer", "must be the authorization server's https URL without query or fragment (http only on loopback)")
 	}
 }
