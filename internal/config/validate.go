@@ -343,7 +343,7 @@ func (f *File) validateAPIKeys(ps *problems) {
 	}
 }
 
-// Kinds lists the kinds the entry declares (mcp, openapi, source, cron, drive),
+// Kinds lists the kinds the entry declares (mcp, openapi, drive, source, cron),
 // in that order. A valid entry has exactly one.
 func (c Connection) Kinds() []string {
 	var kinds []string
