@@ -158,7 +158,7 @@ type File struct {
 }
 
 // Connection is one entry under connections: exactly one of mcp, openapi,
-// source and cron.
+// drive, source and cron.
 type Connection struct {
 	MCP *MCP `yaml:"mcp"`
 	// OpenAPI makes the entry a REST API described by an OpenAPI 3
