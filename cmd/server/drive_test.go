@@ -28,7 +28,7 @@ func TestDriveConnection(t *testing.T) {
 	t.Parallel()
 	fake := drivetest.New(t, map[string]string{"tok-robot": "robot", "ya29.alice-secret": "alice", "ya29.bob-secret": "bob"})
 	account := drivetest.NewAccount(t, fake, "tok-robot", drive.DefaultScope, "")
-	google := drivetest.NewSignIn(t)
+	google := drivetest.NewSignIn(t, fake)
 	shared := fake.Add("tok-robot", "Shared with the robot", drive.FolderMIME, "root", "")
 	fake.Add("ya29.alice-secret", "me.txt", "text/plain", "root", "alice's file")
 	fake.Add("ya29.bob-secret", "me.txt", "text/plain", "root", "bob's file")
@@ -132,6 +132,23 @@ apiKeys:
 				t.Fatalf("a per-user call carried %+v", r)
 			}
 		}
+
+		// Drive refuses alice's token before it expires: patchbay
+		// refreshes it once and sends the call again with the new one.
+		fake.Revoke("ya29.alice-secret")
+		secrets = append(secrets, "ya29.alice-secret-r1")
+		ex = post(t, srv.url, aliceKey, []byte(read))
+		if out, _ := ex["output"].(map[string]any); ex["status"] != "succeeded" || out["content"] != "alice's file" {
+			t.Fatalf("execution after a refused token: %v\n%s", ex, srv.output)
+		}
+		if n := google.Refreshes("ya29.alice-secret"); n != 1 {
+			t.Fatalf("%d refreshes, want 1", n)
+		}
+		last := fake.Requests()[len(fake.Requests())-1]
+		if last.Auth != "Bearer ya29.alice-secret-r1" {
+			t.Fatalf("the call after the refresh carried %q", last.Auth)
+		}
+		checkNoSecretAs(t, srv.url, aliceKey, ex["id"].(string), leaks()...)
 	})
 
 	if out := srv.output.String(); containsAny(out, leaks()) != "" {

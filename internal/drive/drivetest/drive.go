@@ -86,6 +86,18 @@ func (f *Drive) Alias(token, existing string) {
 	f.mu.Unlock()
 }
 
+func (f *Drive) filesOf(token string) *ownerFiles {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.drives[token]
+}
+
+func (f *Drive) setFiles(token string, files *ownerFiles) {
+	f.mu.Lock()
+	f.drives[token] = files
+	f.mu.Unlock()
+}
+
 // Revoke makes Drive refuse token from now on.
 func (f *Drive) Revoke(token string) {
 	f.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -19,10 +20,12 @@ import (
 // authorization endpoint that answers at once for the user the browser is
 // signed in to Google as (SignInAs), and a token endpoint that checks the
 // client's secret and the PKCE verifier and issues that user's token,
-// which opens the user's Drive in the fake.
+// which opens the user's Drive in the fake. A refresh (grant_type
+// refresh_token) issues a new token that opens the same Drive.
 type SignIn struct {
-	t   testing.TB
-	srv *httptest.Server
+	t     testing.TB
+	srv   *httptest.Server
+	drive *Drive
 	// ClientID and ClientSecret are the pre-registered web client.
 	ClientID, ClientSecret string
 
@@ -30,15 +33,19 @@ type SignIn struct {
 	user  string           // access token of the signed-in browser user
 	codes map[string]grant // outstanding codes
 	asked []url.Values     // the authorization requests received
+	// refreshes counts the uses of each refresh token; owners is the
+	// Drive each refresh token opens.
+	refreshes map[string]int
+	owners    map[string]*ownerFiles
 }
 
 type grant struct {
 	token, challenge, redirect string
 }
 
-// NewSignIn starts the fake authorization server.
-func NewSignIn(t testing.TB) *SignIn {
-	s := &SignIn{t: t, ClientID: "patchbay-test.apps.googleusercontent.com", ClientSecret: "GOCSPX-test-secret-0123",
+// NewSignIn starts the fake authorization server for the users of d.
+func NewSignIn(t testing.TB, d *Drive) *SignIn {
+	s := &SignIn{t: t, drive: d, refreshes: map[string]int{}, owners: map[string]*ownerFiles{}, ClientID: "patchbay-test.apps.googleusercontent.com", ClientSecret: "GOCSPX-test-secret-0123",
 		codes: map[string]grant{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /.well-known/openid-configuration", s.metadata)
@@ -123,7 +130,12 @@ func (s *SignIn) token(w http.ResponseWriter, r *http.Request) {
 		fail("invalid_client", "Unauthorized")
 		return
 	}
-	if r.PostForm.Get("grant_type") != "authorization_code" {
+	switch r.PostForm.Get("grant_type") {
+	case "authorization_code":
+	case "refresh_token":
+		s.refresh(w, r.PostForm.Get("refresh_token"), fail)
+		return
+	default:
 		fail("unsupported_grant_type", r.PostForm.Get("grant_type"))
 		return
 	}
@@ -140,12 +152,47 @@ func (s *SignIn) token(w http.ResponseWriter, r *http.Request) {
 	case r.PostForm.Get("redirect_uri") != g.redirect:
 		fail("redirect_uri_mismatch", "Bad Request")
 	default:
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{
-			"access_token": g.token, "refresh_token": "1//refresh-" + g.token, "expires_in": 3599,
-			"token_type": "Bearer", "scope": "https://www.googleapis.com/auth/drive.file",
-		})
+		s.mu.Lock()
+		s.owners["1//refresh-"+g.token] = s.drive.filesOf(g.token)
+		s.mu.Unlock()
+		issue(w, g.token, "1//refresh-"+g.token)
 	}
+}
+
+// refresh issues a new access token for the user of refresh token rt.
+func (s *SignIn) refresh(w http.ResponseWriter, rt string, fail func(code, why string)) {
+	user, _ := strings.CutPrefix(rt, "1//refresh-")
+	s.mu.Lock()
+	files, ok := s.owners[rt]
+	s.refreshes[rt]++
+	tok := fmt.Sprintf("%s-r%d", user, s.refreshes[rt])
+	s.mu.Unlock()
+	if !ok {
+		fail("invalid_grant", "Bad Request")
+		return
+	}
+	s.drive.setFiles(tok, files)
+	issue(w, tok, "")
+}
+
+// Refreshes is how often the refresh token of the user whose first token
+// was token has been used.
+func (s *SignIn) Refreshes(token string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refreshes["1//refresh-"+token]
+}
+
+func issue(w http.ResponseWriter, access, refresh string) {
+	out := map[string]any{
+		"access_token": access, "expires_in": 3599,
+		"token_type": "Bearer", "scope": "https://www.googleapis.com/auth/drive.file",
+	}
+	if refresh != "" {
+		out["refresh_token"] = refresh
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
 }
 
 var randMu sync.Mutex
