@@ -95,6 +95,17 @@ apiKeys:
 			t.Fatalf("%d token exchanges", account.Exchanges())
 		}
 		checkNoSecret(t, srv.url, ex["id"].(string), leaks()...)
+
+		// Gate 2 holds a call to its schema: one of fileId and path.
+		before := len(fake.Requests())
+		ex = postAny(t, srv.url, "k1", []byte(`{"wait":"10s","workflow":{"version":1,"connections":{"robot":{}},
+			"root":{"kind":"call","id":"read","connection":"robot","op":"read_file","args":{"fileId":"abc","path":"Reports/q1.txt"}}}}`))
+		if e, _ := ex["error"].(map[string]any); ex["status"] != "failed" || e["code"] != "steering_denied" || e["gate"] != 2.0 {
+			t.Fatalf("both fileId and path: %v", ex)
+		}
+		if len(fake.Requests()) != before {
+			t.Fatal("a call refused at gate 2 reached Drive")
+		}
 	})
 
 	t.Run("per user", func(t *testing.T) {
@@ -114,6 +125,9 @@ apiKeys:
 			google.SignInAs(user.token)
 			connectGoogle(t, srv.url, user.key, "mine")
 			secrets = append(secrets, user.token)
+		}
+		if len(fake.Requests()) != before {
+			t.Fatal("the sign-in sent requests to Drive (the issuer is configured: nothing to discover there)")
 		}
 		asked := google.Asked()
 		if len(asked) != 2 || asked[0].Get("access_type") != "offline" || asked[0].Get("scope") != drive.DefaultScope {
