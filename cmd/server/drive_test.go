@@ -33,6 +33,7 @@ func TestDriveConnection(t *testing.T) {
 	fake.Add("ya29.alice-secret", "me.txt", "text/plain", "root", "alice's file")
 	fake.Add("ya29.bob-secret", "me.txt", "text/plain", "root", "bob's file")
 
+	llm := newScriptedLLM(t, "robot_read_file", `{"path": "Reports/q1.txt"}`, "Revenue was 42.")
 	const aliceKey, bobKey = "drive-alice-key-0123", "drive-bob-key-0123"
 	addr := freeAddr(t)
 	cfg := writeConfig(t, fmt.Sprintf(`
@@ -50,7 +51,9 @@ allowlists:
 apiKeys:
   - { name: alice, key: %[6]s, allowlist: default }
   - { name: bob, key: %[7]s, allowlist: default }
-`, fake.APIURL(), fake.UploadURL(), shared, google.Issuer(), google.ClientID, aliceKey, bobKey))
+models:
+  local: { type: openai, baseURL: %[8]q }
+`, fake.APIURL(), fake.UploadURL(), shared, google.Issuer(), google.ClientID, aliceKey, bobKey, llm.URL+"/v1"))
 	srv := start(t, map[string]string{
 		"PATCHBAY_ADDR": addr, "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
 		"PATCHBAY_SECRET_DRIVE_KEY": account.Key(), "GOOGLE_CLIENT_SECRET": google.ClientSecret,
@@ -106,6 +109,26 @@ apiKeys:
 		if len(fake.Requests()) != before {
 			t.Fatal("a call refused at gate 2 reached Drive")
 		}
+	})
+
+	t.Run("agent", func(t *testing.T) {
+		// A model turn reads the file the service account saved above.
+		status, ex := post2(strings.TrimPrefix(srv.url, "http://"), "k1",
+			[]byte(`{"agent":{"model":"local/llama3","instructions":"Say what the Q1 report says.","tools":[{"connection":"robot"}]},"input":"go"}`))
+		if status != http.StatusAccepted {
+			t.Fatalf("POST = %d %v", status, ex)
+		}
+		ex = waitDone(t, srv.url, ex["id"].(string))
+		if ex["status"] != "succeeded" || ex["output"] != "Revenue was 42." {
+			t.Fatalf("execution = %v", ex)
+		}
+		llm.mu.Lock()
+		offered, result := llm.offered, llm.result
+		llm.mu.Unlock()
+		if _, ok := offered["robot_read_file"]; !ok || len(offered) != 8 || !strings.Contains(result, "revenue: 42") {
+			t.Fatalf("%d tools offered; tool result sent back %q", len(offered), result)
+		}
+		checkNoSecret(t, srv.url, ex["id"].(string), leaks()...)
 	})
 
 	t.Run("per user", func(t *testing.T) {
