@@ -33,7 +33,6 @@ func serviceAccount(spec config.Connection) *config.ServiceAccount {
 // token only with access_type=offline, at every sign-in only with
 // prompt=consent.
 func driveSignIn(c *oauth.Connection, spec config.Connection) {
-	c.ResourceURL = driveAPI(*spec.Drive)
 	c.Issuer = spec.Auth.OAuth.Issuer
 	if c.Issuer == "" {
 		c.Issuer = googleIssuer

@@ -55,10 +55,7 @@ func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, log
 		if !usesOAuth(spec) {
 			continue
 		}
-		c := oauth.Connection{Name: name, PerUser: spec.Auth.PerUser}
-		if spec.MCP != nil {
-			c.ResourceURL = spec.MCP.URL
-		}
+		c := oauth.Connection{Name: name, ResourceURL: resourceURL(spec), PerUser: spec.Auth.PerUser}
 		if o := spec.Auth.OAuth; o != nil {
 			c.ClientID, c.ClientSecret, c.Scopes, c.Issuer = o.ClientID, o.ClientSecret, o.Scopes, o.Issuer
 			redactor.Add(o.ClientSecret)
@@ -72,7 +69,25 @@ func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, log
 }
 
 func usesOAuth(spec config.Connection) bool {
-	return (spec.MCP != nil || spec.Drive != nil) && spec.Auth != nil && spec.Auth.OAuth != nil
+	return (spec.MCP != nil || spec.OpenAPI != nil || spec.Drive != nil) && spec.Auth != nil && spec.Auth.OAuth != nil
+}
+
+// resourceURL is what an OAuth connection's token is for: the MCP
+// server, the API an OpenAPI document describes (its baseUrl, else the
+// document's URL, whose origin serves the API when no baseUrl says
+// otherwise; config refuses a file document without baseUrl), or a
+// Drive's API base.
+func resourceURL(spec config.Connection) string {
+	switch {
+	case spec.MCP != nil:
+		return spec.MCP.URL
+	case spec.Drive != nil:
+		return driveAPI(*spec.Drive)
+	case spec.OpenAPI.BaseURL != "":
+		return spec.OpenAPI.BaseURL
+	default:
+		return spec.OpenAPI.URL
+	}
 }
 
 // credentials is the service as the harness's Credentials, or nil (not a

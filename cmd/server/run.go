@@ -91,7 +91,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			redactor.Add(mcp.Secrets(*spec.MCP)...)
 		}
 		if spec.OpenAPI != nil {
-			p = openapi.New(name, *spec.OpenAPI, &openapi.Options{Logger: logger, Secrets: secrets, Redactor: redactor})
+			opts := &openapi.Options{Logger: logger, Secrets: secrets, Redactor: redactor}
+			if usesOAuth(spec) {
+				opts.Shared, opts.SharedOnly = oauthSvc, !spec.Auth.PerUser
+			}
+			p = openapi.New(name, *spec.OpenAPI, opts)
 			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)
 		}
 		if spec.Drive != nil {

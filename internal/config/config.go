@@ -164,8 +164,8 @@ type Connection struct {
 	// OpenAPI makes the entry a REST API described by an OpenAPI 3
 	// document (see OpenAPI).
 	OpenAPI *OpenAPI `yaml:"openapi"`
-	// Auth is the sign-in an http or sse MCP server needs (OAuth), nil
-	// for none. See Auth.
+	// Auth is the sign-in an http or sse MCP server or an OpenAPI API
+	// needs (OAuth), nil for none. See Auth.
 	Auth   *Auth   `yaml:"auth"`
 	Policy *Policy `yaml:"policy"`
 	// RequiresPrincipal marks a connection that acts as a user: its
@@ -216,8 +216,9 @@ type OpenAPI struct {
 	// Headers go with every call (an API key, say). They go with the
 	// document request only as DocAuth says.
 	Headers map[string]string `yaml:"headers"`
-	// Include selects operations by operationId or tag; empty means all.
-	Include []string `yaml:"include"`
+	// Include selects operations by operationId or tag, or by an
+	// expression (see Include); empty means all.
+	Include []Include `yaml:"include"`
 	// DocAuth says whether Headers go with the document request: true
 	// always, false never, unset only when BaseURL is set and has the
 	// same origin as URL (documents often live on another host, and

@@ -356,7 +356,7 @@ connections:
       url: https://raw.example.com/api.yaml
       baseUrl: https://api.example.com
       headers: { Authorization: "Bearer ${env:GH_TOKEN}", X-Other: "t=${secret:gh.other}" }
-      include: [issues, pulls/get]
+      include: [issues, pulls/get, { $expr: "method == 'GET' && 'repos' in tags" }]
       docAuth: false
     policy: { approve: ["issues/create"] }
     determinism: costly
@@ -365,7 +365,8 @@ connections:
 			check: func(t *testing.T, f config.File) {
 				c := f.Connections["github"]
 				o := c.OpenAPI
-				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.Headers["X-Other"] != "t=${secret:gh.other}" || o.DocAuth == nil || *o.DocAuth || len(o.Include) != 2 || c.Determinism != "costly" {
+				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.Headers["X-Other"] != "t=${secret:gh.other}" || o.DocAuth == nil || *o.DocAuth || c.Determinism != "costly" ||
+					!reflect.DeepEqual(o.Include, []config.Include{{Name: "issues"}, {Name: "pulls/get"}, config.IncludeExpr("method == 'GET' && 'repos' in tags")}) {
 					t.Errorf("github = %+v %+v", c, o)
 				}
 			},
@@ -374,7 +375,7 @@ connections:
 			name: "openapi problems",
 			file: `
 connections:
-  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: [""], timeoutMs: -1 } }
+  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: ["", { $expr: "method ==" }, { $expr: "path" }, { $expr: "nope == 1" }, { expr: x }, [x]], timeoutMs: -1 } }
   b: { openapi: { url: "gopher://x" }, pool: { max: 2 }, auth: oauth }
   c: { openapi: { url: ./api.yaml, headers: { X-Key: "${env:NOPE}", X-Bad: "${secret:a b}" } }, mcp: { command: x } }
 `,
@@ -382,9 +383,15 @@ connections:
 				{"connections.a.openapi.baseUrl", "absolute http:// or https:// URL"},
 				{"connections.a.openapi.headers.bad header", "not a valid HTTP header name"},
 				{"connections.a.openapi.include[0]", "not empty"},
+				{"connections.a.openapi.include[1].$expr", "not a valid include expression"},
+				{"connections.a.openapi.include[2].$expr", "expected bool"},
+				{"connections.a.openapi.include[3].$expr", "unknown name nope"},
+				{"connections.a.openapi.include[4].$expr", "is required"},
+				{"connections.a.openapi.include[4].expr", "unknown field"},
+				{"connections.a.openapi.include[5]", "must be a mapping, not a list"},
 				{"connections.a.openapi.timeoutMs", "must not be negative"},
 				{"connections.a.openapi.url", "is required"},
-				{"connections.b.auth", "only supported on an mcp connection"},
+				{"connections.b.auth", "needs openapi.baseUrl"},
 				{"connections.b.openapi.url", "file path"},
 				{"connections.b.pool", "needs an mcp server"},
 				{"connections.c", "exactly one kind, has mcp and openapi"},
@@ -706,6 +713,23 @@ func TestLoadAuth(t *testing.T) {
 		},
 		{name: "secret without id", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { clientSecret: s } } }`, wants: []want{{"connections.r.auth.oauth.clientSecret", "needs clientId"}}},
 		{name: "bad scope", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { scopes: ["a b", ""] } } }`, wants: []want{{"connections.r.auth.oauth.scopes[0]", "one scope token"}, {"connections.r.auth.oauth.scopes[1]", "one scope token"}}},
+		{
+			name: "openapi per user",
+			conn: `{ openapi: { url: "https://h/openapi.json", headers: { X-Team: t } }, auth: { oauth: { scopes: [repo] }, perUser: true }, requiresPrincipal: true }`,
+			check: func(t *testing.T, c config.Connection) {
+				if c.OpenAPI == nil || c.Auth == nil || !c.Auth.PerUser || !c.RequiresPrincipal || strings.Join(c.Auth.OAuth.Scopes, " ") != "repo" {
+					t.Errorf("conn = %+v auth = %+v", c, c.Auth)
+				}
+			},
+		},
+		{name: "openapi file with baseUrl", conn: `{ openapi: { url: ./api.yaml, baseUrl: "https://api.h" }, auth: oauth }`},
+		{name: "openapi file without baseUrl", conn: `{ openapi: { url: ./api.yaml }, auth: oauth }`, wants: []want{{"connections.r.auth", "needs openapi.baseUrl"}}},
+		{
+			name:  "openapi with an Authorization header",
+			conn:  `{ openapi: { url: "https://h/openapi.json", headers: { Authorization: "Bearer ${env:CSEC}" } }, auth: oauth }`,
+			wants: []want{{"connections.r.auth", "cannot be combined with an Authorization header (openapi.headers.Authorization)"}},
+		},
+		{name: "source", conn: `{ source: { events: { x: {} } }, auth: oauth }`, wants: []want{{"connections.r.auth", "or an openapi connection"}}},
 		{name: "requiresPrincipal not a bool", conn: `{ mcp: { command: x }, requiresPrincipal: sometimes }`, wants: []want{{"connections.r.requiresPrincipal", "true or false"}}},
 		{name: "unset env", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { clientId: "${env:NOPE}" } } }`, wants: []want{{"connections.r.auth.oauth.clientId", "NOPE is not set"}}},
 	}

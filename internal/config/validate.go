@@ -255,9 +255,10 @@ func (c Connection) validate(ps *problems, name string) {
 	}
 }
 
-// validateAuth checks auth: OAuth only, on an http or sse MCP server, and
-// never beside a configured Authorization header (two credentials for one
-// server, and the static one would go wherever the OAuth one must not).
+// validateAuth checks auth: OAuth only, on an http or sse MCP server or an
+// openapi entry, and never beside a configured Authorization header (two
+// credentials for one server, and the static one would go wherever the
+// OAuth one must not).
 func (c Connection) validateAuth(ps *problems, path string) {
 	a := c.Auth
 	if a.word != "" && a.word != "oauth" {
@@ -269,22 +270,38 @@ func (c Connection) validateAuth(ps *problems, path string) {
 		return
 	}
 	switch {
+	case c.OpenAPI != nil:
+		c.OpenAPI.validateAuth(ps, path)
 	case c.MCP == nil:
-		ps.add(path, "is only supported on an mcp connection of type http or sse")
+		ps.add(path, "is only supported on an mcp connection of type http or sse, or an openapi connection")
 	case c.MCP.Transport() == "stdio":
 		ps.add(path, "is not allowed for a stdio server: OAuth signs in to remote (http or sse) servers")
 	default:
-		for h := range c.MCP.Headers {
-			if strings.EqualFold(h, "Authorization") {
-				ps.add(path, "cannot be combined with an Authorization header (mcp.headers.%s): keep one of the two", h)
-			}
-		}
+		noAuthorizationHeader(ps, path, "mcp", c.MCP.Headers)
 	}
 	o := a.OAuth
 	if o.ClientSecret != "" && o.ClientID == "" {
 		ps.add(path+".oauth.clientSecret", "needs clientId")
 	}
 	o.validateScopesAndIssuer(ps, path+".oauth")
+}
+
+// validateAuth checks what OAuth needs of an openapi entry: the API the
+// token is for must be known before its document is read (sign-in
+// discovery starts there), so a document read from a file needs baseUrl.
+func (o *OpenAPI) validateAuth(ps *problems, path string) {
+	noAuthorizationHeader(ps, path, "openapi", o.Headers)
+	if o.BaseURL == "" && !strings.HasPrefix(o.URL, "http://") && !strings.HasPrefix(o.URL, "https://") {
+		ps.add(path, "on an openapi connection whose document is a file needs openapi.baseUrl: the API the token is for")
+	}
+}
+
+func noAuthorizationHeader(ps *problems, path, kind string, headers map[string]string) {
+	for h := range headers {
+		if strings.EqualFold(h, "Authorization") {
+			ps.add(path, "cannot be combined with an Authorization header (%s.headers.%s): keep one of the two", kind, h)
+		}
+	}
 }
 
 func (p *Policy) validate(ps *problems, path string) {
@@ -474,11 +491,7 @@ func (o *OpenAPI) validate(ps *problems, path string) {
 		}
 	}
 	validateHeaders(ps, path+".headers", o.Headers)
-	for i, in := range o.Include {
-		if strings.TrimSpace(in) == "" {
-			ps.add(fmt.Sprintf("%s.include[%d]", path, i), "must be an operationId or a tag, not empty")
-		}
-	}
+	validateInclude(ps, path+".include", o.Include)
 	if o.TimeoutMs < 0 {
 		ps.add(path+".timeoutMs", "must not be negative")
 	}

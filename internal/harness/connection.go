@@ -35,6 +35,15 @@ type Operation struct {
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
 	Annotations Annotations     `json:"annotations"`
+	// HTTP is the request an OpenAPI operation sends; nil for the other
+	// kinds. It is shown to people (status, the admin UI), not models.
+	HTTP *HTTPRoute `json:"http,omitempty"`
+}
+
+// HTTPRoute is an HTTP method and path template (/pets/{petId}).
+type HTTPRoute struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
 }
 
 // Manifest is what a connection declares it can do.

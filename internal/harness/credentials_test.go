@@ -242,3 +242,65 @@ func TestRejectedCredentialsReplacedOnce(t *testing.T) {
 		t.Fatalf("%s %+v, refreshed %d, calls that reached the server %d", ex.Status, ex.Error, creds.refreshed, len(mem.Calls()))
 	}
 }
+
+// refusing is a server that answers every call 401 and, once it has,
+// cannot be connected to again until someone signs in (the shared token
+// was dropped).
+type refusing struct {
+	*harness.Memory
+	mu      sync.Mutex
+	refused bool
+}
+
+func (r *refusing) Connect(context.Context) (harness.Conn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refused {
+		return nil, fmt.Errorf("no shared sign-in: %w", harness.ErrNeedsSignIn)
+	}
+	return r, nil
+}
+
+func (r *refusing) Call(context.Context, harness.CallRequest) (any, error) {
+	r.mu.Lock()
+	r.refused = true
+	r.mu.Unlock()
+	return nil, fmt.Errorf("server answered 401: %w", harness.ErrNeedsSignIn)
+}
+
+// A call the server refuses for its credentials, even after the harness
+// asked for replacements, fails; on a shared sign-in it takes the whole
+// connection to needs_sign_in, on a per-user one only that call fails.
+func TestRefusedCallNeedsSignIn(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{harness.SignInShared, harness.SignInPerUser} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			st := storetest.New(t)
+			creds := &fakeCredentials{tokens: map[string]string{"alice": "tok-alice-0123456789"}}
+			srv := &refusing{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "whoami"}})}
+			reg := harness.NewRegistry(nil)
+			must(t, reg.Add("svc", srv))
+			must(t, reg.SetAccess("svc", harness.Access{SignIn: kind}))
+			must(t, reg.Start(context.Background()))
+			t.Cleanup(func() { _ = reg.Close() })
+			execs := startWorkers(t, st, reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Credentials: creds})
+			ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(callDoc("whoami", `{}`)), Principal: "alice", Allowlist: "ops"})
+			must(t, err)
+			ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
+			must(t, err)
+			if ex.Status != harness.ExecFailed || !strings.Contains(ex.Error.Message, harness.ErrNeedsSignIn.Error()) {
+				t.Fatalf("execution %s %+v, want failed for a sign-in", ex.Status, ex.Error)
+			}
+			c, err := reg.Get("svc")
+			must(t, err)
+			want := harness.StateReady
+			if kind == harness.SignInShared {
+				want = harness.StateNeedsSignIn
+			}
+			if s := c.Status(); s.State != want {
+				t.Fatalf("status %+v, want %s", s, want)
+			}
+		})
+	}
+}

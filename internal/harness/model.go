@@ -90,6 +90,10 @@ const (
 // tool set.
 const CodeUnknownToolChoice Code = "UNKNOWN_TOOL_CHOICE"
 
+// CodeToolIDCollision: two connections of a model turn offer operations
+// under one tool id (see buildToolSet).
+const CodeToolIDCollision Code = "TOOL_ID_COLLISION"
+
 // Models runs model turns for the harness; cmd/server adapts
 // internal/models to it, so the harness imports no provider SDK.
 type Models interface {
@@ -575,7 +579,9 @@ func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []F
 				problems = append(problems, checkPick(doc, al, pick)...)
 			}
 		}
-		if ts, ok := e.staticTools(doc, n, al, trusted); ok {
+		if ts, ok, err := e.staticTools(doc, n, al, trusted); err != nil {
+			add(n.Path+"/tools", CodeToolIDCollision, "%s", err.(*Error).Message)
+		} else if ok {
 			if err := ts.checkChoice(spec.ToolChoice); err != nil {
 				add(n.Path+"/toolChoice", CodeUnknownToolChoice, "%s", err.(*Error).Message)
 			}
@@ -668,24 +674,26 @@ func containsString(list []string, s string) bool {
 
 // staticTools builds a node's tool set from the registry alone, when no
 // server must be attached for it and every connection involved is ready.
-func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted bool) (*toolSet, bool) {
+// An error is a tool id two connections share (CodeToolIDCollision).
+func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted bool) (*toolSet, bool, error) {
 	var turn []toolSource
 	for _, name := range doc.Connections {
 		if _, ok := doc.Attached[name]; ok {
-			return nil, false
+			return nil, false, nil
 		}
 		src, conn, err := e.toolConn(doc, name)
 		if err != nil || conn.Status().State != StateReady {
-			return nil, false
+			return nil, false, nil
 		}
 		turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, src, nil, conn.Manifest().Operations)})
 	}
 	for _, pick := range n.Model.Picks {
 		if pick.Attach != nil {
-			return nil, false
+			return nil, false, nil
 		}
 	}
-	return buildToolSet(turn, n.Model.Picks, n.Model.HasTools), true
+	ts, err := buildToolSet(turn, n.Model.Picks, n.Model.HasTools)
+	return ts, err == nil, err
 }
 
 // toolConn is the registry connection that names the tools of the
@@ -1107,7 +1115,11 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 		}
 		turn = append(turn, toolSource{Name: p.Connection, Step: true, Ops: grantedOps(al, trusted, p.Connection, p.Attach, conn.Manifest().Operations)})
 	}
-	return buildToolSet(turn, spec.Picks, spec.HasTools), nil
+	ts, err := buildToolSet(turn, spec.Picks, spec.HasTools)
+	if err != nil {
+		return nil, &stepError{step: n.ID, code: string(CodeToolIDCollision), err: err}
+	}
+	return ts, nil
 }
 
 // grants returns the allowlist that bounds this execution's model tools;

@@ -366,3 +366,41 @@ func TestToolChoiceCheckedWhenAttached(t *testing.T) {
 		t.Fatalf("a node without tools was offered the step's server: %+v", last)
 	}
 }
+
+// TestToolIDCollisionAcrossConnections: two connections whose operations
+// come out under one tool id (an OpenAPI operationId issues/list on gh,
+// and list on gh_issues) refuse the model node at submission, naming both
+// connections; a trusted (host) run that builds its tool set at run time
+// fails the step the same way. Neither tool is renamed or dropped.
+func TestToolIDCollisionAcrossConnections(t *testing.T) {
+	t.Parallel()
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("gh", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "issues/list"}})))
+	must(t, reg.Add("gh_issues", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "list"}})))
+	must(t, reg.Start(context.Background()))
+	models := &scriptModels{rounds: []harness.ModelResponse{{Text: "never"}}}
+	execs := startWorkers(t, storetest.New(t), reg, 1, "both", `{"connections":{"gh":{"ops":["*"]},"gh_issues":{"ops":["*"]}}}`,
+		harness.ExecutionsOptions{Models: models})
+	doc := `{"version":1,"connections":{"gh":{},"gh_issues":{}},"root":{"kind":"model","id":"m","model":"fake/x"}}`
+	_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "both"})
+	var ve *harness.ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Code != harness.CodeToolIDCollision || ve.Problems[0].Path != "/workflow/root/tools" {
+		t.Fatalf("err = %v, want %s at /workflow/root/tools", err, harness.CodeToolIDCollision)
+	}
+	for _, w := range []string{`"gh_issues_list"`, "connection gh operation issues/list", "connection gh_issues operation list"} {
+		if !strings.Contains(ve.Problems[0].Message, w) {
+			t.Errorf("%q does not say %q", ve.Problems[0].Message, w)
+		}
+	}
+
+	ex, _, err := execs.SubmitOnce(context.Background(), "collide", json.RawMessage(doc), nil)
+	must(t, err)
+	ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
+	must(t, err)
+	if ex.Status != harness.ExecFailed || ex.Error.Code != string(harness.CodeToolIDCollision) || !strings.Contains(ex.Error.Message, "gh_issues") {
+		t.Fatalf("host run: %s %+v, want failed with %s", ex.Status, ex.Error, harness.CodeToolIDCollision)
+	}
+	if n := len(models.requests()); n != 0 {
+		t.Fatalf("the model was asked %d times", n)
+	}
+}

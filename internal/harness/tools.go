@@ -3,6 +3,7 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -56,9 +57,26 @@ const targetArg = "target"
 // named after the operation, whose target enum is cut to the picked
 // connections. This build has no profiles, so "the same profile operation"
 // is read as an operation of equal name and input schema.
-func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) *toolSet {
+//
+// Within one connection, reduced names that collide are suffixed (see
+// ToolIDs). Across connections a shared name is an error naming both
+// (*Error with CodeToolIDCollision): a suffix there would depend on which
+// connections a turn has, so the model would call one operation by
+// another's name from one turn to the next, and an overwrite would send
+// one connection's calls to the other.
+func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) (*toolSet, error) {
 	merged := mergedOps(turn)
-	taken := map[string]bool{}
+	owner := map[string]string{} // tool name → "connection.op" it names
+	claim := func(ids map[string]string, who func(op string) string) error {
+		for _, op := range slices.Sorted(maps.Keys(ids)) {
+			id := ids[op]
+			if prev, ok := owner[id]; ok {
+				return errorf(CodeToolIDCollision, "tool id %q names both %s and %s; rename a connection, or narrow its operations (openapi include, allowlist ops)", id, prev, who(op))
+			}
+			owner[id] = who(op)
+		}
+		return nil
+	}
 	names := map[string]map[string]string{} // connection → op → tool name
 	for _, src := range turn {
 		var own []string
@@ -67,9 +85,17 @@ func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) *toolSet {
 				own = append(own, op.Name)
 			}
 		}
-		names[src.Name] = toolIDs(src.Name+"_", own, taken)
+		names[src.Name] = toolIDs(src.Name+"_", own, nil)
+		if err := claim(names[src.Name], func(op string) string { return "connection " + src.Name + " operation " + op }); err != nil {
+			return nil, err
+		}
 	}
-	mergedNames := toolIDs("", sortedKeys(merged), taken)
+	mergedNames := toolIDs("", sortedKeys(merged), nil)
+	if err := claim(mergedNames, func(op string) string {
+		return "operation " + op + " merged across connections " + strings.Join(mergedSources(turn, merged, op), ", ")
+	}); err != nil {
+		return nil, err
+	}
 
 	offered := func(src toolSource, op string) bool {
 		if !hasPicks {
@@ -111,7 +137,21 @@ func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) *toolSet {
 			t.InputSchema = withTarget(t.InputSchema, t.Targets)
 		}
 	}
-	return ts
+	return ts, nil
+}
+
+// mergedSources names the connections whose op is merged into one tool.
+func mergedSources(turn []toolSource, merged map[string]string, op string) []string {
+	var out []string
+	for _, src := range turn {
+		for _, o := range src.Ops {
+			if o.Name == op && isMerged(merged, o) {
+				out = append(out, src.Name)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func isMerged(merged map[string]string, op Operation) bool {

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -12,11 +13,9 @@ func TestBuildToolSet(t *testing.T) {
 		return Operation{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}
 	}
 	turn := []toolSource{
-		{Name: "ui", Ops: []Operation{op("tap")}},
-		{Name: "x", Ops: []Operation{op("ui.tap"), op("home")}},
-		{Name: "y", Ops: []Operation{op("ui.tap")}},
-		{Name: "a", Ops: []Operation{op("b_c")}},
-		{Name: "a_b", Ops: []Operation{op("c")}},
+		{Name: "ui", Ops: []Operation{op("tap"), op("tap.x"), op("tap_x")}},
+		{Name: "x", Ops: []Operation{op("ui.press"), op("home")}},
+		{Name: "y", Ops: []Operation{op("ui.press")}},
 		{Name: "step", Ops: []Operation{op("find")}, Step: true},
 	}
 	tests := []struct {
@@ -25,20 +24,76 @@ func TestBuildToolSet(t *testing.T) {
 		hasPicks bool
 		want     string // name:targets, in order
 	}{
-		{"default skips step servers", nil, false, "ui_tap:ui,ui_tap_2:x|y,x_home:x,a_b_c:a,a_b_c_2:a_b"},
-		{"picks narrow and keep names", []toolPick{{Connection: "y"}, {Connection: "step"}}, true, "ui_tap_2:y,step_find:step"},
+		{"default skips step servers", nil, false, "ui_tap:ui,ui_tap_x_2:ui,ui_tap_x:ui,ui_press:x|y,x_home:x"},
+		{"picks narrow and keep names", []toolPick{{Connection: "y"}, {Connection: "step"}}, true, "ui_press:y,step_find:step"},
 		{"ops globs", []toolPick{{Connection: "x", Ops: []string{"ho*"}}}, true, "x_home:x"},
 		{"empty tools offer nothing", nil, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := buildToolSet(turn, tt.picks, tt.hasPicks)
+			ts, err := buildToolSet(turn, tt.picks, tt.hasPicks)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var got []string
 			for _, tool := range ts.tools {
 				got = append(got, tool.Name+":"+strings.Join(tool.Targets, "|"))
 			}
 			if strings.Join(got, ",") != tt.want {
 				t.Fatalf("tools = %s\nwant    %s", strings.Join(got, ","), tt.want)
+			}
+		})
+	}
+}
+
+// Two connections whose operations come out under one tool id fail the
+// tool set with an error naming both, whatever the picks: neither is
+// suffixed nor overwritten.
+func TestBuildToolSetRefusesCollisions(t *testing.T) {
+	t.Parallel()
+	op := func(name string, schema string) Operation {
+		return Operation{Name: name, InputSchema: json.RawMessage(schema)}
+	}
+	obj := `{"type":"object"}`
+	tests := []struct {
+		name string
+		turn []toolSource
+		want []string
+	}{
+		{
+			name: "prefix meets name",
+			turn: []toolSource{{Name: "a", Ops: []Operation{op("b_c", obj)}}, {Name: "a_b", Ops: []Operation{op("c", obj)}}},
+			want: []string{`"a_b_c"`, "connection a operation b_c", "connection a_b operation c"},
+		},
+		{
+			name: "reduced ids meet",
+			turn: []toolSource{{Name: "gh", Ops: []Operation{op("issues/list", obj)}}, {Name: "gh_issues", Ops: []Operation{op("list", obj)}}},
+			want: []string{`"gh_issues_list"`, "connection gh operation issues/list", "connection gh_issues operation list"},
+		},
+		{
+			name: "merged tool meets a connection's",
+			turn: []toolSource{
+				{Name: "ui", Ops: []Operation{op("tap", obj)}},
+				{Name: "x", Ops: []Operation{op("ui.tap", obj)}},
+				{Name: "y", Ops: []Operation{op("ui.tap", obj)}},
+			},
+			want: []string{`"ui_tap"`, "connection ui operation tap", "operation ui.tap merged across connections x, y"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			for _, picks := range [][]toolPick{nil, {{Connection: tt.turn[0].Name}}} {
+				_, err := buildToolSet(tt.turn, picks, picks != nil)
+				var he *Error
+				if !errors.As(err, &he) || he.Code != CodeToolIDCollision {
+					t.Fatalf("picks %v: err = %v, want %s", picks, err, CodeToolIDCollision)
+				}
+				for _, w := range tt.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("picks %v: %q does not say %q", picks, err, w)
+					}
+				}
 			}
 		})
 	}

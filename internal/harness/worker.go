@@ -818,6 +818,11 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 			req.Headers = fresh
 			out, err = conn.Call(ctx, req)
 		}
+		if errors.Is(err, ErrNeedsSignIn) && conn.Access().SignIn == SignInShared {
+			// The shared token is refused even fresh: everyone's sign-in
+			// is gone, so the connection says so until someone signs in.
+			conn.needSignIn(r.e.redactor.String(err.Error()))
+		}
 	}
 	if err != nil {
 		return nil, id, err

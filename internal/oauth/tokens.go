@@ -130,6 +130,25 @@ func (s *Service) Headers(ctx context.Context, connection, principal string) (ma
 	return map[string]string{"Authorization": "Bearer " + rec.AccessToken}, true, nil
 }
 
+// SharedHeaders is a connection's discovery-scoped credential: the
+// Authorization header with the shared token (the operator's on a
+// per-user connection), refreshed first when it expires within
+// RefreshMargin. Unlike Transport it never falls back to a principal's
+// own token, so what a connection loads for everyone is never read with
+// one user's rights. ok is false for a connection not registered for
+// OAuth; no shared sign-in is an error wrapping harness.ErrNeedsSignIn.
+func (s *Service) SharedHeaders(ctx context.Context, connection string) (map[string]string, bool, error) {
+	c, ok := s.connection(connection)
+	if !ok {
+		return nil, false, nil
+	}
+	rec, err := s.validToken(ctx, c.Name, SharedPrincipal)
+	if err != nil {
+		return nil, true, err
+	}
+	return map[string]string{"Authorization": "Bearer " + rec.AccessToken}, true, nil
+}
+
 // Refresh implements harness.CredentialRefresher: the server rejected
 // rejected (the headers Headers gave), so the token is refreshed now,
 // once across replicas, unless another caller already replaced it. A

@@ -104,7 +104,7 @@ func BenchmarkGitHubLoad(b *testing.B) {
 		include []string
 	}{{"include", []string{"issues", "pulls/get"}}, {"all", nil}} {
 		b.Run(tt.name, func(b *testing.B) {
-			p := New("github", config.OpenAPI{URL: path, Include: tt.include}, nil)
+			p := New("github", config.OpenAPI{URL: path, Include: config.IncludeNames(tt.include...)}, nil)
 			var before, after runtime.MemStats
 			debug.FreeOSMemory()
 			runtime.ReadMemStats(&before)

@@ -2,11 +2,14 @@ package openapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // fetchDocument reads the document from its file or URL. It returns the
@@ -32,10 +35,19 @@ func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) 
 		return nil, nil, fmt.Errorf("openapi %s: document request: %w", p.name, err)
 	}
 	req.Header.Set("Accept", "application/json, application/yaml;q=0.9, */*;q=0.5")
+	signInMissing := false
 	if withCreds {
 		headers, err := p.headers(ctx)
 		if err != nil {
 			return nil, nil, fmt.Errorf("openapi %s: document request: %w", p.name, err)
+		}
+		shared, missing, err := p.sharedHeaders(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("openapi %s: document request: %w", p.name, err)
+		}
+		signInMissing = missing
+		for k, v := range shared {
+			headers[k] = v
 		}
 		for k, v := range headers {
 			req.Header.Set(k, v)
@@ -66,6 +78,10 @@ func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) 
 	}
 	defer resp.Body.Close()
 	final := resp.Request.URL
+	if resp.StatusCode == http.StatusUnauthorized && signInMissing && origin(final) == origin(docURL) {
+		// The document wants the credential nobody has signed in for yet.
+		return nil, nil, fmt.Errorf("openapi %s: fetch document: HTTP 401 and no shared sign-in: %w", p.name, harness.ErrNeedsSignIn)
+	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		return nil, nil, fmt.Errorf("openapi %s: fetch document: HTTP %d: %s", p.name, resp.StatusCode, p.docAuthHint(withCreds, docURL, final))
 	}
@@ -77,6 +93,30 @@ func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) 
 		return nil, nil, fmt.Errorf("openapi %s: read document: %w", p.name, err)
 	}
 	return data, final, nil
+}
+
+// sharedHeaders is the shared sign-in's credential for the document
+// request; missing is true when the entry signs in but nobody has yet
+// (the document may still be public).
+func (p *Provider) sharedHeaders(ctx context.Context) (headers map[string]string, missing bool, err error) {
+	if p.opts.Shared == nil {
+		return nil, false, nil
+	}
+	h, ok, err := p.opts.Shared.SharedHeaders(ctx, p.name)
+	switch {
+	case errors.Is(err, harness.ErrNeedsSignIn):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, err
+	case !ok:
+		return nil, false, nil
+	}
+	if p.opts.Redactor != nil {
+		for _, v := range h {
+			p.opts.Redactor.Add(v)
+		}
+	}
+	return h, false, nil
 }
 
 // docAuth says whether the configured headers go with the document
@@ -101,8 +141,8 @@ func (p *Provider) docAuthHint(sent bool, docURL, final *url.URL) string {
 		return fmt.Sprintf("the document redirected to %s, another origin, and credentials do not follow a redirect: point url at the final location", redactURL(final.String()))
 	case sent:
 		return "the document's server refused the configured headers"
-	case len(p.spec.Headers) == 0:
-		return "the document needs credentials, and the connection has no headers"
+	case len(p.spec.Headers) == 0 && p.opts.Shared == nil:
+		return "the document needs credentials, and the connection has no headers or auth"
 	case p.spec.DocAuth != nil && !*p.spec.DocAuth:
 		return "the document was fetched without credentials (docAuth: false): set docAuth: true to send the headers with it"
 	default:

@@ -95,7 +95,7 @@ func TestGitHubDocument(t *testing.T) {
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			start := time.Now()
-			c, err := New("github", config.OpenAPI{URL: path, Include: tt.include}, nil).Connect(context.Background())
+			c, err := New("github", config.OpenAPI{URL: path, Include: config.IncludeNames(tt.include...)}, nil).Connect(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

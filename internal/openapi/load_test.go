@@ -42,7 +42,7 @@ func TestManyOperationsWarn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var logs bytes.Buffer
-			p := New("many", config.OpenAPI{URL: "api.json", Include: tt.include}, &Options{
+			p := New("many", config.OpenAPI{URL: "api.json", Include: config.IncludeNames(tt.include...)}, &Options{
 				Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 				ReadFile: func(string) ([]byte, error) { return doc, nil },
 			})

@@ -1,7 +1,8 @@
 // Package openapi is the OpenAPI provider: a REST API described by an
 // OpenAPI 3.0 or 3.1 document (JSON or YAML, from a URL or a file) becomes
 // a connection whose operations are the document's path × method pairs,
-// or those the entry's include selects by operationId or tag.
+// or those the entry's include selects by operationId, tag or expression
+// (see config.Include).
 //
 // The document is parsed with github.com/getkin/kin-openapi, which checks
 // it is an OpenAPI 3 document; the input schemas are built from the
@@ -16,10 +17,17 @@
 // A call turns arguments into a request to the base URL (baseUrl, else
 // servers[0].url with its variables' defaults, else the document's
 // origin) with the configured headers, the per-call credentials the
-// harness resolved, and an Idempotency-Key on requests other than GET and
-// HEAD. A 2xx answer returns its JSON (null when empty, the text when not
-// JSON); anything else is a *harness.CallError with the status and the
-// start of the body, which the harness redacts like every error.
+// harness resolved (an OAuth entry's token: the call's principal's on a
+// per-user sign-in, the shared one otherwise), and an Idempotency-Key on
+// requests other than GET and HEAD. A 2xx answer returns its JSON (null when empty, the text when not
+// JSON); a 401 to a call with per-call credentials wraps
+// harness.ErrNeedsSignIn (the harness refreshes the token once); anything
+// else is a *harness.CallError with the status and the start of the body,
+// which the harness redacts like every error.
+//
+// The document is read once for everyone, so it only ever carries the
+// entry's headers and, with auth, the shared sign-in's token (see
+// SharedCredentials), and those only as docAuth allows.
 package openapi
 
 import (
@@ -38,6 +46,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -75,9 +84,19 @@ type Options struct {
 	// for the document request when headers go with it); nil refuses
 	// such headers.
 	Secrets SecretResolver
-	// Redactor is told every value resolved from Secrets before it is
-	// sent, so it is scrubbed from records, events and logs.
+	// Redactor is told every value resolved from Secrets or Shared
+	// before it is sent, so it is scrubbed from records, events and logs.
 	Redactor Redactor
+	// Shared gives the credential the document request carries, when
+	// docAuth lets credentials go with it, for an entry with auth; nil
+	// for none. A call's own credential comes from the harness instead
+	// (harness.Credentials, resolved per call for its principal).
+	Shared SharedCredentials
+	// SharedOnly says every call uses the shared sign-in (auth without
+	// perUser): until someone signs in, the connection needs a sign-in,
+	// as a shared MCP server does, rather than being ready for calls
+	// that are all refused.
+	SharedOnly bool
 }
 
 // Provider opens the connection behind one openapi entry.
@@ -85,11 +104,15 @@ type Provider struct {
 	name string
 	spec config.OpenAPI
 	opts Options
+
+	mu    sync.Mutex
+	sum   string // the operations' hash at the last load
+	epoch int64
 }
 
 // New returns the provider of the entry called name.
 func New(name string, spec config.OpenAPI, opts *Options) *Provider {
-	p := &Provider{name: name, spec: spec}
+	p := &Provider{name: name, spec: spec, epoch: 1}
 	if opts != nil {
 		p.opts = *opts
 	}
@@ -153,6 +176,11 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	started := time.Now()
+	if p.opts.SharedOnly && p.opts.Shared != nil {
+		if _, _, err := p.opts.Shared.SharedHeaders(ctx, p.name); err != nil {
+			return nil, fmt.Errorf("openapi %s: %w", p.name, err)
+		}
+	}
 	data, docURL, err := p.fetchDocument(ctx)
 	if err != nil {
 		return nil, err
@@ -161,7 +189,11 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
 	}
-	ops, unmatched, err := parseOperations(root, p.spec.Include)
+	sel, err := newSelector(p.spec.Include)
+	if err != nil {
+		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
+	}
+	ops, unmatched, err := parseOperations(ctx, root, sel)
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
 	}
@@ -189,20 +221,34 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 		p.opts.Logger.Warn("openapi: "+msg, "connection", p.name)
 	}
 	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", base)
 	for _, op := range ops {
 		c.manifest.Operations = append(c.manifest.Operations, op.Spec)
 		c.ops[op.Name] = op
 		fmt.Fprintf(h, "%s %s %s %s\n", op.Name, op.Method, op.Path, op.Spec.InputSchema)
 	}
-	// The instance names the document and what it declares: a changed
-	// document is another thing to talk to, so recorded results are
-	// judged against the identity they were made with.
-	c.identity = harness.Identity{
-		Surface:  "openapi",
-		Instance: redactURL(p.spec.URL) + "#" + hex.EncodeToString(h.Sum(nil))[:16],
-		Epoch:    1,
-	}
+	c.identity = p.identity(hex.EncodeToString(h.Sum(nil))[:16])
 	return c, nil
+}
+
+// identity is the connection's identity for the operations hashed to
+// sum. The instance names the document and what it declares (where calls
+// go, and each operation's name, method, path and input schema), so every
+// replica that loads the same document agrees on it, and a changed
+// document is another thing to talk to: recorded results are judged
+// against the identity they were made with, by the entry's determinism.
+// The epoch moves on each time a reload finds the operations changed, as
+// an MCP connection's does when its session is renewed.
+func (p *Provider) identity(sum string) harness.Identity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sum != sum {
+		if p.sum != "" {
+			p.epoch++
+		}
+		p.sum = sum
+	}
+	return harness.Identity{Surface: "openapi", Instance: redactURL(p.spec.URL) + "#" + sum, Epoch: p.epoch}
 }
 
 // parseDocument checks data is an OpenAPI 3 document and returns it as

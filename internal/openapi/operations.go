@@ -1,6 +1,7 @@
 package openapi
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"regexp"
@@ -44,16 +45,15 @@ type operation struct {
 	Spec     harness.Operation
 }
 
-// parseOperations lists the document's operations, those include selects
-// when it is not empty (by operationId or tag). unmatched are the include
-// entries that selected nothing.
-func parseOperations(root map[string]any, include []string) (ops []operation, unmatched []string, err error) {
+// parseOperations lists the document's operations, those sel selects
+// when it is not nil. unmatched are the include entries that selected
+// nothing.
+func parseOperations(ctx context.Context, root map[string]any, sel *selector) (ops []operation, unmatched []string, err error) {
 	r := resolver{root: root}
 	paths, ok := root["paths"].(map[string]any)
 	if !ok && root["paths"] != nil {
 		return nil, nil, fmt.Errorf("paths is not an object")
 	}
-	matched := map[string]bool{}
 	taken := map[string]bool{}
 	for _, path := range slices.Sorted(maps.Keys(paths)) {
 		item, ok := r.deref(paths[path])
@@ -67,12 +67,10 @@ func parseOperations(root map[string]any, include []string) (ops []operation, un
 			}
 			id, _ := raw["operationId"].(string)
 			tags := stringList(raw["tags"])
-			if len(include) > 0 {
-				hit := false
-				for _, in := range include {
-					if in == id || slices.Contains(tags, in) {
-						hit, matched[in] = true, true
-					}
+			if sel != nil {
+				hit, err := sel.match(ctx, id, strings.ToUpper(method), path, tags)
+				if err != nil {
+					return nil, nil, err
 				}
 				if !hit {
 					continue
@@ -93,12 +91,7 @@ func parseOperations(root map[string]any, include []string) (ops []operation, un
 			ops = append(ops, op)
 		}
 	}
-	for _, in := range include {
-		if !matched[in] {
-			unmatched = append(unmatched, in)
-		}
-	}
-	return ops, unmatched, nil
+	return ops, sel.unmatched(), nil
 }
 
 var nonWord = regexp.MustCompile(`[^A-Za-z0-9]+`)
@@ -245,6 +238,7 @@ func buildOperation(r resolver, name, method, path string, tags []string, item, 
 		Description: fmt.Sprintf("%s %s", method, path) + prefixed(desc),
 		InputSchema: mustJSON(schema),
 		Annotations: annotations(method, raw),
+		HTTP:        &harness.HTTPRoute{Method: method, Path: path},
 	}
 	return op
 }

@@ -1,16 +1,18 @@
 package openapi
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"reflect"
 	"slices"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
-func loadShapes(t *testing.T, include []string) ([]operation, []string) {
+func loadShapes(t *testing.T, include []config.Include) ([]operation, []string) {
 	t.Helper()
 	data, err := os.ReadFile("testdata/shapes.yaml")
 	if err != nil {
@@ -23,7 +25,11 @@ func loadShapes(t *testing.T, include []string) ([]operation, []string) {
 	if version != "3.1.0" {
 		t.Fatalf("version = %q", version)
 	}
-	ops, unmatched, err := parseOperations(root, include)
+	sel, err := newSelector(include)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, unmatched, err := parseOperations(context.Background(), root, sel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,17 +62,25 @@ func TestOperationNamesAndToolIDs(t *testing.T) {
 
 func TestInclude(t *testing.T) {
 	t.Parallel()
+	names := config.IncludeNames
+	ex := config.IncludeExpr
 	tests := []struct {
-		include   []string
+		name      string
+		include   []config.Include
 		want      []string
 		unmatched []string
 	}{
-		{[]string{"issues"}, []string{"issues/list-for-repo", "issues/create"}, nil},
-		{[]string{"issues/create", "trees"}, []string{"issues/create", "put_trees_id"}, nil},
-		{[]string{"remote.thing", "nope"}, []string{"remote.thing"}, []string{"nope"}},
+		{"tag", names("issues"), []string{"issues/list-for-repo", "issues/create"}, nil},
+		{"id and tag", names("issues/create", "trees"), []string{"issues/create", "put_trees_id"}, nil},
+		{"unmatched name", names("remote.thing", "nope"), []string{"remote.thing"}, []string{"nope"}},
+		{"method and tag", []config.Include{ex(`method == 'GET' && 'issues' in tags`)}, []string{"issues/list-for-repo"}, nil},
+		{"path", []config.Include{ex(`path startsWith '/repos/'`)}, []string{"issues/list-for-repo", "issues/create"}, nil},
+		{"no operationId", []config.Include{ex(`operationId == ''`)}, []string{"put_trees_id"}, nil},
+		{"id pattern", []config.Include{ex(`operationId matches '^issues/'`), ex(`method == 'PATCH'`)}, []string{"issues/list-for-repo", "issues/create"}, []string{"$expr: method == 'PATCH'"}},
+		{"name beside expression", []config.Include{{Name: "remote.thing"}, ex(`method == 'PUT'`)}, []string{"remote.thing", "put_trees_id"}, nil},
 	}
 	for _, tt := range tests {
-		t.Run(tt.include[0], func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ops, unmatched := loadShapes(t, tt.include)
 			var names []string

@@ -62,6 +62,59 @@ func info(s harness.Status, key string) string {
 	return "—"
 }
 
+// orDash is s, or a dash when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+// infoList is a list in a status's info as lines: strings as they are,
+// anything else (an include expression, {"$expr": …}) as its one key and
+// value, else its JSON.
+func infoList(s harness.Status, key string) []string {
+	v, ok := s.Info[key]
+	if !ok || v == nil {
+		return nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(data, &items) != nil {
+		return []string{string(data)}
+	}
+	out := make([]string, 0, len(items))
+	for _, raw := range items {
+		var str string
+		var one map[string]string
+		switch {
+		case json.Unmarshal(raw, &str) == nil:
+			out = append(out, str)
+		case json.Unmarshal(raw, &one) == nil && len(one) == 1:
+			for k, v := range one {
+				out = append(out, k+": "+v)
+			}
+		default:
+			out = append(out, string(raw))
+		}
+	}
+	return out
+}
+
+// hasHTTP reports whether some operation sends an HTTP request of its
+// own (an OpenAPI connection's), so the page shows a column for it.
+func hasHTTP(ops []harness.Operation) bool {
+	for _, op := range ops {
+		if op.HTTP != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // hints lists the annotations an operation declares, in words.
 func hints(a harness.Annotations) []string {
 	var out []string

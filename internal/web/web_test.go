@@ -43,6 +43,13 @@ func setup(t testing.TB, users ...web.User) *bundle {
 // setupWith is setup with edit applied to the UI's options.
 func setupWith(t testing.TB, edit func(*web.Options), users ...web.User) *bundle {
 	t.Helper()
+	return setupConns(t, edit, nil, users...)
+}
+
+// setupConns is setupWith with add registering more connections beside
+// mem before the registry starts.
+func setupConns(t testing.TB, edit func(*web.Options), add func(*harness.Registry), users ...web.User) *bundle {
+	t.Helper()
 	mem := harness.NewMemory(
 		harness.MemoryOp{Operation: harness.Operation{Name: "echo", Description: "answers with its arguments",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
@@ -52,6 +59,9 @@ func setupWith(t testing.TB, edit func(*web.Options), users ...web.User) *bundle
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("mem", mem))
 	must(t, reg.SetPolicy("mem", harness.Policy{Approve: []string{"guard*"}}))
+	if add != nil {
+		add(reg)
+	}
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
 	als := harness.NewAllowlists(st)
