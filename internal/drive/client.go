@@ -90,8 +90,11 @@ func (cl *call) send(ctx context.Context, r request) ([]byte, error) {
 		if resp.StatusCode/100 != 2 {
 			return nil, &harness.CallError{Op: cl.op, Message: googleError(resp.StatusCode, data)}
 		}
+		if errors.Is(rerr, errTooLarge) {
+			return nil, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("the answer is larger than %d bytes, the most this connection reads", r.limit)}
+		}
 		if rerr != nil {
-			return nil, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("the answer is %s", rerr)}
+			return nil, rerr
 		}
 		return data, nil
 	}
@@ -161,7 +164,7 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > limit {
-		return data[:limit], fmt.Errorf("larger than %d bytes: %w", limit, errTooLarge)
+		return data[:limit], errTooLarge
 	}
 	return data, nil
 }

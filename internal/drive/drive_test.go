@@ -311,6 +311,11 @@ func TestReadFormats(t *testing.T) {
 			t.Fatalf("content fetched for a refused read: %+v", r)
 		}
 	}
+	// A Workspace file has no size to check first: its export is cut off
+	// at the bound and refused.
+	long := f.Add("tok-alice", "Long", docMIME, "root", strings.Repeat("z", 17))
+	_, err := b.as(t, "alice", "read_file", map[string]any{"fileId": long})
+	callError(t, err, "larger than 16 bytes, the most this connection reads")
 	if _, err := b.as(t, "alice", "save_file", map[string]any{"path": "x.txt", "content": strings.Repeat("y", 17)}); err == nil {
 		t.Fatal("a write over maxFileBytes was sent")
 	} else {

@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/textproto"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -279,10 +280,11 @@ func readFile(ctx context.Context, cl *call, a args) (any, error) {
 	return result(out)
 }
 
+// parseSize reads Drive's size (an int64 sent as a string; absent for
+// Workspace files and shortcuts).
 func parseSize(s string) (int64, bool) {
-	var n int64
-	_, err := fmt.Sscan(s, &n)
-	return n, err == nil && s != ""
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 // content is a write's body and its MIME type, refused over the bound.
