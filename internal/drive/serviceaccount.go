@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/jwt"
@@ -41,8 +42,16 @@ type serviceAccount struct {
 	source  oauth2.TokenSource
 }
 
+// tokenTimeout bounds one token exchange: the exchange runs outside any
+// call's context (its token serves many calls).
+const tokenTimeout = 30 * time.Second
+
 func newServiceAccount(spec config.ServiceAccount, secrets SecretResolver, redactor Redactor, client *http.Client) *serviceAccount {
-	return &serviceAccount{spec: spec, secrets: secrets, redactor: redactor, client: client}
+	c := *client
+	if c.Timeout == 0 {
+		c.Timeout = tokenTimeout
+	}
+	return &serviceAccount{spec: spec, secrets: secrets, redactor: redactor, client: &c}
 }
 
 // token is a valid access token. The key is resolved at every call, so a
