@@ -63,9 +63,9 @@
 // rotated key takes effect at once), parsed, and exchanged with the
 // JWT-bearer grant at the key's token_uri (https, or http on loopback for
 // tests) by golang.org/x/oauth2/jwt, which reuses the token until 10 s
-// before it expires (each replica keeps its own: an exchange is one
-// signed request, and Google allows many); a 401 drops it and the call is
-// sent once more with a new one. An exchange is bounded by 30 s. A call with neither is refused before anything is sent. The
+// before it expires (each replica keeps its own, so about one exchange
+// per replica per hour); a 401 drops it and the call is sent once more
+// with a new one. An exchange is bounded by 30 s. A call with neither is refused before anything is sent. The
 // key, its private key and every access token are given to the redactor
 // before use, and no error quotes them.
 //
