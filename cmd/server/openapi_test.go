@@ -263,10 +263,16 @@ func postAny(t *testing.T, base, key string, body []byte) map[string]any {
 // a secret appears in either.
 func checkNoSecret(t *testing.T, base, id string, secrets ...string) {
 	t.Helper()
+	checkNoSecretAs(t, base, "k1", id, secrets...)
+}
+
+// checkNoSecretAs is checkNoSecret for an execution of the API key key.
+func checkNoSecretAs(t *testing.T, base, key, id string, secrets ...string) {
+	t.Helper()
 	c := &http.Client{Timeout: 10 * time.Second}
 	for _, path := range []string{"/v1/executions/" + id, "/v1/executions/" + id + "/events"} {
 		req, _ := http.NewRequest("GET", base+path, nil)
-		req.Header.Set("Authorization", "Bearer k1")
+		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -158,7 +158,7 @@ type File struct {
 }
 
 // Connection is one entry under connections: exactly one of mcp, openapi,
-// source and cron.
+// drive, source and cron.
 type Connection struct {
 	MCP *MCP `yaml:"mcp"`
 	// OpenAPI makes the entry a REST API described by an OpenAPI 3
@@ -180,6 +180,8 @@ type Connection struct {
 	Source   *Source   `yaml:"source"`
 	Webhooks *Webhooks `yaml:"webhooks"`
 	Cron     *Cron     `yaml:"cron"`
+	// Drive makes the entry a Google Drive provider (see Drive).
+	Drive *Drive `yaml:"drive"`
 }
 
 // MCP describes an MCP server reached over stdio (command) or Streamable
@@ -252,6 +254,9 @@ type Auth struct {
 	// PerUser keeps each principal's own tokens; false keeps one shared
 	// token, the operator's.
 	PerUser bool `yaml:"perUser"`
+	// ServiceAccount makes a drive entry act as a Google service account
+	// instead of signing in with OAuth (see ServiceAccount).
+	ServiceAccount *ServiceAccount `yaml:"serviceAccount"`
 
 	word string // the scalar form as written, checked by Validate
 }
@@ -263,6 +268,10 @@ type OAuth struct {
 	ClientID     string   `yaml:"clientId"`
 	ClientSecret string   `yaml:"clientSecret" json:"-"`
 	Scopes       []string `yaml:"scopes"`
+	// Issuer names the authorization server, for APIs that publish no
+	// protected resource metadata to discover it from (Google's; a drive
+	// entry defaults to https://accounts.google.com).
+	Issuer string `yaml:"issuer"`
 }
 
 // UnmarshalYAML reads both forms of auth. A word other than oauth is
