@@ -45,8 +45,11 @@ func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, log
 		}
 		c := oauth.Connection{Name: name, ResourceURL: resourceURL(spec), PerUser: spec.Auth.PerUser}
 		if o := spec.Auth.OAuth; o != nil {
-			c.ClientID, c.ClientSecret, c.Scopes = o.ClientID, o.ClientSecret, o.Scopes
+			c.ClientID, c.ClientSecret, c.Scopes, c.Issuer = o.ClientID, o.ClientSecret, o.Scopes, o.Issuer
 			redactor.Add(o.ClientSecret)
+		}
+		if spec.Drive != nil {
+			driveSignIn(&c, spec)
 		}
 		svc.Register(c)
 	}
@@ -54,17 +57,20 @@ func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, log
 }
 
 func usesOAuth(spec config.Connection) bool {
-	return (spec.MCP != nil || spec.OpenAPI != nil) && spec.Auth != nil && spec.Auth.OAuth != nil
+	return (spec.MCP != nil || spec.OpenAPI != nil || spec.Drive != nil) && spec.Auth != nil && spec.Auth.OAuth != nil
 }
 
 // resourceURL is what an OAuth connection's token is for: the MCP
-// server, or the API an OpenAPI document describes (its baseUrl, else
-// the document's URL, whose origin serves the API when no baseUrl says
-// otherwise; config refuses a file document without baseUrl).
+// server, the API an OpenAPI document describes (its baseUrl, else the
+// document's URL, whose origin serves the API when no baseUrl says
+// otherwise; config refuses a file document without baseUrl), or a
+// Drive's API base.
 func resourceURL(spec config.Connection) string {
 	switch {
 	case spec.MCP != nil:
 		return spec.MCP.URL
+	case spec.Drive != nil:
+		return driveAPI(*spec.Drive)
 	case spec.OpenAPI.BaseURL != "":
 		return spec.OpenAPI.BaseURL
 	default:
@@ -111,6 +117,9 @@ func access(spec config.Connection) harness.Access {
 		a.SignIn = harness.SignInShared
 		if spec.Auth.PerUser {
 			a.SignIn = harness.SignInPerUser
+			// A per-user Drive is the caller's own: it must never be
+			// reached without a caller.
+			a.RequiresPrincipal = a.RequiresPrincipal || spec.Drive != nil
 		}
 	}
 	return a

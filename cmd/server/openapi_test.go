@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // petstore is a Petstore-like API with its OpenAPI 3 document at
@@ -263,6 +264,30 @@ func postAny(t *testing.T, base, key string, body []byte) map[string]any {
 func checkNoSecret(t *testing.T, base, id string, secrets ...string) {
 	t.Helper()
 	checkNoSecretAs(t, base, "k1", id, secrets...)
+}
+
+// checkNoSecretAs is checkNoSecret for an execution of the API key key.
+func checkNoSecretAs(t *testing.T, base, key, id string, secrets ...string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	for _, path := range []string{"/v1/executions/" + id, "/v1/executions/" + id + "/events"} {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(data) == 0 {
+			t.Fatalf("GET %s = %d %s", path, resp.StatusCode, data)
+		}
+		for _, secret := range secrets {
+			if strings.Contains(string(data), secret) {
+				t.Fatalf("GET %s shows a secret:\n%s", path, data)
+			}
+		}
+	}
 }
 
 func getJSON(t *testing.T, url string, v any) {

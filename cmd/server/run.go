@@ -24,6 +24,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
@@ -106,6 +107,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			}
 			p = openapi.New(name, *spec.OpenAPI, opts)
 			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)
+		}
+		if spec.Drive != nil {
+			p = drive.New(name, *spec.Drive, &drive.Options{
+				Logger: logger, ServiceAccount: serviceAccount(spec), Secrets: secrets, Redactor: redactor,
+			})
 		}
 		if spec.Pool != nil {
 			if p, err = poolProvider(st, name, spec, cfg.PoolReclaimAfter, logger, redactor); err != nil {
@@ -331,8 +337,8 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 }
 
 // reportURL is where a connection reaches, as its status shows it: an http
-// MCP server's URL or an OpenAPI document's location, without userinfo or
-// query (either may hold a credential); "" for the other kinds.
+// MCP server's URL, an OpenAPI document's location or a Drive's API base,
+// without userinfo or query (either may hold a credential); "" for the other kinds.
 func reportURL(spec config.Connection) string {
 	var raw string
 	switch {
@@ -340,6 +346,8 @@ func reportURL(spec config.Connection) string {
 		raw = spec.MCP.URL
 	case spec.OpenAPI != nil:
 		raw = spec.OpenAPI.URL
+	case spec.Drive != nil:
+		raw = driveAPI(*spec.Drive)
 	default:
 		return ""
 	}

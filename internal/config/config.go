@@ -158,7 +158,7 @@ type File struct {
 }
 
 // Connection is one entry under connections: exactly one of mcp, openapi,
-// source and cron.
+// drive, source and cron.
 type Connection struct {
 	MCP *MCP `yaml:"mcp"`
 	// OpenAPI makes the entry a REST API described by an OpenAPI 3
@@ -181,6 +181,8 @@ type Connection struct {
 	Source   *Source   `yaml:"source"`
 	Webhooks *Webhooks `yaml:"webhooks"`
 	Cron     *Cron     `yaml:"cron"`
+	// Drive makes the entry a Google Drive provider (see Drive).
+	Drive *Drive `yaml:"drive"`
 }
 
 // MCP describes an MCP server reached over stdio (command) or Streamable
@@ -247,7 +249,8 @@ func (m MCP) Transport() string {
 // Auth is a connection's credential. In the file it is either the word
 // oauth (`auth: oauth`) or a mapping
 // `auth: {oauth: {clientId, clientSecret, scopes}, perUser: true}` or
-// `auth: {githubApp: {appId, privateKey, owner, repo, permissions}}`.
+// `auth: {githubApp: {appId, privateKey, owner, repo, permissions}}` or,
+// on a drive entry, `auth: {serviceAccount: {key}}`.
 type Auth struct {
 	// OAuth is set for an OAuth connection (both forms).
 	OAuth *OAuth `yaml:"oauth"`
@@ -257,6 +260,9 @@ type Auth struct {
 	// GitHubApp is set for a connection whose calls carry GitHub App
 	// installation tokens (see GitHubApp).
 	GitHubApp *GitHubApp `yaml:"githubApp"`
+	// ServiceAccount makes a drive entry act as a Google service account
+	// instead of signing in with OAuth (see ServiceAccount).
+	ServiceAccount *ServiceAccount `yaml:"serviceAccount"`
 
 	word string // the scalar form as written, checked by Validate
 }
@@ -268,6 +274,10 @@ type OAuth struct {
 	ClientID     string   `yaml:"clientId"`
 	ClientSecret string   `yaml:"clientSecret" json:"-"`
 	Scopes       []string `yaml:"scopes"`
+	// Issuer names the authorization server, for APIs that publish no
+	// protected resource metadata to discover it from (Google's; a drive
+	// entry defaults to https://accounts.google.com).
+	Issuer string `yaml:"issuer"`
 }
 
 // UnmarshalYAML reads both forms of auth. A word other than oauth is

@@ -572,7 +572,7 @@ func TestValidate(t *testing.T) {
 			},
 			wants: []want{
 				{"connections.auth.auth", "only supported on an mcp connection"},
-				{"connections.none", "exactly one kind: mcp, openapi, source or cron"},
+				{"connections.none", "exactly one kind: mcp, openapi, drive, source or cron"},
 				{"connections.none.policy.deny[1]", `"[bad" is not a valid glob`},
 				{"connections.three", "has mcp and source and cron"},
 			},

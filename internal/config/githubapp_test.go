@@ -109,6 +109,16 @@ func TestLoadGitHubApp(t *testing.T) {
 			wants: []want{{"connections.r.auth", "cannot be combined with an Authorization header"}},
 		},
 		{
+			name:  "on a drive",
+			conn:  `{ drive: {}, auth: { githubApp: { ` + app + `, owner: a, repo: b, permissions: { issues: read } } } }`,
+			wants: []want{{"connections.r.auth", "exactly one of oauth and serviceAccount"}, {"connections.r.auth.githubApp", "not supported on a drive"}},
+		},
+		{
+			name:  "beside a service account",
+			conn:  `{ ` + api + `, auth: { serviceAccount: { key: "${secret:k}" }, githubApp: { ` + app + `, owner: a, repo: b, permissions: { issues: read } } } }`,
+			wants: []want{{"connections.r.auth.serviceAccount", "only supported on a drive"}},
+		},
+		{
 			name:  "unknown field",
 			conn:  `{ ` + api + `, auth: { githubApp: { ` + app + `, owner: a, repo: b, permissions: { issues: read }, installationId: 4 } } }`,
 			wants: []want{{"connections.r.auth.githubApp.installationId", "unknown field"}},

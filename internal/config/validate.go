@@ -220,7 +220,7 @@ func (c Connection) validate(ps *problems, name string) {
 	kinds := c.Kinds()
 	switch len(kinds) {
 	case 0:
-		ps.add(path, "must have exactly one kind: mcp, openapi, source or cron")
+		ps.add(path, "must have exactly one kind: mcp, openapi, drive, source or cron")
 	case 1:
 	default:
 		ps.add(path, "must have exactly one kind, has %s", strings.Join(kinds, " and "))
@@ -231,8 +231,15 @@ func (c Connection) validate(ps *problems, name string) {
 	if c.OpenAPI != nil {
 		c.OpenAPI.validate(ps, path+".openapi")
 	}
-	if c.Auth != nil {
+	switch {
+	case c.Drive != nil:
+		c.Drive.validate(ps, path+".drive")
+		c.validateDriveAuth(ps, path+".auth")
+	case c.Auth != nil:
 		c.validateAuth(ps, path+".auth")
+		if c.Auth.ServiceAccount != nil {
+			ps.add(path+".auth.serviceAccount", "is only supported on a drive connection")
+		}
 	}
 	if c.Pool != nil {
 		c.Pool.validate(ps, path+".pool", c)
@@ -280,11 +287,7 @@ func (c Connection) validateAuth(ps *problems, path string) {
 	if o.ClientSecret != "" && o.ClientID == "" {
 		ps.add(path+".oauth.clientSecret", "needs clientId")
 	}
-	for i, sc := range o.Scopes {
-		if sc == "" || strings.ContainsAny(sc, " \t\r\n\"\\") {
-			ps.add(fmt.Sprintf("%s.oauth.scopes[%d]", path, i), "must be one scope token, without spaces or quotes")
-		}
-	}
+	o.validateScopesAndIssuer(ps, path+".oauth")
 }
 
 // validateAuth checks what OAuth needs of an openapi entry: the API the
@@ -361,7 +364,7 @@ func (f *File) validateAPIKeys(ps *problems) {
 	}
 }
 
-// Kinds lists the kinds the entry declares (mcp, openapi, source, cron),
+// Kinds lists the kinds the entry declares (mcp, openapi, drive, source, cron),
 // in that order. A valid entry has exactly one.
 func (c Connection) Kinds() []string {
 	var kinds []string
@@ -370,6 +373,9 @@ func (c Connection) Kinds() []string {
 	}
 	if c.OpenAPI != nil {
 		kinds = append(kinds, KindOpenAPI)
+	}
+	if c.Drive != nil {
+		kinds = append(kinds, KindDrive)
 	}
 	if c.Source != nil {
 		kinds = append(kinds, KindSource)

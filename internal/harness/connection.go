@@ -155,8 +155,8 @@ func (f ProviderFunc) Connect(ctx context.Context) (Conn, error) { return f(ctx)
 type Status struct {
 	Name string `json:"name"`
 	// Kind and URL are what the host set with Registry.SetKind: mcp,
-	// openapi, source or cron, and the server's or document's URL
-	// without credentials.
+	// openapi, drive, source or cron, and the server's, document's or
+	// API's URL without credentials.
 	Kind string `json:"kind,omitempty"`
 	URL  string `json:"url,omitempty"`
 	// Tools are the model tool ids of its operations (see ToolIDs), in

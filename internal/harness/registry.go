@@ -249,8 +249,8 @@ func (c *Connection) Manifest() Manifest {
 	return c.manifest
 }
 
-// SetKind records the named connection's kind (mcp, openapi, source,
-// cron) and where it reaches (a URL without credentials, or ""), shown in
+// SetKind records the named connection's kind (mcp, openapi, drive,
+// source, cron) and where it reaches (a URL without credentials, or ""), shown in
 // its status so that every connection reports {name, kind, url, tools}.
 func (r *Registry) SetKind(name, kind, url string) error {
 	c, err := r.Get(name)

@@ -60,6 +60,13 @@ func (s *Service) discover(ctx context.Context, c Connection) (discovery, error)
 	if err != nil || (server.Scheme != "http" && server.Scheme != "https") || server.Host == "" {
 		return discovery{}, flowErr(KindDiscovery, "The connection's URL is not an http or https URL; fix it in the configuration.")
 	}
+	if c.Issuer != "" {
+		as, err := s.serverMetadata(ctx, c.Issuer)
+		if err != nil {
+			return discovery{}, err
+		}
+		return discovery{Resource: c.ResourceURL, AS: as}, nil
+	}
 	ch, ok := s.recordedChallenge(ctx, c.Name)
 	if !ok {
 		ch = s.probe(ctx, c.ResourceURL)

@@ -111,6 +111,12 @@
 //   - Only the current key decrypts: after PATCHBAY_SECRET_KEY rotates,
 //     stored tokens and registrations read as absent (sign in again), as
 //     they are short-lived; the secret store's Rekey does not cover them.
+//   - A connection that names its Issuer (APIs that publish no protected
+//     resource metadata, such as Google's) skips steps 1 and 2: nothing is
+//     sent to the resource, and the issuer's metadata is checked as in
+//     step 3. Its AuthParams are added to the authorization request
+//     (Google's access_type=offline, without which it issues no refresh
+//     token).
 //   - No client credentials, DPoP or enterprise grants (extensions of the
 //     conformance suite, not scored).
 package oauth

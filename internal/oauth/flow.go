@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -86,7 +87,11 @@ func (s *Service) Begin(ctx context.Context, connection, principal, sessionID st
 		return "", err
 	}
 	conf := s.config(reg, p.AuthURL, p.TokenURL, p.Scopes)
-	u := conf.AuthCodeURL(state, oauth2.S256ChallengeOption(p.Verifier), oauth2.SetAuthURLParam("resource", p.Resource))
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(p.Verifier), oauth2.SetAuthURLParam("resource", p.Resource)}
+	for _, k := range slices.Sorted(maps.Keys(c.AuthParams)) {
+		opts = append(opts, oauth2.SetAuthURLParam(k, c.AuthParams[k]))
+	}
+	u := conf.AuthCodeURL(state, opts...)
 	s.log.Info("oauth: sign-in started", "connection", c.Name, "principal", key, "issuer", p.Issuer, "client", reg.Source, "scopes", strings.Join(p.Scopes, " "))
 	return u, nil
 }

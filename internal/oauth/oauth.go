@@ -99,6 +99,14 @@ type Connection struct {
 	// PerUser keeps a token per principal; false keeps one shared token
 	// under SharedPrincipal.
 	PerUser bool
+	// Issuer, when set, is the authorization server itself: discovery
+	// reads its metadata directly instead of the resource's challenge and
+	// RFC 9728 metadata, for APIs that publish none (Google's). Its
+	// metadata is checked as any other (issuer, S256, https endpoints).
+	Issuer string
+	// AuthParams are added to the authorization request (Google issues a
+	// refresh token only with access_type=offline).
+	AuthParams map[string]string
 }
 
 // Account says who is signed in to a connection. It never holds a token.
