@@ -12,11 +12,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/demo"
@@ -513,5 +516,78 @@ func TestGitHubAppKeyResolvedOnFirstUse(t *testing.T) {
 	h, ok, err := creds.Headers(context.Background(), "gh", "alice")
 	if err != nil || !ok || !strings.HasPrefix(h["Authorization"], "Bearer ghs_") {
 		t.Fatalf("with the key: %v %v %v", h, ok, err)
+	}
+}
+
+// TestGitHubAppHiddenFromTriggerTurns: a connection whose token's scope
+// follows the caller (requiresPrincipal) is hidden from a trigger turn,
+// which runs for no one: its call is refused at gate 1, before any token
+// is asked for or any request sent.
+func TestGitHubAppHiddenFromTriggerTurns(t *testing.T) {
+	t.Parallel()
+	api := newIssuesAPI(t)
+	gh := api.gh
+	gh.Install("acme", "widgets", 1)
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	cfg := strings.Replace(mustRead(t, gitHubAppConfig(t, gh)), "apiKeys:\n", fmt.Sprintf(`  jobs:
+    source: { events: { job.done: { type: object } } }
+    webhooks: { secrets: [%q] }
+triggers:
+  - id: file
+    connection: jobs
+    event: job.done
+    workflow:
+      version: 1
+      connections: { gh: {} }
+      root: { kind: call, id: open, connection: gh, op: issues/create, args: { owner: acme, repo: widgets, title: x } }
+apiKeys:
+  - { name: reader, key: k-reader, allowlist: none, roles: [read] }
+`, secret), 1)
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": writeConfig(t, cfg), "PATCHBAY_SECRET_GH_APP_KEY": gh.KeyPEM(),
+	})
+	exchanges := gh.Exchanges() // the discovery token the document request carried
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"type":"job.done","id":"evt-1","payload":{}}`)
+	now := time.Now()
+	sig, _ := wh.Sign("msg-1", now, body)
+	req, _ := http.NewRequest("POST", srv.url+"/hooks/jobs", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", "msg-1")
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("webhook = %d", resp.StatusCode)
+	}
+	var list struct {
+		Executions []map[string]any `json:"items"`
+	}
+	var ex map[string]any
+	for deadline := time.Now().Add(20 * time.Second); ex == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		getJSONAs(t, srv.url+"/v1/executions", "k-reader", &list)
+		for _, e := range list.Executions {
+			if e["status"] == "failed" || e["status"] == "succeeded" {
+				ex = e
+			}
+		}
+	}
+	if ex == nil || ex["status"] != "failed" {
+		t.Fatalf("trigger turn = %v (listed %v)", ex, list.Executions)
+	}
+	_, full := get2(strings.TrimPrefix(srv.url, "http://"), "k-reader", "/v1/executions/"+ex["id"].(string))
+	e, _ := full["error"].(map[string]any)
+	if e["gate"] != 1.0 || !strings.Contains(fmt.Sprint(e["message"]), "no principal") {
+		t.Fatalf("trigger turn error = %v, want refused at gate 1", full["error"])
+	}
+	if n := gh.Exchanges() - exchanges; n != 0 || len(api.called()) != 0 {
+		t.Fatalf("%d exchanges, %d API calls for the trigger turn", n, len(api.called()))
 	}
 }
