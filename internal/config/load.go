@@ -160,6 +160,7 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 	str("PATCHBAY_SECRETS_DIR", &c.SecretsDir)
 	str("PATCHBAY_ADMIN_TOKEN", &c.AdminToken)
 	str("PATCHBAY_PUBLIC_URL", &c.PublicURL)
+	str("PATCHBAY_PPROF_ADDR", &c.PprofAddr)
 	if v := strings.TrimSpace(getenv("PATCHBAY_START_TRIGGERS")); v != "" {
 		if b, err := strconv.ParseBool(v); err != nil {
 			ps.add("PATCHBAY_START_TRIGGERS", "must be true or false, not %q", v)
