@@ -214,6 +214,7 @@ func (e *Executions) Resume(ctx context.Context, id string, rerun []string) (*Ex
 		}
 	}
 	rec.Steps, rec.Status, rec.Error, rec.Output, rec.FinishedAt, rec.Rerun = kept, ExecQueued, nil, nil, nil, rerun
+	// synced is false: the save rewrites the ledger to the entries kept.
 	r := &run{e: e, rec: rec, epoch: epoch}
 	if err := r.save(ctx); err != nil {
 		return nil, err

@@ -347,7 +347,7 @@ func (r *run) recheckHandle(ctx context.Context, f *frame, name, key string) err
 	case mode == Replayable:
 		return nil
 	case mode == Costly || slices.Contains(r.rec.Rerun, name) || slices.Contains(r.rec.Rerun, h.Pool):
-		r.rec.Steps = r.rec.Steps[:i] // from here on, live on the new connection
+		r.truncate(i) // from here on, live on the new connection
 		return nil
 	}
 	return &stepError{step: st.ID, code: "resume_refused", err: fmt.Errorf(

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -200,25 +201,38 @@ end
 return 1
 `)
 
-// saveScript writes the record only for the current epoch: no zombie
-// writes from a runner whose claim was taken over. With it go the events
-// that report the change (step started or finished, execution running or
-// finished) and, when the execution finished, the message Wait listens
-// for: one round trip for what took three, and a fenced runner's events
-// are dropped with its record.
+// saveScript writes what a save changed, only for the current epoch: no
+// zombie writes from a runner whose claim was taken over. The record's
+// head (the execution without its ledger entries) is written when it
+// changed; each ledger entry is a field of the ledger hash (its position
+// in the ledger), so a step writes its own entry rather than the whole
+// record again. With them go the events that report the change (step
+// started or finished, execution running or finished) and, when the
+// execution finished, the message Wait listens for: one round trip, and a
+// fenced runner's events are dropped with its writes.
 //
-// KEYS: epoch, record, events. ARGV: epoch, record JSON, retention ms,
-// number of events, channel to publish the status on ("" for none),
-// status, then type and data of each event.
+// KEYS: epoch, record, events, ledger. ARGV: epoch, retention ms, head
+// JSON ("" unchanged), "1" to empty the ledger first, "1" to set the
+// ledger's expiry, channel to publish the status on ("" for none),
+// status, number of entries, number of events, then position and JSON of
+// each entry, then type and data of each event.
 var saveScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-local n = tonumber(ARGV[4])
-for i = 0, n - 1 do
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', '` + strconv.Itoa(maxEvents) + `', '*', 'type', ARGV[7 + 2 * i], 'data', ARGV[8 + 2 * i])
+local ne, nv = tonumber(ARGV[8]), tonumber(ARGV[9])
+if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2]) end
+if ARGV[4] == '1' then redis.call('DEL', KEYS[4]) end
+local at = 10
+while ne > 0 do
+  local n = math.min(ne, 100)
+  redis.call('HSET', KEYS[4], unpack(ARGV, at, at + 2 * n - 1))
+  at, ne = at + 2 * n, ne - n
 end
-if n > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
-if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
+if ARGV[5] == '1' then redis.call('PEXPIRE', KEYS[4], ARGV[2]) end
+for i = 0, nv - 1 do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', '` + strconv.Itoa(maxEvents) + `', '*', 'type', ARGV[at + 2 * i], 'data', ARGV[at + 2 * i + 1])
+end
+if nv > 0 and ARGV[3] ~= '' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return 1
 `)
 
@@ -373,6 +387,20 @@ type run struct {
 	parking bool
 	// held are events written with the next save (see beginHeld).
 	held []event
+	// What the ledger hash holds, so a save writes only what changed
+	// (see saveWith): synced is false until the hash holds the entries
+	// as loaded (a run made without the worker's claim, a record written
+	// before the ledger had a hash), and the first save then rewrites it
+	// whole; dirty are the positions changed since the last save;
+	// expiring: the hash exists with its retention set.
+	synced   bool
+	dirty    []int
+	expiring bool
+	// head is the record without its entries as last saved, and headAt
+	// when: a save whose head is unchanged does not send it, unless half
+	// the retention has passed (the head's expiry is renewed with it).
+	head   []byte
+	headAt time.Time
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -476,10 +504,11 @@ func (r *run) save(ctx context.Context) error { return r.saveWith(ctx, "") }
 
 // saveWith is save that also appends events after the held ones and, when
 // publish names a channel, announces the execution's status on it, all in
-// one script (saveScript).
+// one script (saveScript). It sends the head only when it changed and the
+// ledger entries changed since the last save.
 func (r *run) saveWith(ctx context.Context, publish string, events ...event) error {
 	r.mu.Lock()
-	data, err := marshalRecord(r.rec)
+	w, err := r.changes()
 	events = append(r.held, events...)
 	r.held = nil
 	status := string(r.rec.Status)
@@ -487,8 +516,9 @@ func (r *run) saveWith(ctx context.Context, publish string, events ...event) err
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, 6+2*len(events))
-	args = append(args, r.epoch, data, r.e.retention.Milliseconds(), 0, publish, status)
+	args := make([]any, 0, 9+2*len(w.entries)+2*len(events))
+	args = append(args, r.epoch, r.e.retention.Milliseconds(), w.head, luaFlag(w.rewrite), luaFlag(w.expire), publish, status, len(w.entries)/2, 0)
+	args = append(args, w.entries...)
 	for _, ev := range events {
 		raw, err := json.Marshal(r.e.redact(ev.data))
 		if err != nil {
@@ -496,16 +526,83 @@ func (r *run) saveWith(ctx context.Context, publish string, events ...event) err
 		}
 		args = append(args, ev.typ, raw)
 	}
-	args[3] = (len(args) - 6) / 2
+	args[8] = (len(args) - 9 - len(w.entries)) / 2
+	id := r.rec.ID
 	ok, err := saveScript.Run(context.WithoutCancel(ctx), r.e.store.Client,
-		[]string{r.e.epochKey(r.rec.ID), r.e.recordKey(r.rec.ID), r.e.eventsKey(r.rec.ID)}, args...).Int()
+		[]string{r.e.epochKey(id), r.e.recordKey(id), r.e.eventsKey(id), r.e.ledgerKey(id)}, args...).Int()
 	if err != nil {
-		return &storageError{fmt.Errorf("executions: save %s: %w", r.rec.ID, err)}
+		return &storageError{fmt.Errorf("executions: save %s: %w", id, err)}
 	}
 	if ok == 0 {
 		return ErrFenced
 	}
 	return nil
+}
+
+// writes is what one save sends.
+type writes struct {
+	head    []byte // nil: unchanged
+	entries []any  // position, JSON, …
+	rewrite bool   // empty the ledger hash first
+	expire  bool   // set the ledger hash's expiry
+}
+
+// changes collects what changed since the last save and counts it as
+// saved: a save that fails stops the run, and the next run loads what
+// Redis holds. Callers hold r.mu.
+func (r *run) changes() (writes, error) {
+	var w writes
+	head, err := marshalHead(r.rec)
+	if err != nil {
+		return w, err
+	}
+	if !bytes.Equal(head, r.head) || time.Since(r.headAt) > r.e.retention/2 {
+		w.head, r.head, r.headAt = head, head, time.Now()
+	}
+	positions := r.dirty
+	if !r.synced {
+		w.rewrite = true
+		positions = make([]int, len(r.rec.Steps))
+		for i := range positions {
+			positions[i] = i
+		}
+	}
+	seen := map[int]bool{}
+	for _, i := range positions {
+		if i >= len(r.rec.Steps) || seen[i] {
+			continue
+		}
+		seen[i] = true
+		data, err := json.Marshal(&r.rec.Steps[i])
+		if err != nil {
+			return w, fmt.Errorf("executions: encode %s entry %d: %w", r.rec.ID, i, err)
+		}
+		w.entries = append(w.entries, i, data)
+	}
+	// The hash gets its expiry when this run creates it (or empties and
+	// fills it), and again with every head, so both live as long.
+	w.expire = len(w.entries) > 0 && (!r.expiring || w.rewrite) || w.head != nil && r.expiring
+	if len(w.entries) > 0 {
+		r.expiring = true
+	} else if w.rewrite {
+		r.expiring = false
+	}
+	r.dirty, r.synced = r.dirty[:0], true
+	return w, nil
+}
+
+// truncate drops the ledger entries from position i on; the next save
+// rewrites the ledger hash. Callers hold r.mu.
+func (r *run) truncate(i int) {
+	r.rec.Steps = r.rec.Steps[:i]
+	r.synced = false
+}
+
+func luaFlag(b bool) string {
+	if b {
+		return "1"
+	}
+	return ""
 }
 
 // storageError is a failure to read or write Redis: the run stops and is
@@ -580,6 +677,7 @@ func (r *run) update(key string, fn func(st *StepRecord)) {
 	defer r.mu.Unlock()
 	if i := r.entry(key); i >= 0 {
 		fn(&r.rec.Steps[i])
+		r.dirty = append(r.dirty, i)
 	}
 }
 
@@ -637,7 +735,7 @@ func (r *run) checkIdentity(i int) error {
 	case mode == Costly || slices.Contains(r.rec.Rerun, st.Connection):
 		// Everything from the first affected entry on runs live; a costly
 		// connection is reset first, so it starts from a clean world.
-		r.rec.Steps = r.rec.Steps[:i]
+		r.truncate(i)
 		if mode == Costly {
 			if r.resets == nil {
 				r.resets = map[string]bool{}
@@ -680,6 +778,7 @@ func (r *run) enter(n *Node, key, conn string) (event, bool) {
 		Key: key, ID: n.ID, Kind: n.Kind, Connection: conn, Op: n.Op,
 		IdempotencyKey: r.rec.ID + ":" + key, StartedAt: time.Now().UTC(),
 	})
+	r.dirty = append(r.dirty, len(r.rec.Steps)-1)
 	return event{EventStepStarted, map[string]any{"key": key, "id": n.ID, "connection": conn, "op": n.Op}}, true
 }
 
