@@ -143,7 +143,8 @@ func (e *Executions) pollEvery() time.Duration {
 // done; calls are bounded by their own timeouts.
 func (e *Executions) handle(ctx context.Context, consumer string, msg redis.XMessage) {
 	id, _ := msg.Values["id"].(string)
-	if err := e.execute(ctx, id); err != nil {
+	acked, err := e.execute(ctx, id, msg.ID)
+	if err != nil {
 		// Left unacknowledged: the item stays pending for a later claim.
 		var held *heldError
 		if errors.As(err, &held) {
@@ -154,8 +155,22 @@ func (e *Executions) handle(ctx context.Context, consumer string, msg redis.XMes
 		e.logger.Error("execution interrupted", "execution", id, "err", err)
 		return
 	}
-	e.store.Client.XAck(ctx, e.workKey(), workGroup, msg.ID)
-	e.store.Client.XDel(ctx, e.workKey(), msg.ID)
+	if !acked {
+		e.ack(ctx, msg.ID)
+	}
+}
+
+// ack acknowledges and deletes a work item.
+func (e *Executions) ack(ctx context.Context, item string) {
+	_, err := e.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAck(ctx, e.workKey(), workGroup, item)
+		p.XDel(ctx, e.workKey(), item)
+		return nil
+	})
+	if err != nil {
+		// Still pending: taken again after the timeout, and dropped then.
+		e.logger.Warn("acknowledge a work item", "item", item, "err", err)
+	}
 }
 
 // claimScript takes an execution for one run. The owner key expires unless
@@ -196,6 +211,30 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if redis.call('GET', KEYS[2]) then
   redis.call('DEL', KEYS[2])
+  return 2
+end
+return 1
+`)
+
+// releaseAckScript is releaseScript for a worker's run that ended: with
+// the claim go the acknowledgement and deletion of its work item, and a
+// claim refused meanwhile is served by a new item here rather than by
+// another round trip. The work stream is the shared key, so on Redis
+// Cluster (another slot) the steps go one by one instead.
+//
+// KEYS: owner, again, work stream. ARGV: token, group, item ("" for
+// none), execution id. Answers as releaseScript.
+var releaseAckScript = redis.NewScript(`
+local held = redis.call('GET', KEYS[1]) == ARGV[1]
+if held then redis.call('DEL', KEYS[1]) end
+if ARGV[3] ~= '' then
+  redis.call('XACK', KEYS[3], ARGV[2], ARGV[3])
+  redis.call('XDEL', KEYS[3], ARGV[3])
+end
+if not held then return 0 end
+if redis.call('GET', KEYS[2]) then
+  redis.call('DEL', KEYS[2])
+  redis.call('XADD', KEYS[3], '*', 'id', ARGV[4])
   return 2
 end
 return 1
@@ -289,6 +328,26 @@ func (e *Executions) release(ctx context.Context, id, token string) {
 		}
 	}
 }
+
+// releaseAck is release for a worker's run, acknowledging its work item
+// (unless item is "") in the same round trip. It reports whether the item
+// was acknowledged.
+func (e *Executions) releaseAck(ctx context.Context, id, token, item string) bool {
+	if e.clustered() {
+		e.release(ctx, id, token)
+		return false
+	}
+	ctx = context.WithoutCancel(ctx)
+	_, err := releaseAckScript.Run(ctx, e.store.Client, []string{e.ownerKey(id), e.againKey(id), e.workKey()},
+		token, workGroup, item, id).Int()
+	if err != nil {
+		// The claim lapses; the caller acknowledges the item by itself.
+		e.logger.Warn("release claim", "execution", id, "err", err)
+		return false
+	}
+	return item != ""
+}
+
 func (e *Executions) epochKey(id string) string { return e.store.Key("{exec:"+id+"}", "epoch") }
 
 func (e *Executions) claim(ctx context.Context, id, token string) (int64, error) {
@@ -303,42 +362,114 @@ func (e *Executions) claim(ctx context.Context, id, token string) (int64, error)
 	return epoch, nil
 }
 
+// claimRunScript is claimScript for a worker's run, with what the run
+// reads first in the same round trip: the record's head, whether Cancel
+// was asked and the ledger. An unknown execution is not claimed (0).
+//
+// KEYS: owner, epoch, again, record, ledger, cancel. ARGV: token,
+// visibility ms, retention ms. Answers {-left} when refused, {0} when
+// the record is gone, else {epoch, head, cancelled, ledger fields}.
+var claimRunScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  local left = redis.call('PTTL', KEYS[1])
+  if left < 1 then left = 1 end
+  return {-left}
+end
+local head = redis.call('GET', KEYS[4])
+if not head then return {0} end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {epoch, head, redis.call('EXISTS', KEYS[6]), redis.call('HGETALL', KEYS[5])}
+`)
+
+// claimed is what a worker's claim read.
+type claimed struct {
+	epoch     int64
+	rec       *record
+	legacy    bool // the entries were in the head (see decodeRecord)
+	ledger    bool // the ledger hash exists
+	cancelled bool
+}
+
+// claimRun claims the execution for a worker's run and loads it (see
+// claimRunScript): ErrNotFound for an unknown one, a *heldError while
+// another runner holds it.
+func (e *Executions) claimRun(ctx context.Context, id, token string) (*claimed, error) {
+	res, err := claimRunScript.Run(ctx, e.store.Client,
+		[]string{e.ownerKey(id), e.epochKey(id), e.againKey(id), e.recordKey(id), e.ledgerKey(id), e.cancelKey(id)},
+		token, e.visibility.Milliseconds(), e.retention.Milliseconds()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("executions: claim %s: %w", id, err)
+	}
+	epoch, _ := res[0].(int64)
+	switch {
+	case epoch < 0:
+		return nil, &heldError{left: time.Duration(-epoch) * time.Millisecond}
+	case epoch == 0 || len(res) < 4:
+		return nil, fmt.Errorf("execution %s: %w", id, ErrNotFound)
+	}
+	head, _ := res[1].(string)
+	flat, _ := res[3].([]any)
+	ledger := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		ledger[k] = v
+	}
+	rec, legacy, err := decodeRecord(id, []byte(head), ledger)
+	if err != nil {
+		return nil, err
+	}
+	n, _ := res[2].(int64)
+	return &claimed{epoch: epoch, rec: rec, legacy: legacy, ledger: len(ledger) > 0, cancelled: n > 0}, nil
+}
+
 // execute runs the execution id until it is terminal or waiting. It returns
 // an error only when the run was cut short (storage failed, or the claim was
-// lost) and should be retried from the ledger.
-func (e *Executions) execute(ctx context.Context, id string) error {
-	rec, err := e.load(ctx, id)
+// lost) and should be retried from the ledger. A run that ended lets go of
+// its claim and acknowledges the work item (item) in one round trip
+// (acked); one cut short leaves the item pending.
+func (e *Executions) execute(ctx context.Context, id, item string) (acked bool, err error) {
+	// Listen before the claim reads the cancel flag, so a Cancel is seen
+	// either by the flag or by the message.
+	cancels, unlisten := e.notify.listen(ctx, e.cancelKey(id))
+	defer unlisten()
+	token := rand.Text()
+	c, err := e.claimRun(ctx, id, token)
 	if errors.Is(err, ErrNotFound) {
 		e.logger.Warn("work item for an unknown execution dropped", "execution", id)
-		return nil
+		return false, nil
 	}
-	if err != nil || rec.Status.Terminal() {
-		return err
-	}
-	token := rand.Text()
-	epoch, err := e.claim(ctx, id, token)
 	if err != nil {
 		// errClaimed included: the item stays pending, because the runner
 		// holding the claim may die before it finishes (or enqueues again
 		// on release); a later claim of this item then takes over.
-		return err
+		return false, err
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if c.cancelled {
+		cancel(errCancelled)
+	}
 	stopRenew := e.renew(runCtx, cancel, id, token)
-	stopWatch := e.watchCancel(runCtx, cancel, id)
+	stopWatch := e.watchCancel(runCtx, cancel, cancels)
 	defer func() {
 		stopWatch()
 		stopRenew()
-		e.release(ctx, id, token)
+		ack := ""
+		if err == nil {
+			ack = item
+		}
+		acked = e.releaseAck(ctx, id, token, ack)
 	}()
-
-	// Reload under the claim: the record may have moved on since.
-	if rec, err = e.load(runCtx, id); err != nil || rec.Status.Terminal() {
-		return err
+	if c.rec.Status.Terminal() {
+		return false, nil
 	}
-	r := &run{e: e, rec: rec, epoch: epoch}
-	return r.execute(runCtx)
+	r := &run{e: e, rec: c.rec, epoch: c.epoch, synced: !c.legacy, expiring: c.ledger}
+	return false, r.execute(runCtx)
 }
 
 // renew keeps the claim alive while the run lasts; losing it cancels the
@@ -374,6 +505,11 @@ type run struct {
 	rec   *record
 	epoch int64
 	mu    sync.Mutex
+	// saving serializes the run's saves (parallel paths save at once):
+	// each sends what changed since the one before, so they must reach
+	// Redis in the order they were taken, and a save that returns has
+	// everything changed before it written.
+	saving sync.Mutex
 	// resets names costly connections to rebuild before their next call.
 	resets map[string]bool
 	// doc is the document being run; attached are the servers it brought,
@@ -507,6 +643,8 @@ func (r *run) save(ctx context.Context) error { return r.saveWith(ctx, "") }
 // one script (saveScript). It sends the head only when it changed and the
 // ledger entries changed since the last save.
 func (r *run) saveWith(ctx context.Context, publish string, events ...event) error {
+	r.saving.Lock()
+	defer r.saving.Unlock()
 	r.mu.Lock()
 	w, err := r.changes()
 	events = append(r.held, events...)
