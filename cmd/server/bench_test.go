@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,7 +49,10 @@ import (
 //	PATCHBAY_BENCH_PROFILE    a directory: each run's CPU profile (the first
 //	                          process, PATCHBAY_BENCH_PROFILE_SECONDS long,
 //	                          default 5) and its allocations are written there
-//	PATCHBAY_BENCH_COMMANDS   set: print each run's Redis commands by name
+//	PATCHBAY_BENCH_COMMANDS   set: watch the processes' commands (Redis MONITOR, which
+//	                          slows Redis: figures of such a run are not for exec/s),
+//	                          report those the servers sent (a script counts once:
+//	                          client-cmds/exec) and print all by name
 func BenchmarkExecutions(b *testing.B) {
 	url := storetest.URL(b)
 	if url == "" {
@@ -234,6 +238,10 @@ func (f *fleet) drain(b *testing.B) {
 // measure runs load with the figures around it and reports them.
 func (f *fleet) measure(b *testing.B, profDir string, load func() []time.Duration) {
 	cpuDone := f.startProfile(b, profDir)
+	var mon *monitor
+	if os.Getenv("PATCHBAY_BENCH_COMMANDS") != "" && b.N > 1 {
+		mon = f.monitor(b)
+	}
 	before := f.totals(b)
 	b.ResetTimer()
 	lat := load()
@@ -256,9 +264,72 @@ func (f *fleet) measure(b *testing.B, profDir string, load func() []time.Duratio
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 	}
-	if os.Getenv("PATCHBAY_BENCH_COMMANDS") != "" && b.N > 1 {
-		b.Logf("Redis commands per execution, by name: %s", perExec(before.byName, after.byName, n))
+	if mon != nil {
+		client, script := mon.stop()
+		sum := 0.0
+		for _, v := range client {
+			sum += float64(v)
+		}
+		b.ReportMetric(sum/n, "client-cmds/exec")
+		b.Logf("Redis commands per execution sent by the servers: %s", perExec(nil, client, n))
+		b.Logf("and run inside their scripts: %s", perExec(nil, script, n))
 	}
+}
+
+// monitor counts the commands that name the fleet's keys (the prefix), by
+// name, those the servers sent apart from those their scripts ran. It
+// speaks MONITOR over a connection of its own (go-redis drops a MONITOR
+// connection's replies).
+type monitor struct {
+	conn           net.Conn
+	done           chan struct{}
+	client, script map[string]int64
+}
+
+func (f *fleet) monitor(b *testing.B) *monitor {
+	conn, err := net.Dial("tcp", f.rdb.Options().Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		b.Fatal(err)
+	}
+	rd := bufio.NewReaderSize(conn, 1<<20)
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+		b.Fatalf("MONITOR: %q %v", line, err)
+	}
+	m := &monitor{conn: conn, done: make(chan struct{}), client: map[string]int64{}, script: map[string]int64{}}
+	go func() {
+		defer close(m.done)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if !strings.Contains(line, f.prefix) {
+				continue
+			}
+			src, rest, ok := strings.Cut(line, "] \"")
+			if !ok {
+				continue
+			}
+			name, _, _ := strings.Cut(rest, "\"")
+			name = strings.ToLower(name)
+			if strings.HasSuffix(src, " lua") {
+				m.script[name]++
+			} else {
+				m.client[name]++
+			}
+		}
+	}()
+	return m
+}
+
+func (m *monitor) stop() (client, script map[string]int64) {
+	time.Sleep(200 * time.Millisecond) // the last lines arrive
+	m.conn.Close()
+	<-m.done
+	return m.client, m.script
 }
 
 // startProfile takes a CPU profile of the first process while the load
