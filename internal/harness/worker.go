@@ -22,16 +22,24 @@ import (
 // state, so an item held by a replica that dies stays pending; another
 // replica takes it over after the visibility timeout and resumes from the
 // ledger.
+//
+// One fetcher per process reads the stream for all the workers, as many
+// items at a time as workers are idle, and hands them out: a worker does
+// not hold a pooled Redis connection in a blocking read while it idles,
+// so the pool serves the runs however many workers there are.
 func (e *Executions) Run(ctx context.Context, n int) error {
 	e.life = ctx
 	err := e.store.Client.XGroupCreateMkStream(ctx, e.workKey(), workGroup, "0").Err()
 	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("executions: create work group: %w", err)
 	}
+	idle := make(chan struct{}, n)
+	items := make(chan redis.XMessage)
 	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { e.work(ctx, fmt.Sprintf("%s-%d", e.consumer, i)) })
+	for range n {
+		wg.Go(func() { e.work(ctx, idle, items) })
 	}
+	wg.Go(func() { e.fetch(ctx, idle, items) })
 	wg.Go(func() { e.sweep(ctx) })
 	wg.Go(func() { e.repairLoop(ctx) })
 	wg.Wait()
@@ -46,10 +54,49 @@ func (e *Executions) sweep(ctx context.Context) {
 	}
 }
 
-func (e *Executions) work(ctx context.Context, consumer string) {
+// work runs the items the fetcher hands it, saying on idle when it is
+// ready for the next.
+func (e *Executions) work(ctx context.Context, idle chan<- struct{}, items <-chan redis.XMessage) {
+	for {
+		select {
+		case idle <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case msg := <-items:
+			e.handle(context.WithoutCancel(ctx), msg)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// fetch reads work items for the idle workers and hands one to each. It
+// reads only once a worker is idle, and no more items than workers are,
+// so an item it reads starts at once rather than waiting in this process
+// (where its idle time would run towards a takeover).
+func (e *Executions) fetch(ctx context.Context, idle <-chan struct{}, items chan<- redis.XMessage) {
 	w := &reclaim{cursor: "0-0"}
+	ready := 0
 	for ctx.Err() == nil {
-		msgs, err := e.next(ctx, consumer, w)
+		if ready == 0 {
+			select {
+			case <-idle:
+				ready++
+			case <-ctx.Done():
+				return
+			}
+		}
+		for more := true; more; {
+			select {
+			case <-idle:
+				ready++
+			default:
+				more = false
+			}
+		}
+		msgs, err := e.next(ctx, w, ready)
 		if err != nil {
 			if ctx.Err() == nil {
 				e.logger.Error("claim work", "err", err)
@@ -58,16 +105,22 @@ func (e *Executions) work(ctx context.Context, consumer string) {
 			continue
 		}
 		for _, msg := range msgs {
-			e.handle(context.WithoutCancel(ctx), consumer, msg)
+			select {
+			case items <- msg:
+				ready--
+			case <-ctx.Done():
+				return // still pending: taken over after the timeout
+			}
 		}
 	}
 }
 
 // maxReclaimScans bounds the XAUTOCLAIM calls of one next: each looks at
-// up to ten pending items, so one call of next covers 10,000 of them.
+// up to ten pending items (or count, when more), so one call of next
+// covers at least 10,000 of them.
 const maxReclaimScans = 1000
 
-// reclaim is a worker's place in its scans of the pending list.
+// reclaim is the fetcher's place in its scans of the pending list.
 type reclaim struct {
 	// cursor is where the current scan of the pending list goes on;
 	// "0-0" between scans.
@@ -76,26 +129,26 @@ type reclaim struct {
 	last time.Time
 }
 
-// next returns the next work item: first one abandoned by a consumer that
-// has held it past the visibility timeout, else a new one. XAUTOCLAIM
-// looks at only ten pending items per call when asked for one, so next
-// follows its cursor through the whole pending list (kept across calls in
-// w) before it reads new items: otherwise an abandoned item behind ten
-// held ones would never be found.
+// next returns up to count work items: first those abandoned by a
+// consumer that has held them past the visibility timeout, else new ones.
+// XAUTOCLAIM looks at only ten pending items per call when asked for one,
+// so next follows its cursor through the whole pending list (kept across
+// calls in w) before it reads new items: otherwise an abandoned item
+// behind ten held ones would never be found.
 //
 // A scan that found nothing is not repeated within pollEvery: a busy
-// worker would otherwise pay an XAUTOCLAIM for every item it reads, while
-// an abandoned item comes due only a whole visibility timeout after its
-// last delivery, so looking once per poll keeps the takeover lag what it
-// was (at most a poll).
-func (e *Executions) next(ctx context.Context, consumer string, w *reclaim) ([]redis.XMessage, error) {
+// process would otherwise pay an XAUTOCLAIM for every read, while an
+// abandoned item comes due only a whole visibility timeout after its last
+// delivery, so looking once per poll keeps the takeover lag what it was
+// (at most a poll).
+func (e *Executions) next(ctx context.Context, w *reclaim, count int) ([]redis.XMessage, error) {
 	if w.cursor == "0-0" && time.Since(w.last) < e.pollEvery() {
-		return e.read(ctx, consumer)
+		return e.read(ctx, count)
 	}
 	cursor := &w.cursor
 	for range maxReclaimScans {
 		msgs, start, err := e.store.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-			Stream: e.workKey(), Group: workGroup, Consumer: consumer, MinIdle: e.visibility, Start: *cursor, Count: 1,
+			Stream: e.workKey(), Group: workGroup, Consumer: e.consumer, MinIdle: e.visibility, Start: *cursor, Count: int64(count),
 		}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			*cursor = "0-0"
@@ -113,13 +166,13 @@ func (e *Executions) next(ctx context.Context, consumer string, w *reclaim) ([]r
 		}
 	}
 	w.last = time.Now()
-	return e.read(ctx, consumer)
+	return e.read(ctx, count)
 }
 
-// read waits up to pollEvery for a new work item.
-func (e *Executions) read(ctx context.Context, consumer string) ([]redis.XMessage, error) {
+// read waits up to pollEvery for up to count new work items.
+func (e *Executions) read(ctx context.Context, count int) ([]redis.XMessage, error) {
 	streams, err := e.store.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: workGroup, Consumer: consumer, Streams: []string{e.workKey(), ">"}, Count: 1, Block: e.pollEvery(),
+		Group: workGroup, Consumer: e.consumer, Streams: []string{e.workKey(), ">"}, Count: int64(count), Block: e.pollEvery(),
 	}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
@@ -130,8 +183,8 @@ func (e *Executions) read(ctx context.Context, consumer string) ([]redis.XMessag
 	return streams[0].Messages, nil
 }
 
-// pollEvery is how long a worker waits for a new item before it looks for
-// abandoned ones again: what a takeover may lag behind the moment the
+// pollEvery is how long the fetcher waits for a new item before it looks
+// for abandoned ones again: what a takeover may lag behind the moment the
 // dead runner's claim lapsed. A second, or less under a short visibility
 // timeout (tests), so the lag stays small beside the timeout.
 func (e *Executions) pollEvery() time.Duration {
@@ -141,7 +194,7 @@ func (e *Executions) pollEvery() time.Duration {
 // handle runs one work item. It runs detached from the worker's context so
 // a shutdown lets executions in flight finish rather than leaving them half
 // done; calls are bounded by their own timeouts.
-func (e *Executions) handle(ctx context.Context, consumer string, msg redis.XMessage) {
+func (e *Executions) handle(ctx context.Context, msg redis.XMessage) {
 	id, _ := msg.Values["id"].(string)
 	acked, err := e.execute(ctx, id, msg.ID)
 	if err != nil {
@@ -149,7 +202,7 @@ func (e *Executions) handle(ctx context.Context, consumer string, msg redis.XMes
 		var held *heldError
 		if errors.As(err, &held) {
 			e.logger.Debug("execution is run elsewhere; its item waits", "execution", id, "for", held.left)
-			e.retryAt(ctx, consumer, msg.ID, held.left)
+			e.retryAt(ctx, msg.ID, held.left)
 			return
 		}
 		e.logger.Error("execution interrupted", "execution", id, "err", err)
@@ -300,9 +353,9 @@ const retrySlack = 50 * time.Millisecond
 // item's idle time (JUSTID leaves its delivery count alone); an item that
 // comes due while the claim is still held (renewed) is refused again and
 // rescheduled the same way.
-func (e *Executions) retryAt(ctx context.Context, consumer, msgID string, left time.Duration) {
+func (e *Executions) retryAt(ctx context.Context, msgID string, left time.Duration) {
 	idle := max(e.visibility-left-retrySlack, 0)
-	err := e.store.Client.Do(ctx, "XCLAIM", e.workKey(), workGroup, consumer, 0, msgID,
+	err := e.store.Client.Do(ctx, "XCLAIM", e.workKey(), workGroup, e.consumer, 0, msgID,
 		"IDLE", idle.Milliseconds(), "JUSTID").Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		// The item is still pending: it comes due a timeout later.
