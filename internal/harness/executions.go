@@ -476,7 +476,7 @@ func (e *Executions) enqueueBound(ctx context.Context, id string, workflow json.
 	}
 	// Record, index entry and work item are written together (see
 	// submit.go), so no crash leaves one without the others.
-	fresh, err := e.write(ctx, id, data, indexMember(now, id))
+	fresh, reported, err := e.write(ctx, id, data, indexMember(now, id))
 	if err != nil {
 		return nil, err
 	}
@@ -491,7 +491,9 @@ func (e *Executions) enqueueBound(ctx context.Context, id string, workflow json.
 		}
 	}
 	e.observer.ExecutionEntered(ExecQueued)
-	e.emit(ctx, rec.ID, EventState, map[string]any{"status": ExecQueued})
+	if !reported {
+		e.emit(ctx, rec.ID, EventState, map[string]any{"status": ExecQueued})
+	}
 	return &rec.Execution, nil
 }
 
