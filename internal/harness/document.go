@@ -386,7 +386,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// pointerEscaper is built once: building a Replacer per key was most of
+// what a submission allocated.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
 // escape encodes a key for a JSON Pointer (RFC 6901).
 func escape(key string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+	if !strings.ContainsAny(key, "~/") {
+		return key
+	}
+	return pointerEscaper.Replace(key)
 }
