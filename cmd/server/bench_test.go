@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,7 +36,8 @@ import (
 // the Redis commands the servers sent and the Redis connections they
 // opened (from the Redis server's INFO totals before and after, commands
 // run inside scripts included), the server processes' CPU (from
-// /proc/<pid>/stat) and Redis's CPU (INFO cpu). Those Redis totals are
+// /proc/<pid>/stat), Redis's CPU (INFO cpu) and this process's (the
+// clients and the MCP server: what the machine spends besides). Those Redis totals are
 // the server's: on a Redis that others use at the same time they include
 // their commands too, so measure on a quiet one.
 //
@@ -259,6 +261,7 @@ func (f *fleet) measure(b *testing.B, profDir string, load func() []time.Duratio
 	b.ReportMetric(float64(after.connections-before.connections)/n, "conns/exec")
 	b.ReportMetric(float64(after.serverCPU-before.serverCPU)/n/float64(time.Millisecond), "server-cpu-ms/exec")
 	b.ReportMetric(float64(after.redisCPU-before.redisCPU)/n/float64(time.Millisecond), "redis-cpu-ms/exec")
+	b.ReportMetric(float64(after.benchCPU-before.benchCPU)/n/float64(time.Millisecond), "bench-cpu-ms/exec")
 	slices.Sort(lat)
 	if len(lat) > 0 {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
@@ -411,6 +414,7 @@ type totals struct {
 	commands, connections int64
 	byName                map[string]int64
 	serverCPU, redisCPU   time.Duration
+	benchCPU              time.Duration // this process: the clients and the MCP server
 }
 
 // totals reads the Redis server's totals of commands processed (summed
@@ -444,6 +448,10 @@ func (f *fleet) totals(b *testing.B) totals {
 	}
 	for _, r := range f.replicas {
 		c.serverCPU += processCPU(r)
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		c.benchCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	return c
 }
