@@ -33,7 +33,7 @@ type Config struct {
 	PprofAddr string
 	LogLevel  string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
 	LogFormat string        // PATCHBAY_LOG_FORMAT: text|json, default text
-	Workers   int           // PATCHBAY_WORKERS, default 4
+	Workers   int           // PATCHBAY_WORKERS, default DefaultWorkers(): 32 per CPU
 	Retention time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
 	// ClaimTimeout (PATCHBAY_CLAIM_TIMEOUT, default 10s) is how long a
 	// replica may hold an execution without renewing its claim before

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestLoadEnvDefaults(t *testing.T) {
 		t.Errorf("PprofAddr = %q, want off by default", c.PprofAddr)
 	}
 	if c.Addr != "127.0.0.1:8080" || c.RedisPrefix != "pb:" || c.LogLevel != "info" || c.LogFormat != "text" ||
-		c.Workers != 4 || c.Retention != 168*time.Hour || c.ClaimTimeout != 10*time.Second || c.MaxBodyBytes != 1<<20 || c.RedisURL != "" ||
+		c.Workers != min(32*runtime.GOMAXPROCS(0), 256) || c.Retention != 168*time.Hour || c.ClaimTimeout != 10*time.Second || c.MaxBodyBytes != 1<<20 || c.RedisURL != "" ||
 		c.ConfigPath != "" || len(c.APIKeys) != 0 || len(c.File.Connections) != 0 {
 		t.Errorf("defaults = %+v", c)
 	}
