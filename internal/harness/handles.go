@@ -223,8 +223,8 @@ func (p *parser) handleTarget(n *Node, path string) bool {
 	if err != nil {
 		return true // reported on the entry
 	}
-	if st := conn.Status(); st.State != StateReady {
-		p.fail(path+"/op", notReadyCode(st.State), "pool %q is %s, so operation %q cannot be checked", h.Pool, st.State, n.Op)
+	if st := conn.State(); st != StateReady {
+		p.fail(path+"/op", notReadyCode(st), "pool %q is %s, so operation %q cannot be checked", h.Pool, st, n.Op)
 		return true
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {

@@ -1066,8 +1066,8 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 		// Hidden, not unavailable: there is no user for it to act as.
 		return nil, Identity{}, &denied{GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name())}
 	}
-	if conn.Status().State != StateReady {
-		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), conn.Status().State, ErrUnavailable)
+	if st := conn.State(); st != StateReady {
+		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
 	}
 	verdict, args, err := r.e.gates(ctx, conn, n.Op, args, r.rec.ID)
 	if err != nil {
