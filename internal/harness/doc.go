@@ -24,8 +24,8 @@
 // go-redis's pool (10 connections per CPU) serves the runs however many
 // workers there are. An item is read only for a worker that is idle, so
 // it does not wait in the process while its idle time runs towards a
-// takeover. Acknowledgements are not batched: a run that ended lets go of
-// its claim and acknowledges and deletes its item in one script.
+// takeover. Acknowledgements are not batched: a run's last save
+// acknowledges its item (see below), which costs no round trip of its own.
 //
 // # Takeover
 //
@@ -85,9 +85,11 @@
 // from the last change of the head.
 //
 // A worker's claim (claimRunScript) reads the head, the ledger and the
-// cancel flag in the same round trip, and its release acknowledges and
-// deletes the work item (releaseAckScript; on Redis Cluster, where the
-// work stream is in another slot, they go one by one). A submission
+// cancel flag in the same round trip, and the run's last save (finished
+// or waiting) lets go of the claim and acknowledges and deletes the work
+// item in the same script (leaveScript; a run cut short releases with
+// releaseAckScript and leaves its item pending; on Redis Cluster, where
+// the work stream is in another slot, they go one by one). A submission
 // writes its record, index entry, work item and queued event in one
 // script. Durability is unchanged: every write that must precede a call
 // (its pending entry) or an acknowledgement (the terminal or waiting

@@ -306,14 +306,37 @@ return 1
 // KEYS: epoch, record, events, ledger. ARGV: epoch, retention ms, head
 // JSON ("" unchanged), "1" to empty the ledger first, "1" to set the
 // ledger's expiry, channel to publish the status on ("" for none),
-// status, number of entries, number of events, then position and JSON of
-// each entry, then type and data of each event.
-var saveScript = redis.NewScript(`
+// status, number of entries, number of events, then four used by
+// leaveScript only, then position and JSON of each entry, then type and
+// data of each event.
+var saveScript = redis.NewScript(saveLua + `return 1`)
+
+// leaveScript is saveScript for a worker's last save of a run (the
+// execution finished or waits), with releaseAckScript's work after it:
+// the claim let go, the work item acknowledged and deleted, a claim
+// refused meanwhile served by a new item. One round trip for two.
+//
+// KEYS: saveScript's, then owner, again, work stream. ARGV: saveScript's,
+// with token, group, item and execution id at 10 to 13.
+var leaveScript = redis.NewScript(saveLua + `
+local held = redis.call('GET', KEYS[5]) == ARGV[10]
+if held then redis.call('DEL', KEYS[5]) end
+redis.call('XACK', KEYS[7], ARGV[11], ARGV[12])
+redis.call('XDEL', KEYS[7], ARGV[12])
+if held and redis.call('GET', KEYS[6]) then
+  redis.call('DEL', KEYS[6])
+  redis.call('XADD', KEYS[7], '*', 'id', ARGV[13])
+end
+return 1
+`)
+
+// saveLua is saveScript's body, which leaveScript shares.
+var saveLua = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local ne, nv = tonumber(ARGV[8]), tonumber(ARGV[9])
 if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2]) end
 if ARGV[4] == '1' then redis.call('DEL', KEYS[4]) end
-local at = 10
+local at = 14
 while ne > 0 do
   local n = math.min(ne, 100)
   redis.call('HSET', KEYS[4], unpack(ARGV, at, at + 2 * n - 1))
@@ -325,8 +348,7 @@ for i = 0, nv - 1 do
 end
 if nv > 0 and ARGV[3] ~= '' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
 if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
-return 1
-`)
+`
 
 // ErrFenced is returned to a runner whose claim was taken over.
 var ErrFenced = errors.New("execution claimed by a newer run")
@@ -509,9 +531,17 @@ func (e *Executions) execute(ctx context.Context, id, item string) (acked bool, 
 	}
 	stopRenew := e.renew(runCtx, cancel, id, token)
 	stopWatch := e.watchCancel(runCtx, cancel, cancels)
+	r := &run{e: e, rec: c.rec, epoch: c.epoch, synced: !c.legacy, expiring: c.ledger}
+	if !e.clustered() {
+		r.leave = &leave{token: token, item: item}
+	}
 	defer func() {
 		stopWatch()
 		stopRenew()
+		if r.leave != nil && r.leave.done {
+			acked = true // by the run's last save
+			return
+		}
 		ack := ""
 		if err == nil {
 			ack = item
@@ -521,7 +551,6 @@ func (e *Executions) execute(ctx context.Context, id, item string) (acked bool, 
 	if c.rec.Status.Terminal() {
 		return false, nil
 	}
-	r := &run{e: e, rec: c.rec, epoch: c.epoch, synced: !c.legacy, expiring: c.ledger}
 	return false, r.execute(runCtx)
 }
 
@@ -590,6 +619,9 @@ type run struct {
 	// the retention has passed (the head's expiry is renewed with it).
 	head   []byte
 	headAt time.Time
+	// leave: a worker's run lets go of its claim and work item with its
+	// last save (see saveLast).
+	leave *leave
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -640,7 +672,7 @@ func (r *run) execute(ctx context.Context) error {
 		return r.finish(ctx, nil, errCancelled)
 	case errors.Is(err, errWaiting):
 		r.rec.Status, r.rec.Rerun = ExecWaiting, nil
-		if err := r.save(ctx); err != nil {
+		if err := r.saveLast(ctx, ""); err != nil {
 			return err
 		}
 		r.e.observer.ExecutionEntered(ExecWaiting)
@@ -669,7 +701,7 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	if r.rec.Error != nil {
 		data["error"] = r.rec.Error
 	}
-	if err := r.saveWith(ctx, r.e.doneKey(r.rec.ID), event{EventFinished, data}); err != nil {
+	if err := r.saveLast(ctx, r.e.doneKey(r.rec.ID), event{EventFinished, data}); err != nil {
 		return err
 	}
 	r.e.observer.ExecutionEntered(r.rec.Status)
@@ -696,6 +728,26 @@ func (r *run) save(ctx context.Context) error { return r.saveWith(ctx, "") }
 // one script (saveScript). It sends the head only when it changed and the
 // ledger entries changed since the last save.
 func (r *run) saveWith(ctx context.Context, publish string, events ...event) error {
+	return r.write(ctx, false, publish, events...)
+}
+
+// saveLast is saveWith for the last save of a run that ended (finished or
+// waiting): a worker's run lets go of its claim and acknowledges its work
+// item in the same script (leaveScript), so its release has nothing left
+// to do (r.leave.done).
+func (r *run) saveLast(ctx context.Context, publish string, events ...event) error {
+	return r.write(ctx, r.leave != nil, publish, events...)
+}
+
+// leave is what a worker's run lets go of when it ends: its claim and its
+// work item. Nil outside a worker's run, and on Redis Cluster (the work
+// stream is in another slot).
+type leave struct {
+	token, item string
+	done        bool
+}
+
+func (r *run) write(ctx context.Context, last bool, publish string, events ...event) error {
 	r.saving.Lock()
 	defer r.saving.Unlock()
 	r.mu.Lock()
@@ -707,8 +759,18 @@ func (r *run) saveWith(ctx context.Context, publish string, events ...event) err
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, 9+2*len(w.entries)+2*len(events))
+	id := r.rec.ID
+	keys := []string{r.e.epochKey(id), r.e.recordKey(id), r.e.eventsKey(id), r.e.ledgerKey(id)}
+	script := saveScript
+	args := make([]any, 0, 13+len(w.entries)+2*len(events))
 	args = append(args, r.epoch, r.e.retention.Milliseconds(), w.head, luaFlag(w.rewrite), luaFlag(w.expire), publish, status, len(w.entries)/2, 0)
+	if last {
+		script = leaveScript
+		keys = append(keys, r.e.ownerKey(id), r.e.againKey(id), r.e.workKey())
+		args = append(args, r.leave.token, workGroup, r.leave.item, id)
+	} else {
+		args = append(args, "", "", "", "")
+	}
 	args = append(args, w.entries...)
 	for _, ev := range events {
 		raw, err := json.Marshal(r.e.redact(ev.data))
@@ -717,15 +779,16 @@ func (r *run) saveWith(ctx context.Context, publish string, events ...event) err
 		}
 		args = append(args, ev.typ, raw)
 	}
-	args[8] = (len(args) - 9 - len(w.entries)) / 2
-	id := r.rec.ID
-	ok, err := saveScript.Run(context.WithoutCancel(ctx), r.e.store.Client,
-		[]string{r.e.epochKey(id), r.e.recordKey(id), r.e.eventsKey(id), r.e.ledgerKey(id)}, args...).Int()
+	args[8] = (len(args) - 13 - len(w.entries)) / 2
+	ok, err := script.Run(context.WithoutCancel(ctx), r.e.store.Client, keys, args...).Int()
 	if err != nil {
 		return &storageError{fmt.Errorf("executions: save %s: %w", id, err)}
 	}
 	if ok == 0 {
 		return ErrFenced
+	}
+	if last {
+		r.leave.done = true
 	}
 	return nil
 }
