@@ -686,18 +686,42 @@ func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Exe
 	// Listen before reading, so a finish between the two is not missed.
 	done, stop := e.notify.listen(ctx, e.doneKey(id))
 	defer stop()
+	// The first look reads the head alone (the status): the execution
+	// was usually just submitted, and its ledger is read once it ends.
+	if terminal, err := e.ended(ctx, id); err != nil || terminal {
+		if err != nil {
+			return nil, err
+		}
+		return e.Get(context.WithoutCancel(ctx), id)
+	}
 	poll := time.NewTicker(500 * time.Millisecond)
 	defer poll.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return e.Get(context.WithoutCancel(ctx), id)
+		case <-done:
+		case <-poll.C:
+		}
 		ex, err := e.Get(context.WithoutCancel(ctx), id)
 		if err != nil || ex.Status.Terminal() {
 			return ex, err
 		}
-		select {
-		case <-ctx.Done():
-			return ex, nil
-		case <-done:
-		case <-poll.C:
-		}
 	}
+}
+
+// ended reports whether the execution is terminal, from its head.
+func (e *Executions) ended(ctx context.Context, id string) (bool, error) {
+	data, err := e.store.Client.Get(ctx, e.recordKey(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("execution %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return false, fmt.Errorf("executions: load %s: %w", id, err)
+	}
+	var h head
+	if err := json.Unmarshal(data, &h); err != nil {
+		return false, fmt.Errorf("executions: decode %s: %w", id, err)
+	}
+	return h.Status.Terminal(), nil
 }
