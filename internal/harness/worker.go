@@ -614,9 +614,10 @@ type run struct {
 	synced   bool
 	dirty    []int
 	expiring bool
-	// head is the record without its entries as last saved, and headAt
-	// when: a save whose head is unchanged does not send it, unless half
-	// the retention has passed (the head's expiry is renewed with it).
+	// head is what a run changes of the head (mutableHead) as last
+	// saved, and headAt when: a save whose head is unchanged does not
+	// send it, unless half the retention has passed (the head's expiry is
+	// renewed with it).
 	head   []byte
 	headAt time.Time
 	// leave: a worker's run lets go of its claim and work item with its
@@ -806,12 +807,18 @@ type writes struct {
 // Redis holds. Callers hold r.mu.
 func (r *run) changes() (writes, error) {
 	var w writes
-	head, err := marshalHead(r.rec)
+	// What a run may change of the head is compared, not the whole head:
+	// the document and the input never change within a run, and encoding
+	// them for every step was most of a save's own cost.
+	moved, err := json.Marshal(mutableHead{r.rec.Status, r.rec.Output, r.rec.Error, r.rec.StartedAt, r.rec.FinishedAt, r.rec.Rerun, r.rec.Leases})
 	if err != nil {
-		return w, err
+		return w, fmt.Errorf("executions: encode %s: %w", r.rec.ID, err)
 	}
-	if !bytes.Equal(head, r.head) || time.Since(r.headAt) > r.e.retention/2 {
-		w.head, r.head, r.headAt = head, head, time.Now()
+	if !bytes.Equal(moved, r.head) || time.Since(r.headAt) > r.e.retention/2 {
+		if w.head, err = marshalHead(r.rec); err != nil {
+			return w, err
+		}
+		r.head, r.headAt = moved, time.Now()
 	}
 	positions := r.dirty
 	if !r.synced {
@@ -843,6 +850,17 @@ func (r *run) changes() (writes, error) {
 	}
 	r.dirty, r.synced = r.dirty[:0], true
 	return w, nil
+}
+
+// mutableHead is what a run changes of a record's head.
+type mutableHead struct {
+	Status     ExecState
+	Output     any
+	Error      *ExecError
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	Rerun      []string
+	Leases     []LeaseRecord
 }
 
 // truncate drops the ledger entries from position i on; the next save
