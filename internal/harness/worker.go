@@ -236,14 +236,7 @@ func (e *Executions) ack(ctx context.Context, item string) {
 //
 // A refused claim answers minus the milliseconds the holder's claim has
 // left, so the caller can try again the moment it would lapse.
-var claimScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
-  local left = redis.call('PTTL', KEYS[1])
-  if left < 1 then left = 1 end
-  return -left
-end
+var claimScript = redis.NewScript(refusedLua("-left") + `
 local epoch = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -437,6 +430,20 @@ func (e *Executions) claim(ctx context.Context, id, token string) (int64, error)
 	return epoch, nil
 }
 
+// refusedLua is the start of the claim scripts: a claim held by another
+// token is refused, leaving the note for the holder (KEYS[3]) and
+// answering ret, made of the milliseconds the holder's claim has left.
+func refusedLua(ret string) string {
+	return `
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  local left = redis.call('PTTL', KEYS[1])
+  if left < 1 then left = 1 end
+  return ` + ret + `
+end`
+}
+
 // claimRunScript is claimScript for a worker's run, with what the run
 // reads first in the same round trip: the record's head, whether Cancel
 // was asked and the ledger. An unknown execution is not claimed (0).
@@ -444,14 +451,7 @@ func (e *Executions) claim(ctx context.Context, id, token string) (int64, error)
 // KEYS: owner, epoch, again, record, ledger, cancel. ARGV: token,
 // visibility ms, retention ms. Answers {-left} when refused, {0} when
 // the record is gone, else {epoch, head, cancelled, ledger fields}.
-var claimRunScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
-  local left = redis.call('PTTL', KEYS[1])
-  if left < 1 then left = 1 end
-  return {-left}
-end
+var claimRunScript = redis.NewScript(refusedLua("{-left}") + `
 local head = redis.call('GET', KEYS[4])
 if not head then return {0} end
 local epoch = redis.call('INCR', KEYS[2])
