@@ -32,14 +32,20 @@ type counter struct {
 	results map[string]*mcp.CallToolResult
 }
 
-func newCounter() (*counter, *httptest.Server) {
+func newCounter() (*counter, *httptest.Server) { return newCounterDelay(20 * time.Millisecond) }
+
+// newCounterDelay is newCounter whose calls take up to maxDelay (0: answer
+// at once, what a benchmark of the engine's own cost wants).
+func newCounterDelay(maxDelay time.Duration) (*counter, *httptest.Server) {
 	c := &counter{sends: map[string]int{}, effects: map[string]int{}, results: map[string]*mcp.CallToolResult{}}
 	s := server.NewMCPServer("counter", "1.0.0", server.WithToolCapabilities(false))
 	s.AddTool(mcp.NewTool("effect", mcp.WithString("step", mcp.Required())), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		key, _ := req.Params.Meta.GetMetaField("io.patchbay/idempotency-key").(string)
 		// A little latency widens the window in which a kill lands
 		// between the call and its ledger entry.
-		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+		if maxDelay > 0 {
+			time.Sleep(rand.N(maxDelay).Truncate(time.Millisecond))
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.sends[key]++

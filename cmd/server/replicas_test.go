@@ -73,7 +73,10 @@ func call(t *testing.T, method, url, key string, body any) (int, map[string]any)
 
 // TestApprovalAcrossTwoProcesses starts an execution on one server process,
 // approves its guarded call on another, and sees it finish: both on one
-// real Redis.
+// real Redis. The approved run continues on whichever process reads its
+// work item first, and each process has its own stdio demo server (a new
+// instance), so demo is replayable: its results recorded on one process
+// stand on the other.
 func TestApprovalAcrossTwoProcesses(t *testing.T) {
 	t.Parallel()
 	redisURL := os.Getenv("PATCHBAY_TEST_REDIS_URL")
@@ -88,6 +91,7 @@ connections:
   demo:
     mcp: { command: %q }
     policy: { approve: ["note_put"] }
+    determinism: replayable
 allowlists:
   default:
     connections:

@@ -188,6 +188,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 
+	stopPprof, err := servePprof(cfg.PprofAddr, logger)
+	if err != nil {
+		return fmt.Errorf("pprof: %w", err)
+	}
+	defer stopPprof()
 	ln, err := listen(cfg.Addr, cfg.Limits)
 	if err != nil {
 		return err

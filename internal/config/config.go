@@ -26,9 +26,14 @@ type Config struct {
 	// scheme and host: OAuth redirect URIs are built on it. Default
 	// http://<PATCHBAY_ADDR>.
 	PublicURL string
+	// PprofAddr (PATCHBAY_PPROF_ADDR, default off) serves net/http/pprof
+	// on its own listener for profiling. Profiles show request data and
+	// the endpoints can stall the process, so it must be a loopback
+	// address; reach it from elsewhere through a tunnel.
+	PprofAddr string
 	LogLevel  string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
 	LogFormat string        // PATCHBAY_LOG_FORMAT: text|json, default text
-	Workers   int           // PATCHBAY_WORKERS, default 4
+	Workers   int           // PATCHBAY_WORKERS, default DefaultWorkers(): 32 per CPU
 	Retention time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
 	// ClaimTimeout (PATCHBAY_CLAIM_TIMEOUT, default 10s) is how long a
 	// replica may hold an execution without renewing its claim before

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -70,8 +71,11 @@ func TestLoadEnvDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	def := config.Default()
+	if c.PprofAddr != "" {
+		t.Errorf("PprofAddr = %q, want off by default", c.PprofAddr)
+	}
 	if c.Addr != "127.0.0.1:8080" || c.RedisPrefix != "pb:" || c.LogLevel != "info" || c.LogFormat != "text" ||
-		c.Workers != 4 || c.Retention != 168*time.Hour || c.ClaimTimeout != 10*time.Second || c.MaxBodyBytes != 1<<20 || c.RedisURL != "" ||
+		c.Workers != min(32*runtime.GOMAXPROCS(0), 256) || c.Retention != 168*time.Hour || c.ClaimTimeout != 10*time.Second || c.MaxBodyBytes != 1<<20 || c.RedisURL != "" ||
 		c.ConfigPath != "" || len(c.APIKeys) != 0 || len(c.File.Connections) != 0 {
 		t.Errorf("defaults = %+v", c)
 	}
@@ -173,6 +177,32 @@ func TestLoadEnv(t *testing.T) {
 			name:  "workers zero and body too big",
 			env:   env{"PATCHBAY_WORKERS": "0", "PATCHBAY_MAX_BODY_BYTES": "67108865"},
 			wants: []want{{"PATCHBAY_MAX_BODY_BYTES", "64 MiB"}, {"PATCHBAY_WORKERS", "not 0"}},
+		},
+		{
+			name: "pprof on loopback",
+			env:  env{"PATCHBAY_PPROF_ADDR": "127.0.0.1:6060"},
+			check: func(t *testing.T, c *config.Config) {
+				if c.PprofAddr != "127.0.0.1:6060" {
+					t.Errorf("PprofAddr = %q", c.PprofAddr)
+				}
+			},
+		},
+		{name: "pprof on ::1", env: env{"PATCHBAY_PPROF_ADDR": "[::1]:6060"}},
+		{name: "pprof on localhost", env: env{"PATCHBAY_PPROF_ADDR": "localhost:0"}},
+		{
+			name:  "pprof on every interface",
+			env:   env{"PATCHBAY_PPROF_ADDR": ":6060"},
+			wants: []want{{"PATCHBAY_PPROF_ADDR", "loopback"}},
+		},
+		{
+			name:  "pprof on a public address",
+			env:   env{"PATCHBAY_PPROF_ADDR": "10.0.0.5:6060"},
+			wants: []want{{"PATCHBAY_PPROF_ADDR", "loopback"}},
+		},
+		{
+			name:  "pprof without a port",
+			env:   env{"PATCHBAY_PPROF_ADDR": "127.0.0.1"},
+			wants: []want{{"PATCHBAY_PPROF_ADDR", "host:port"}},
 		},
 		{
 			name:  "bad port",

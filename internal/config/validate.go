@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 	pathpkg "path"
 	"regexp"
@@ -105,6 +106,11 @@ func (c *Config) validateEnv(ps *problems) {
 	if err := checkHostPort(c.Addr); err != nil {
 		ps.add("PATCHBAY_ADDR", "%v", err)
 	}
+	if c.PprofAddr != "" {
+		if err := checkLoopback(c.PprofAddr); err != nil {
+			ps.add("PATCHBAY_PPROF_ADDR", "%v", err)
+		}
+	}
 	if c.PublicURL != "" {
 		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 			ps.add("PATCHBAY_PUBLIC_URL", "must be an http or https URL such as https://patchbay.example.com, without credentials, query or fragment")
@@ -186,6 +192,19 @@ func (l Limits) validate(ps *problems) {
 	if l.AuthFailures < 1 || l.AuthFailures > MaxAuthFailures {
 		ps.add("PATCHBAY_AUTH_FAILURES", "must be between 1 and %d, not %d", MaxAuthFailures, l.AuthFailures)
 	}
+}
+
+// checkLoopback accepts host:port whose host is a loopback address or
+// localhost: the profiler is an admin tool with no authentication.
+func checkLoopback(addr string) error {
+	if err := checkHostPort(addr); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip, err := netip.ParseAddr(host); (err == nil && ip.IsLoopback()) || host == "localhost" {
+		return nil
+	}
+	return fmt.Errorf("must be a loopback address such as 127.0.0.1:6060 (the profiler has no authentication), not %q", addr)
 }
 
 // checkHostPort accepts host:port with an empty host (all interfaces) and a

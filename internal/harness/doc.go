@@ -14,19 +14,32 @@
 // what older versions (and Redis Cluster, where one script cannot span the
 // keys) leave behind, at start and every RepairEvery.
 //
+// # Fetching work
+//
+// One fetcher per process reads the work stream for all its workers
+// (worker.go, fetch): once a worker is idle it asks for as many items as
+// workers are idle (XREADGROUP COUNT n, one consumer per process) and
+// hands one to each, and it looks for abandoned items (XAUTOCLAIM) at most
+// once per poll. Workers hold no Redis connection while they idle, so
+// go-redis's pool (10 connections per CPU) serves the runs however many
+// workers there are. An item is read only for a worker that is idle, so
+// it does not wait in the process while its idle time runs towards a
+// takeover. Acknowledgements are not batched: a run's last save
+// acknowledges its item (see below), which costs no round trip of its own.
+//
 // # Takeover
 //
 // A run holds its execution by a claim key that lapses unless renewed
 // (every third of the visibility timeout); the work item stays pending on
-// the stream until the run ends or parks. A worker takes over a pending
+// the stream until the run ends or parks. A process takes over a pending
 // item that has been idle for the timeout. The item's idle time and the
 // claim's remaining time are different clocks: an item can come due while
 // the dead runner's last renewal still holds the claim. The refused worker
 // therefore sets the item's idle time (XCLAIM IDLE) so that it comes due
 // again just after the claim would lapse, and a dead runner's execution is
-// taken over within one timeout of its last renewal plus a worker's poll,
-// not up to two timeouts. Workers follow XAUTOCLAIM's cursor through the
-// whole pending list, which it scans only ten entries per call.
+// taken over within one timeout of its last renewal plus a poll, not up
+// to two timeouts. The fetcher follows XAUTOCLAIM's cursor through the
+// whole pending list, which it scans only ten entries per item asked for.
 //
 // # Expressions
 //
@@ -52,6 +65,43 @@
 // the run's epoch, writes the events that report it (and, when the
 // execution finishes, the announcement Wait listens for) in the same
 // script; a call's started event goes out with its pending entry's save.
+//
+// # The record and its ledger in Redis
+//
+// An execution is two keys under its hash tag: the record
+// ({exec:ID}:record, JSON of the execution without its ledger entries:
+// the head) and the ledger ({exec:ID}:ledger, a hash: one field per entry,
+// named by the entry's position, holding its JSON). A step's save
+// (saveScript) writes its own entry, not the whole record again, and the
+// head only when it changed (a run's start, park and finish), so a call
+// step costs two small scripts (its pending and its done entry) whatever
+// the ledger holds. Dropping entries (a replaced connection's results run
+// live again, a resume keeps only done ones) rewrites the hash whole. A
+// run's saves are serialized (run.saving): each sends what changed since
+// the one before, so they must reach Redis in the order they were taken,
+// and a save that returns has written everything changed before it (a
+// parallel path's pending entry is written before its call leaves even
+// when a sibling's save carried it). Both keys live for the retention
+// from the last change of the head.
+//
+// A worker's claim (claimRunScript) reads the head, the ledger and the
+// cancel flag in the same round trip, and the run's last save (finished
+// or waiting) lets go of the claim and acknowledges and deletes the work
+// item in the same script (leaveScript; a run cut short releases with
+// releaseAckScript and leaves its item pending; on Redis Cluster, where
+// the work stream is in another slot, they go one by one). A submission
+// writes its record, index entry, work item and queued event in one
+// script. Durability is unchanged: every write that must precede a call
+// (its pending entry) or an acknowledgement (the terminal or waiting
+// record) is still fenced by the epoch and done before it.
+//
+// Records written before the ledger had a hash of its own hold their
+// entries in the head; they load as before (decodeRecord falls back to
+// them when the hash is empty), and the first save of a run over one
+// writes its entries to the hash. The reverse does not hold: a version
+// from before this shape reads a record written by this one without its
+// entries (the head's "steps" is null), so do not run both versions on
+// one Redis at once (stop the old replicas before starting new ones).
 //
 // # Parking, and parallel paths
 //

@@ -335,8 +335,8 @@ func (p *parser) target(n *Node, obj map[string]any, path string) {
 		p.fail(path+"/op", CodeValidationFailed, "is required and must be an operation name")
 		return
 	}
-	if st := conn.Status(); st.State != StateReady {
-		p.fail(path+"/op", notReadyCode(st.State), "connection %q is %s, so operation %q cannot be checked", n.Connection, st.State, n.Op)
+	if st := conn.State(); st != StateReady {
+		p.fail(path+"/op", notReadyCode(st), "connection %q is %s, so operation %q cannot be checked", n.Connection, st, n.Op)
 		return
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {
@@ -386,7 +386,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// pointerEscaper is built once: building a Replacer per key was most of
+// what a submission allocated.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
 // escape encodes a key for a JSON Pointer (RFC 6901).
 func escape(key string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+	if !strings.ContainsAny(key, "~/") {
+		return key
+	}
+	return pointerEscaper.Replace(key)
 }

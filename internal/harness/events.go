@@ -153,22 +153,11 @@ func (e *Executions) cancelIdle(ctx context.Context, id string) error {
 	return r.finish(ctx, nil, errCancelled)
 }
 
-// cancelled reports whether Cancel was asked for the execution.
-func (e *Executions) cancelled(ctx context.Context, id string) bool {
-	n, err := e.store.Client.Exists(ctx, e.cancelKey(id)).Result()
-	return err == nil && n > 0
-}
-
-// watchCancel cancels a run when Cancel is asked while it runs. It hears
-// Cancel's message through the process's shared subscription, not one of
-// its own (a connection per running execution).
-func (e *Executions) watchCancel(ctx context.Context, cancel context.CancelCauseFunc, id string) (stop func()) {
-	// Listen before reading the flag, so a Cancel is seen either by the
-	// flag or by the message.
-	msgs, unlisten := e.notify.listen(ctx, e.cancelKey(id))
-	if e.cancelled(ctx, id) {
-		cancel(errCancelled)
-	}
+// watchCancel cancels a run when Cancel's message comes (msgs, from the
+// process's shared subscription: not a connection per running
+// execution). The caller listens before it reads the cancel flag, so a
+// Cancel is seen either by the flag or by the message.
+func (e *Executions) watchCancel(ctx context.Context, cancel context.CancelCauseFunc, msgs <-chan struct{}) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -178,7 +167,7 @@ func (e *Executions) watchCancel(ctx context.Context, cancel context.CancelCause
 		case <-ctx.Done():
 		}
 	}()
-	return func() { close(done); unlisten() }
+	return func() { close(done) }
 }
 
 // Resume runs a failed execution again from its ledger: done steps keep
@@ -214,6 +203,7 @@ func (e *Executions) Resume(ctx context.Context, id string, rerun []string) (*Ex
 		}
 	}
 	rec.Steps, rec.Status, rec.Error, rec.Output, rec.FinishedAt, rec.Rerun = kept, ExecQueued, nil, nil, nil, rerun
+	// synced is false: the save rewrites the ledger to the entries kept.
 	r := &run{e: e, rec: rec, epoch: epoch}
 	if err := r.save(ctx); err != nil {
 		return nil, err

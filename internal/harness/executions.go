@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -296,6 +297,7 @@ func (e *Executions) resume(ctx context.Context, id string) error {
 
 func (e *Executions) recordKey(id string) string { return e.store.Key("{exec:"+id+"}", "record") }
 func (e *Executions) doneKey(id string) string   { return e.store.Key("{exec:"+id+"}", "done") }
+func (e *Executions) ledgerKey(id string) string { return e.store.Key("{exec:"+id+"}", "ledger") }
 func (e *Executions) indexKey() string           { return e.store.Key("executions") }
 func (e *Executions) workKey() string            { return e.store.Key("work") }
 
@@ -474,7 +476,7 @@ func (e *Executions) enqueueBound(ctx context.Context, id string, workflow json.
 	}
 	// Record, index entry and work item are written together (see
 	// submit.go), so no crash leaves one without the others.
-	fresh, err := e.write(ctx, id, data, indexMember(now, id))
+	fresh, reported, err := e.write(ctx, id, data, indexMember(now, id))
 	if err != nil {
 		return nil, err
 	}
@@ -489,7 +491,9 @@ func (e *Executions) enqueueBound(ctx context.Context, id string, workflow json.
 		}
 	}
 	e.observer.ExecutionEntered(ExecQueued)
-	e.emit(ctx, rec.ID, EventState, map[string]any{"status": ExecQueued})
+	if !reported {
+		e.emit(ctx, rec.ID, EventState, map[string]any{"status": ExecQueued})
+	}
 	return &rec.Execution, nil
 }
 
@@ -510,18 +514,58 @@ func (e *Executions) Get(ctx context.Context, id string) (*Execution, error) {
 }
 
 func (e *Executions) load(ctx context.Context, id string) (*record, error) {
-	data, err := e.store.Client.Get(ctx, e.recordKey(id)).Bytes()
-	if errors.Is(err, redis.Nil) {
+	var head *redis.StringCmd
+	var ledger *redis.MapStringStringCmd
+	_, err := e.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		head = p.Get(ctx, e.recordKey(id))
+		ledger = p.HGetAll(ctx, e.ledgerKey(id))
+		return nil
+	})
+	if errors.Is(err, redis.Nil) || errors.Is(head.Err(), redis.Nil) {
 		return nil, fmt.Errorf("execution %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("executions: load %s: %w", id, err)
 	}
-	var rec record
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("executions: decode %s: %w", id, err)
+	rec, _, err := decodeRecord(id, []byte(head.Val()), ledger.Val())
+	return rec, err
+}
+
+// decodeRecord joins a record's head and its ledger hash (field: the
+// entry's position, value: its JSON). legacy reports a record written
+// before the ledger had a hash of its own: its entries are in the head,
+// and the first save of a run over it writes them to the hash.
+func decodeRecord(id string, head []byte, ledger map[string]string) (rec *record, legacy bool, err error) {
+	rec = &record{}
+	if err := json.Unmarshal(head, rec); err != nil {
+		return nil, false, fmt.Errorf("executions: decode %s: %w", id, err)
 	}
-	return &rec, nil
+	if len(ledger) == 0 {
+		legacy = len(rec.Steps) > 0
+		if rec.Steps == nil {
+			rec.Steps = []StepRecord{}
+		}
+		return rec, legacy, nil
+	}
+	rec.Steps = make([]StepRecord, len(ledger))
+	for field, v := range ledger {
+		i, err := strconv.Atoi(field)
+		if err != nil || i < 0 || i >= len(ledger) {
+			return nil, false, fmt.Errorf("executions: decode %s: ledger entry %q out of place", id, field)
+		}
+		if err := json.Unmarshal([]byte(v), &rec.Steps[i]); err != nil {
+			return nil, false, fmt.Errorf("executions: decode %s: ledger entry %s: %w", id, field, err)
+		}
+	}
+	return rec, false, nil
+}
+
+// marshalHead encodes the record without its ledger entries, which the
+// ledger hash holds (see saveScript).
+func marshalHead(rec *record) ([]byte, error) {
+	h := *rec
+	h.Steps = nil
+	return marshalRecord(&h)
 }
 
 // ListOptions select a page of executions.
@@ -596,10 +640,14 @@ func (e *Executions) List(ctx context.Context, opts ListOptions) (Page, error) {
 // loadMany reads the records behind index members; an expired record is
 // nil and its index entry is dropped.
 func (e *Executions) loadMany(ctx context.Context, members []string) ([]*record, error) {
-	cmds := make([]*redis.StringCmd, len(members))
+	heads := make([]*redis.StringCmd, len(members))
+	ledgers := make([]*redis.MapStringStringCmd, len(members))
+	ids := make([]string, len(members))
 	_, err := e.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, m := range members {
-			cmds[i] = p.Get(ctx, e.recordKey(m[strings.IndexByte(m, ':')+1:]))
+			ids[i] = m[strings.IndexByte(m, ':')+1:]
+			heads[i] = p.Get(ctx, e.recordKey(ids[i]))
+			ledgers[i] = p.HGetAll(ctx, e.ledgerKey(ids[i]))
 		}
 		return nil
 	})
@@ -607,15 +655,14 @@ func (e *Executions) loadMany(ctx context.Context, members []string) ([]*record,
 		return nil, fmt.Errorf("executions: list: %w", err)
 	}
 	recs := make([]*record, len(members))
-	for i, cmd := range cmds {
+	for i, cmd := range heads {
 		data, err := cmd.Bytes()
 		if err != nil {
 			e.store.Client.ZRem(ctx, e.indexKey(), members[i])
 			continue
 		}
-		var rec record
-		if json.Unmarshal(data, &rec) == nil {
-			recs[i] = &rec
+		if rec, _, err := decodeRecord(ids[i], data, ledgers[i].Val()); err == nil {
+			recs[i] = rec
 		}
 	}
 	return recs, nil
@@ -639,18 +686,42 @@ func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Exe
 	// Listen before reading, so a finish between the two is not missed.
 	done, stop := e.notify.listen(ctx, e.doneKey(id))
 	defer stop()
+	// The first look reads the head alone (the status): the execution
+	// was usually just submitted, and its ledger is read once it ends.
+	if terminal, err := e.ended(ctx, id); err != nil || terminal {
+		if err != nil {
+			return nil, err
+		}
+		return e.Get(context.WithoutCancel(ctx), id)
+	}
 	poll := time.NewTicker(500 * time.Millisecond)
 	defer poll.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return e.Get(context.WithoutCancel(ctx), id)
+		case <-done:
+		case <-poll.C:
+		}
 		ex, err := e.Get(context.WithoutCancel(ctx), id)
 		if err != nil || ex.Status.Terminal() {
 			return ex, err
 		}
-		select {
-		case <-ctx.Done():
-			return ex, nil
-		case <-done:
-		case <-poll.C:
-		}
 	}
+}
+
+// ended reports whether the execution is terminal, from its head.
+func (e *Executions) ended(ctx context.Context, id string) (bool, error) {
+	data, err := e.store.Client.Get(ctx, e.recordKey(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("execution %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return false, fmt.Errorf("executions: load %s: %w", id, err)
+	}
+	var h head
+	if err := json.Unmarshal(data, &h); err != nil {
+		return false, fmt.Errorf("executions: decode %s: %w", id, err)
+	}
+	return h.Status.Terminal(), nil
 }

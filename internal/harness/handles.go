@@ -223,8 +223,8 @@ func (p *parser) handleTarget(n *Node, path string) bool {
 	if err != nil {
 		return true // reported on the entry
 	}
-	if st := conn.Status(); st.State != StateReady {
-		p.fail(path+"/op", notReadyCode(st.State), "pool %q is %s, so operation %q cannot be checked", h.Pool, st.State, n.Op)
+	if st := conn.State(); st != StateReady {
+		p.fail(path+"/op", notReadyCode(st), "pool %q is %s, so operation %q cannot be checked", h.Pool, st, n.Op)
 		return true
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {
@@ -347,7 +347,7 @@ func (r *run) recheckHandle(ctx context.Context, f *frame, name, key string) err
 	case mode == Replayable:
 		return nil
 	case mode == Costly || slices.Contains(r.rec.Rerun, name) || slices.Contains(r.rec.Rerun, h.Pool):
-		r.rec.Steps = r.rec.Steps[:i] // from here on, live on the new connection
+		r.truncate(i) // from here on, live on the new connection
 		return nil
 	}
 	return &stepError{step: st.ID, code: "resume_refused", err: fmt.Errorf(

@@ -682,7 +682,7 @@ func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted 
 			return nil, false, nil
 		}
 		src, conn, err := e.toolConn(doc, name)
-		if err != nil || conn.Status().State != StateReady {
+		if err != nil || conn.State() != StateReady {
 			return nil, false, nil
 		}
 		turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, src, nil, conn.Manifest().Operations)})
@@ -1082,8 +1082,8 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 	for _, name := range r.doc.Connections {
 		if _, isHandle := r.doc.Handles[name]; isHandle {
 			pool, conn, err := r.e.toolConn(r.doc, name)
-			if err == nil && conn.Status().State != StateReady {
-				err = fmt.Errorf("pool %s is %s: %w", pool, conn.Status().State, ErrUnavailable)
+			if st := conn.State(); err == nil && st != StateReady {
+				err = fmt.Errorf("pool %s is %s: %w", pool, st, ErrUnavailable)
 			}
 			if err != nil {
 				return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}

@@ -289,6 +289,14 @@ func (c *Connection) Status() Status {
 	return s
 }
 
+// State is the connection's state: Status's State without the rest, which
+// the hot path (every call checks it) does not need.
+func (c *Connection) State() State {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.state
+}
+
 // Identity is the identity of the live Conn, zero when not connected.
 func (c *Connection) Identity() Identity {
 	c.mu.RLock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,8 +59,11 @@ const repairGrace = 30 * time.Second
 // the script checks first what could make one fail (a shared key of the
 // wrong type) and then writes nothing.
 //
-// KEYS: record, index, work stream. ARGV: record JSON, retention ms, index
-// member, execution id.
+// The execution's first event (queued) is written with them, saving the
+// submission a round trip.
+//
+// KEYS: record, index, work stream, events. ARGV: record JSON, retention
+// ms, index member, execution id, the queued event's data.
 var submitScript = redis.NewScript(`
 local ti = redis.call('TYPE', KEYS[2])
 local tw = redis.call('TYPE', KEYS[3])
@@ -70,8 +74,13 @@ end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[2], 0, ARGV[3])
 redis.call('XADD', KEYS[3], '*', 'id', ARGV[4])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', '` + strconv.Itoa(maxEvents) + `', '*', 'type', '` + EventState + `', 'data', ARGV[5])
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
 return 1
 `)
+
+// queuedEvent is the data of the event a submission writes.
+var queuedEvent = []byte(`{"status":"` + string(ExecQueued) + `"}`)
 
 // clustered reports whether the store is a Redis Cluster, where a script
 // cannot span the record's slot and the shared keys'.
@@ -81,16 +90,24 @@ func (e *Executions) clustered() bool {
 }
 
 // write stores a new record with its index entry and work item, in one
-// step where Redis allows it. fresh is false when the record existed.
-func (e *Executions) write(ctx context.Context, id string, data []byte, member string) (fresh bool, err error) {
+// step where Redis allows it. fresh is false when the record existed;
+// reported is true when the queued event was written with it.
+func (e *Executions) write(ctx context.Context, id string, data []byte, member string) (fresh, reported bool, err error) {
 	if !e.clustered() {
-		n, err := submitScript.Run(ctx, e.store.Client, []string{e.recordKey(id), e.indexKey(), e.workKey()},
-			data, e.retention.Milliseconds(), member, id).Int()
+		n, err := submitScript.Run(ctx, e.store.Client, []string{e.recordKey(id), e.indexKey(), e.workKey(), e.eventsKey(id)},
+			data, e.retention.Milliseconds(), member, id, queuedEvent).Int()
 		if err != nil {
-			return false, fmt.Errorf("executions: submit %s: %w", id, err)
+			return false, false, fmt.Errorf("executions: submit %s: %w", id, err)
 		}
-		return n == 1, nil
+		return n == 1, n == 1, nil
 	}
+	fresh, err = e.writeClustered(ctx, id, data, member)
+	return fresh, false, err
+}
+
+// writeClustered is write on Redis Cluster: in order, as the keys are in
+// different slots.
+func (e *Executions) writeClustered(ctx context.Context, id string, data []byte, member string) (fresh bool, err error) {
 	// The record goes first so a worker never claims an id it cannot
 	// read; a crash before the second step is repaired by the sweep.
 	fresh, err = e.store.Client.SetNX(ctx, e.recordKey(id), data, e.retention).Result()

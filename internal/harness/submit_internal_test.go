@@ -131,7 +131,7 @@ func TestSubmitScriptWritesAllOrNothing(t *testing.T) {
 				if tc.prepare != nil {
 					tc.prepare(e, id)
 				}
-				fresh, err := e.write(t.Context(), id, []byte(`{"id":"`+id+`"}`), indexMember(time.Now(), id))
+				fresh, _, err := e.write(t.Context(), id, []byte(`{"id":"`+id+`"}`), indexMember(time.Now(), id))
 				if (err != nil) != tc.wantErr || fresh != tc.fresh {
 					t.Fatalf("write = %v, %v; want fresh %v, error %v", fresh, err, tc.fresh, tc.wantErr)
 				}
@@ -143,7 +143,7 @@ func TestSubmitScriptWritesAllOrNothing(t *testing.T) {
 				}
 				// Run again (go-redis retries a script): nothing more.
 				if !tc.wantErr {
-					if fresh, err := e.write(t.Context(), id, []byte(`{}`), indexMember(time.Now(), id)); err != nil || fresh {
+					if fresh, _, err := e.write(t.Context(), id, []byte(`{}`), indexMember(time.Now(), id)); err != nil || fresh {
 						t.Fatalf("second write = %v, %v", fresh, err)
 					}
 					if got := stateOf(t, e, id); got != tc.want {

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -21,16 +22,24 @@ import (
 // state, so an item held by a replica that dies stays pending; another
 // replica takes it over after the visibility timeout and resumes from the
 // ledger.
+//
+// One fetcher per process reads the stream for all the workers, as many
+// items at a time as workers are idle, and hands them out: a worker does
+// not hold a pooled Redis connection in a blocking read while it idles,
+// so the pool serves the runs however many workers there are.
 func (e *Executions) Run(ctx context.Context, n int) error {
 	e.life = ctx
 	err := e.store.Client.XGroupCreateMkStream(ctx, e.workKey(), workGroup, "0").Err()
 	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("executions: create work group: %w", err)
 	}
+	idle := make(chan struct{}, n)
+	items := make(chan redis.XMessage)
 	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { e.work(ctx, fmt.Sprintf("%s-%d", e.consumer, i)) })
+	for range n {
+		wg.Go(func() { e.work(ctx, idle, items) })
 	}
+	wg.Go(func() { e.fetch(ctx, idle, items) })
 	wg.Go(func() { e.sweep(ctx) })
 	wg.Go(func() { e.repairLoop(ctx) })
 	wg.Wait()
@@ -45,10 +54,49 @@ func (e *Executions) sweep(ctx context.Context) {
 	}
 }
 
-func (e *Executions) work(ctx context.Context, consumer string) {
+// work runs the items the fetcher hands it, saying on idle when it is
+// ready for the next.
+func (e *Executions) work(ctx context.Context, idle chan<- struct{}, items <-chan redis.XMessage) {
+	for {
+		select {
+		case idle <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case msg := <-items:
+			e.handle(context.WithoutCancel(ctx), msg)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// fetch reads work items for the idle workers and hands one to each. It
+// reads only once a worker is idle, and no more items than workers are,
+// so an item it reads starts at once rather than waiting in this process
+// (where its idle time would run towards a takeover).
+func (e *Executions) fetch(ctx context.Context, idle <-chan struct{}, items chan<- redis.XMessage) {
 	w := &reclaim{cursor: "0-0"}
+	ready := 0
 	for ctx.Err() == nil {
-		msgs, err := e.next(ctx, consumer, w)
+		if ready == 0 {
+			select {
+			case <-idle:
+				ready++
+			case <-ctx.Done():
+				return
+			}
+		}
+		for more := true; more; {
+			select {
+			case <-idle:
+				ready++
+			default:
+				more = false
+			}
+		}
+		msgs, err := e.next(ctx, w, ready)
 		if err != nil {
 			if ctx.Err() == nil {
 				e.logger.Error("claim work", "err", err)
@@ -57,16 +105,22 @@ func (e *Executions) work(ctx context.Context, consumer string) {
 			continue
 		}
 		for _, msg := range msgs {
-			e.handle(context.WithoutCancel(ctx), consumer, msg)
+			select {
+			case items <- msg:
+				ready--
+			case <-ctx.Done():
+				return // still pending: taken over after the timeout
+			}
 		}
 	}
 }
 
 // maxReclaimScans bounds the XAUTOCLAIM calls of one next: each looks at
-// up to ten pending items, so one call of next covers 10,000 of them.
+// up to ten pending items (or count, when more), so one call of next
+// covers at least 10,000 of them.
 const maxReclaimScans = 1000
 
-// reclaim is a worker's place in its scans of the pending list.
+// reclaim is the fetcher's place in its scans of the pending list.
 type reclaim struct {
 	// cursor is where the current scan of the pending list goes on;
 	// "0-0" between scans.
@@ -75,26 +129,26 @@ type reclaim struct {
 	last time.Time
 }
 
-// next returns the next work item: first one abandoned by a consumer that
-// has held it past the visibility timeout, else a new one. XAUTOCLAIM
-// looks at only ten pending items per call when asked for one, so next
-// follows its cursor through the whole pending list (kept across calls in
-// w) before it reads new items: otherwise an abandoned item behind ten
-// held ones would never be found.
+// next returns up to count work items: first those abandoned by a
+// consumer that has held them past the visibility timeout, else new ones.
+// XAUTOCLAIM looks at only ten pending items per call when asked for one,
+// so next follows its cursor through the whole pending list (kept across
+// calls in w) before it reads new items: otherwise an abandoned item
+// behind ten held ones would never be found.
 //
 // A scan that found nothing is not repeated within pollEvery: a busy
-// worker would otherwise pay an XAUTOCLAIM for every item it reads, while
-// an abandoned item comes due only a whole visibility timeout after its
-// last delivery, so looking once per poll keeps the takeover lag what it
-// was (at most a poll).
-func (e *Executions) next(ctx context.Context, consumer string, w *reclaim) ([]redis.XMessage, error) {
+// process would otherwise pay an XAUTOCLAIM for every read, while an
+// abandoned item comes due only a whole visibility timeout after its last
+// delivery, so looking once per poll keeps the takeover lag what it was
+// (at most a poll).
+func (e *Executions) next(ctx context.Context, w *reclaim, count int) ([]redis.XMessage, error) {
 	if w.cursor == "0-0" && time.Since(w.last) < e.pollEvery() {
-		return e.read(ctx, consumer)
+		return e.read(ctx, count)
 	}
 	cursor := &w.cursor
 	for range maxReclaimScans {
 		msgs, start, err := e.store.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-			Stream: e.workKey(), Group: workGroup, Consumer: consumer, MinIdle: e.visibility, Start: *cursor, Count: 1,
+			Stream: e.workKey(), Group: workGroup, Consumer: e.consumer, MinIdle: e.visibility, Start: *cursor, Count: int64(count),
 		}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			*cursor = "0-0"
@@ -112,13 +166,13 @@ func (e *Executions) next(ctx context.Context, consumer string, w *reclaim) ([]r
 		}
 	}
 	w.last = time.Now()
-	return e.read(ctx, consumer)
+	return e.read(ctx, count)
 }
 
-// read waits up to pollEvery for a new work item.
-func (e *Executions) read(ctx context.Context, consumer string) ([]redis.XMessage, error) {
+// read waits up to pollEvery for up to count new work items.
+func (e *Executions) read(ctx context.Context, count int) ([]redis.XMessage, error) {
 	streams, err := e.store.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: workGroup, Consumer: consumer, Streams: []string{e.workKey(), ">"}, Count: 1, Block: e.pollEvery(),
+		Group: workGroup, Consumer: e.consumer, Streams: []string{e.workKey(), ">"}, Count: int64(count), Block: e.pollEvery(),
 	}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
@@ -129,8 +183,8 @@ func (e *Executions) read(ctx context.Context, consumer string) ([]redis.XMessag
 	return streams[0].Messages, nil
 }
 
-// pollEvery is how long a worker waits for a new item before it looks for
-// abandoned ones again: what a takeover may lag behind the moment the
+// pollEvery is how long the fetcher waits for a new item before it looks
+// for abandoned ones again: what a takeover may lag behind the moment the
 // dead runner's claim lapsed. A second, or less under a short visibility
 // timeout (tests), so the lag stays small beside the timeout.
 func (e *Executions) pollEvery() time.Duration {
@@ -140,21 +194,36 @@ func (e *Executions) pollEvery() time.Duration {
 // handle runs one work item. It runs detached from the worker's context so
 // a shutdown lets executions in flight finish rather than leaving them half
 // done; calls are bounded by their own timeouts.
-func (e *Executions) handle(ctx context.Context, consumer string, msg redis.XMessage) {
+func (e *Executions) handle(ctx context.Context, msg redis.XMessage) {
 	id, _ := msg.Values["id"].(string)
-	if err := e.execute(ctx, id); err != nil {
+	acked, err := e.execute(ctx, id, msg.ID)
+	if err != nil {
 		// Left unacknowledged: the item stays pending for a later claim.
 		var held *heldError
 		if errors.As(err, &held) {
 			e.logger.Debug("execution is run elsewhere; its item waits", "execution", id, "for", held.left)
-			e.retryAt(ctx, consumer, msg.ID, held.left)
+			e.retryAt(ctx, msg.ID, held.left)
 			return
 		}
 		e.logger.Error("execution interrupted", "execution", id, "err", err)
 		return
 	}
-	e.store.Client.XAck(ctx, e.workKey(), workGroup, msg.ID)
-	e.store.Client.XDel(ctx, e.workKey(), msg.ID)
+	if !acked {
+		e.ack(ctx, msg.ID)
+	}
+}
+
+// ack acknowledges and deletes a work item.
+func (e *Executions) ack(ctx context.Context, item string) {
+	_, err := e.store.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAck(ctx, e.workKey(), workGroup, item)
+		p.XDel(ctx, e.workKey(), item)
+		return nil
+	})
+	if err != nil {
+		// Still pending: taken again after the timeout, and dropped then.
+		e.logger.Warn("acknowledge a work item", "item", item, "err", err)
+	}
 }
 
 // claimScript takes an execution for one run. The owner key expires unless
@@ -167,14 +236,7 @@ func (e *Executions) handle(ctx context.Context, consumer string, msg redis.XMes
 //
 // A refused claim answers minus the milliseconds the holder's claim has
 // left, so the caller can try again the moment it would lapse.
-var claimScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
-  local left = redis.call('PTTL', KEYS[1])
-  if left < 1 then left = 1 end
-  return -left
-end
+var claimScript = redis.NewScript(refusedLua("-left") + `
 local epoch = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -200,27 +262,86 @@ end
 return 1
 `)
 
-// saveScript writes the record only for the current epoch: no zombie
-// writes from a runner whose claim was taken over. With it go the events
-// that report the change (step started or finished, execution running or
-// finished) and, when the execution finished, the message Wait listens
-// for: one round trip for what took three, and a fenced runner's events
-// are dropped with its record.
+// releaseAckScript is releaseScript for a worker's run that ended: with
+// the claim go the acknowledgement and deletion of its work item, and a
+// claim refused meanwhile is served by a new item here rather than by
+// another round trip. The work stream is the shared key, so on Redis
+// Cluster (another slot) the steps go one by one instead.
 //
-// KEYS: epoch, record, events. ARGV: epoch, record JSON, retention ms,
-// number of events, channel to publish the status on ("" for none),
-// status, then type and data of each event.
-var saveScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-local n = tonumber(ARGV[4])
-for i = 0, n - 1 do
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', '` + strconv.Itoa(maxEvents) + `', '*', 'type', ARGV[7 + 2 * i], 'data', ARGV[8 + 2 * i])
+// KEYS: owner, again, work stream. ARGV: token, group, item ("" for
+// none), execution id. Answers as releaseScript.
+var releaseAckScript = redis.NewScript(`
+local held = redis.call('GET', KEYS[1]) == ARGV[1]
+if held then redis.call('DEL', KEYS[1]) end
+if ARGV[3] ~= '' then
+  redis.call('XACK', KEYS[3], ARGV[2], ARGV[3])
+  redis.call('XDEL', KEYS[3], ARGV[3])
 end
-if n > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
-if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
+if not held then return 0 end
+if redis.call('GET', KEYS[2]) then
+  redis.call('DEL', KEYS[2])
+  redis.call('XADD', KEYS[3], '*', 'id', ARGV[4])
+  return 2
+end
 return 1
 `)
+
+// saveScript writes what a save changed, only for the current epoch: no
+// zombie writes from a runner whose claim was taken over. The record's
+// head (the execution without its ledger entries) is written when it
+// changed; each ledger entry is a field of the ledger hash (its position
+// in the ledger), so a step writes its own entry rather than the whole
+// record again. With them go the events that report the change (step
+// started or finished, execution running or finished) and, when the
+// execution finished, the message Wait listens for: one round trip, and a
+// fenced runner's events are dropped with its writes.
+//
+// KEYS: epoch, record, events, ledger. ARGV: epoch, retention ms, head
+// JSON ("" unchanged), "1" to empty the ledger first, "1" to set the
+// ledger's expiry, channel to publish the status on ("" for none),
+// status, number of entries, number of events, then four used by
+// leaveScript only, then position and JSON of each entry, then type and
+// data of each event.
+var saveScript = redis.NewScript(saveLua + `return 1`)
+
+// leaveScript is saveScript for a worker's last save of a run (the
+// execution finished or waits), with releaseAckScript's work after it:
+// the claim let go, the work item acknowledged and deleted, a claim
+// refused meanwhile served by a new item. One round trip for two.
+//
+// KEYS: saveScript's, then owner, again, work stream. ARGV: saveScript's,
+// with token, group, item and execution id at 10 to 13.
+var leaveScript = redis.NewScript(saveLua + `
+local held = redis.call('GET', KEYS[5]) == ARGV[10]
+if held then redis.call('DEL', KEYS[5]) end
+redis.call('XACK', KEYS[7], ARGV[11], ARGV[12])
+redis.call('XDEL', KEYS[7], ARGV[12])
+if held and redis.call('GET', KEYS[6]) then
+  redis.call('DEL', KEYS[6])
+  redis.call('XADD', KEYS[7], '*', 'id', ARGV[13])
+end
+return 1
+`)
+
+// saveLua is saveScript's body, which leaveScript shares.
+var saveLua = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local ne, nv = tonumber(ARGV[8]), tonumber(ARGV[9])
+if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2]) end
+if ARGV[4] == '1' then redis.call('DEL', KEYS[4]) end
+local at = 14
+while ne > 0 do
+  local n = math.min(ne, 100)
+  redis.call('HSET', KEYS[4], unpack(ARGV, at, at + 2 * n - 1))
+  at, ne = at + 2 * n, ne - n
+end
+if ARGV[5] == '1' then redis.call('PEXPIRE', KEYS[4], ARGV[2]) end
+for i = 0, nv - 1 do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', '` + strconv.Itoa(maxEvents) + `', '*', 'type', ARGV[at + 2 * i], 'data', ARGV[at + 2 * i + 1])
+end
+if nv > 0 and ARGV[3] ~= '' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
+`
 
 // ErrFenced is returned to a runner whose claim was taken over.
 var ErrFenced = errors.New("execution claimed by a newer run")
@@ -247,9 +368,9 @@ const retrySlack = 50 * time.Millisecond
 // item's idle time (JUSTID leaves its delivery count alone); an item that
 // comes due while the claim is still held (renewed) is refused again and
 // rescheduled the same way.
-func (e *Executions) retryAt(ctx context.Context, consumer, msgID string, left time.Duration) {
+func (e *Executions) retryAt(ctx context.Context, msgID string, left time.Duration) {
 	idle := max(e.visibility-left-retrySlack, 0)
-	err := e.store.Client.Do(ctx, "XCLAIM", e.workKey(), workGroup, consumer, 0, msgID,
+	err := e.store.Client.Do(ctx, "XCLAIM", e.workKey(), workGroup, e.consumer, 0, msgID,
 		"IDLE", idle.Milliseconds(), "JUSTID").Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		// The item is still pending: it comes due a timeout later.
@@ -275,6 +396,26 @@ func (e *Executions) release(ctx context.Context, id, token string) {
 		}
 	}
 }
+
+// releaseAck is release for a worker's run, acknowledging its work item
+// (unless item is "") in the same round trip. It reports whether the item
+// was acknowledged.
+func (e *Executions) releaseAck(ctx context.Context, id, token, item string) bool {
+	if e.clustered() {
+		e.release(ctx, id, token)
+		return false
+	}
+	ctx = context.WithoutCancel(ctx)
+	_, err := releaseAckScript.Run(ctx, e.store.Client, []string{e.ownerKey(id), e.againKey(id), e.workKey()},
+		token, workGroup, item, id).Int()
+	if err != nil {
+		// The claim lapses; the caller acknowledges the item by itself.
+		e.logger.Warn("release claim", "execution", id, "err", err)
+		return false
+	}
+	return item != ""
+}
+
 func (e *Executions) epochKey(id string) string { return e.store.Key("{exec:"+id+"}", "epoch") }
 
 func (e *Executions) claim(ctx context.Context, id, token string) (int64, error) {
@@ -289,42 +430,128 @@ func (e *Executions) claim(ctx context.Context, id, token string) (int64, error)
 	return epoch, nil
 }
 
+// refusedLua is the start of the claim scripts: a claim held by another
+// token is refused, leaving the note for the holder (KEYS[3]) and
+// answering ret, made of the milliseconds the holder's claim has left.
+func refusedLua(ret string) string {
+	return `
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  local left = redis.call('PTTL', KEYS[1])
+  if left < 1 then left = 1 end
+  return ` + ret + `
+end`
+}
+
+// claimRunScript is claimScript for a worker's run, with what the run
+// reads first in the same round trip: the record's head, whether Cancel
+// was asked and the ledger. An unknown execution is not claimed (0).
+//
+// KEYS: owner, epoch, again, record, ledger, cancel. ARGV: token,
+// visibility ms, retention ms. Answers {-left} when refused, {0} when
+// the record is gone, else {epoch, head, cancelled, ledger fields}.
+var claimRunScript = redis.NewScript(refusedLua("{-left}") + `
+local head = redis.call('GET', KEYS[4])
+if not head then return {0} end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {epoch, head, redis.call('EXISTS', KEYS[6]), redis.call('HGETALL', KEYS[5])}
+`)
+
+// claimed is what a worker's claim read.
+type claimed struct {
+	epoch     int64
+	rec       *record
+	legacy    bool // the entries were in the head (see decodeRecord)
+	ledger    bool // the ledger hash exists
+	cancelled bool
+}
+
+// claimRun claims the execution for a worker's run and loads it (see
+// claimRunScript): ErrNotFound for an unknown one, a *heldError while
+// another runner holds it.
+func (e *Executions) claimRun(ctx context.Context, id, token string) (*claimed, error) {
+	res, err := claimRunScript.Run(ctx, e.store.Client,
+		[]string{e.ownerKey(id), e.epochKey(id), e.againKey(id), e.recordKey(id), e.ledgerKey(id), e.cancelKey(id)},
+		token, e.visibility.Milliseconds(), e.retention.Milliseconds()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("executions: claim %s: %w", id, err)
+	}
+	epoch, _ := res[0].(int64)
+	switch {
+	case epoch < 0:
+		return nil, &heldError{left: time.Duration(-epoch) * time.Millisecond}
+	case epoch == 0 || len(res) < 4:
+		return nil, fmt.Errorf("execution %s: %w", id, ErrNotFound)
+	}
+	head, _ := res[1].(string)
+	flat, _ := res[3].([]any)
+	ledger := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		ledger[k] = v
+	}
+	rec, legacy, err := decodeRecord(id, []byte(head), ledger)
+	if err != nil {
+		return nil, err
+	}
+	n, _ := res[2].(int64)
+	return &claimed{epoch: epoch, rec: rec, legacy: legacy, ledger: len(ledger) > 0, cancelled: n > 0}, nil
+}
+
 // execute runs the execution id until it is terminal or waiting. It returns
 // an error only when the run was cut short (storage failed, or the claim was
-// lost) and should be retried from the ledger.
-func (e *Executions) execute(ctx context.Context, id string) error {
-	rec, err := e.load(ctx, id)
+// lost) and should be retried from the ledger. A run that ended lets go of
+// its claim and acknowledges the work item (item) in one round trip
+// (acked); one cut short leaves the item pending.
+func (e *Executions) execute(ctx context.Context, id, item string) (acked bool, err error) {
+	// Listen before the claim reads the cancel flag, so a Cancel is seen
+	// either by the flag or by the message.
+	cancels, unlisten := e.notify.listen(ctx, e.cancelKey(id))
+	defer unlisten()
+	token := rand.Text()
+	c, err := e.claimRun(ctx, id, token)
 	if errors.Is(err, ErrNotFound) {
 		e.logger.Warn("work item for an unknown execution dropped", "execution", id)
-		return nil
+		return false, nil
 	}
-	if err != nil || rec.Status.Terminal() {
-		return err
-	}
-	token := rand.Text()
-	epoch, err := e.claim(ctx, id, token)
 	if err != nil {
 		// errClaimed included: the item stays pending, because the runner
 		// holding the claim may die before it finishes (or enqueues again
 		// on release); a later claim of this item then takes over.
-		return err
+		return false, err
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if c.cancelled {
+		cancel(errCancelled)
+	}
 	stopRenew := e.renew(runCtx, cancel, id, token)
-	stopWatch := e.watchCancel(runCtx, cancel, id)
+	stopWatch := e.watchCancel(runCtx, cancel, cancels)
+	r := &run{e: e, rec: c.rec, epoch: c.epoch, synced: !c.legacy, expiring: c.ledger}
+	if !e.clustered() {
+		r.leave = &leave{token: token, item: item}
+	}
 	defer func() {
 		stopWatch()
 		stopRenew()
-		e.release(ctx, id, token)
+		if r.leave != nil && r.leave.done {
+			acked = true // by the run's last save
+			return
+		}
+		ack := ""
+		if err == nil {
+			ack = item
+		}
+		acked = e.releaseAck(ctx, id, token, ack)
 	}()
-
-	// Reload under the claim: the record may have moved on since.
-	if rec, err = e.load(runCtx, id); err != nil || rec.Status.Terminal() {
-		return err
+	if c.rec.Status.Terminal() {
+		return false, nil
 	}
-	r := &run{e: e, rec: rec, epoch: epoch}
-	return r.execute(runCtx)
+	return false, r.execute(runCtx)
 }
 
 // renew keeps the claim alive while the run lasts; losing it cancels the
@@ -360,6 +587,11 @@ type run struct {
 	rec   *record
 	epoch int64
 	mu    sync.Mutex
+	// saving serializes the run's saves (parallel paths save at once):
+	// each sends what changed since the one before, so they must reach
+	// Redis in the order they were taken, and a save that returns has
+	// everything changed before it written.
+	saving sync.Mutex
 	// resets names costly connections to rebuild before their next call.
 	resets map[string]bool
 	// doc is the document being run; attached are the servers it brought,
@@ -373,6 +605,24 @@ type run struct {
 	parking bool
 	// held are events written with the next save (see beginHeld).
 	held []event
+	// What the ledger hash holds, so a save writes only what changed
+	// (see saveWith): synced is false until the hash holds the entries
+	// as loaded (a run made without the worker's claim, a record written
+	// before the ledger had a hash), and the first save then rewrites it
+	// whole; dirty are the positions changed since the last save;
+	// expiring: the hash exists with its retention set.
+	synced   bool
+	dirty    []int
+	expiring bool
+	// head is what a run changes of the head (mutableHead) as last
+	// saved, and headAt when: a save whose head is unchanged does not
+	// send it, unless half the retention has passed (the head's expiry is
+	// renewed with it).
+	head   []byte
+	headAt time.Time
+	// leave: a worker's run lets go of its claim and work item with its
+	// last save (see saveLast).
+	leave *leave
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -423,7 +673,7 @@ func (r *run) execute(ctx context.Context) error {
 		return r.finish(ctx, nil, errCancelled)
 	case errors.Is(err, errWaiting):
 		r.rec.Status, r.rec.Rerun = ExecWaiting, nil
-		if err := r.save(ctx); err != nil {
+		if err := r.saveLast(ctx, ""); err != nil {
 			return err
 		}
 		r.e.observer.ExecutionEntered(ExecWaiting)
@@ -452,7 +702,7 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	if r.rec.Error != nil {
 		data["error"] = r.rec.Error
 	}
-	if err := r.saveWith(ctx, r.e.doneKey(r.rec.ID), event{EventFinished, data}); err != nil {
+	if err := r.saveLast(ctx, r.e.doneKey(r.rec.ID), event{EventFinished, data}); err != nil {
 		return err
 	}
 	r.e.observer.ExecutionEntered(r.rec.Status)
@@ -476,10 +726,33 @@ func (r *run) save(ctx context.Context) error { return r.saveWith(ctx, "") }
 
 // saveWith is save that also appends events after the held ones and, when
 // publish names a channel, announces the execution's status on it, all in
-// one script (saveScript).
+// one script (saveScript). It sends the head only when it changed and the
+// ledger entries changed since the last save.
 func (r *run) saveWith(ctx context.Context, publish string, events ...event) error {
+	return r.write(ctx, false, publish, events...)
+}
+
+// saveLast is saveWith for the last save of a run that ended (finished or
+// waiting): a worker's run lets go of its claim and acknowledges its work
+// item in the same script (leaveScript), so its release has nothing left
+// to do (r.leave.done).
+func (r *run) saveLast(ctx context.Context, publish string, events ...event) error {
+	return r.write(ctx, r.leave != nil, publish, events...)
+}
+
+// leave is what a worker's run lets go of when it ends: its claim and its
+// work item. Nil outside a worker's run, and on Redis Cluster (the work
+// stream is in another slot).
+type leave struct {
+	token, item string
+	done        bool
+}
+
+func (r *run) write(ctx context.Context, last bool, publish string, events ...event) error {
+	r.saving.Lock()
+	defer r.saving.Unlock()
 	r.mu.Lock()
-	data, err := marshalRecord(r.rec)
+	w, err := r.changes()
 	events = append(r.held, events...)
 	r.held = nil
 	status := string(r.rec.Status)
@@ -487,8 +760,19 @@ func (r *run) saveWith(ctx context.Context, publish string, events ...event) err
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, 6+2*len(events))
-	args = append(args, r.epoch, data, r.e.retention.Milliseconds(), 0, publish, status)
+	id := r.rec.ID
+	keys := []string{r.e.epochKey(id), r.e.recordKey(id), r.e.eventsKey(id), r.e.ledgerKey(id)}
+	script := saveScript
+	args := make([]any, 0, 13+len(w.entries)+2*len(events))
+	args = append(args, r.epoch, r.e.retention.Milliseconds(), w.head, luaFlag(w.rewrite), luaFlag(w.expire), publish, status, len(w.entries)/2, 0)
+	if last {
+		script = leaveScript
+		keys = append(keys, r.e.ownerKey(id), r.e.againKey(id), r.e.workKey())
+		args = append(args, r.leave.token, workGroup, r.leave.item, id)
+	} else {
+		args = append(args, "", "", "", "")
+	}
+	args = append(args, w.entries...)
 	for _, ev := range events {
 		raw, err := json.Marshal(r.e.redact(ev.data))
 		if err != nil {
@@ -496,16 +780,101 @@ func (r *run) saveWith(ctx context.Context, publish string, events ...event) err
 		}
 		args = append(args, ev.typ, raw)
 	}
-	args[3] = (len(args) - 6) / 2
-	ok, err := saveScript.Run(context.WithoutCancel(ctx), r.e.store.Client,
-		[]string{r.e.epochKey(r.rec.ID), r.e.recordKey(r.rec.ID), r.e.eventsKey(r.rec.ID)}, args...).Int()
+	args[8] = (len(args) - 13 - len(w.entries)) / 2
+	ok, err := script.Run(context.WithoutCancel(ctx), r.e.store.Client, keys, args...).Int()
 	if err != nil {
-		return &storageError{fmt.Errorf("executions: save %s: %w", r.rec.ID, err)}
+		return &storageError{fmt.Errorf("executions: save %s: %w", id, err)}
 	}
 	if ok == 0 {
 		return ErrFenced
 	}
+	if last {
+		r.leave.done = true
+	}
 	return nil
+}
+
+// writes is what one save sends.
+type writes struct {
+	head    []byte // nil: unchanged
+	entries []any  // position, JSON, …
+	rewrite bool   // empty the ledger hash first
+	expire  bool   // set the ledger hash's expiry
+}
+
+// changes collects what changed since the last save and counts it as
+// saved: a save that fails stops the run, and the next run loads what
+// Redis holds. Callers hold r.mu.
+func (r *run) changes() (writes, error) {
+	var w writes
+	// What a run may change of the head is compared, not the whole head:
+	// the document and the input never change within a run, and encoding
+	// them for every step was most of a save's own cost.
+	moved, err := json.Marshal(mutableHead{r.rec.Status, r.rec.Output, r.rec.Error, r.rec.StartedAt, r.rec.FinishedAt, r.rec.Rerun, r.rec.Leases})
+	if err != nil {
+		return w, fmt.Errorf("executions: encode %s: %w", r.rec.ID, err)
+	}
+	if !bytes.Equal(moved, r.head) || time.Since(r.headAt) > r.e.retention/2 {
+		if w.head, err = marshalHead(r.rec); err != nil {
+			return w, err
+		}
+		r.head, r.headAt = moved, time.Now()
+	}
+	positions := r.dirty
+	if !r.synced {
+		w.rewrite = true
+		positions = make([]int, len(r.rec.Steps))
+		for i := range positions {
+			positions[i] = i
+		}
+	}
+	seen := map[int]bool{}
+	for _, i := range positions {
+		if i >= len(r.rec.Steps) || seen[i] {
+			continue
+		}
+		seen[i] = true
+		data, err := json.Marshal(&r.rec.Steps[i])
+		if err != nil {
+			return w, fmt.Errorf("executions: encode %s entry %d: %w", r.rec.ID, i, err)
+		}
+		w.entries = append(w.entries, i, data)
+	}
+	// The hash gets its expiry when this run creates it (or empties and
+	// fills it), and again with every head, so both live as long.
+	w.expire = len(w.entries) > 0 && (!r.expiring || w.rewrite) || w.head != nil && r.expiring
+	if len(w.entries) > 0 {
+		r.expiring = true
+	} else if w.rewrite {
+		r.expiring = false
+	}
+	r.dirty, r.synced = r.dirty[:0], true
+	return w, nil
+}
+
+// mutableHead is what a run changes of a record's head.
+type mutableHead struct {
+	Status     ExecState
+	Output     any
+	Error      *ExecError
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	Rerun      []string
+	Leases     []LeaseRecord
+}
+
+// truncate drops the ledger entries from position i on; the next save
+// rewrites the ledger hash. Callers hold r.mu.
+func (r *run) truncate(i int) {
+	r.rec.Steps = r.rec.Steps[:i]
+	r.synced = false
+}
+
+func luaFlag(b bool) string {
+	if b {
+		return "1"
+	}
+	return ""
 }
 
 // storageError is a failure to read or write Redis: the run stops and is
@@ -580,6 +949,7 @@ func (r *run) update(key string, fn func(st *StepRecord)) {
 	defer r.mu.Unlock()
 	if i := r.entry(key); i >= 0 {
 		fn(&r.rec.Steps[i])
+		r.dirty = append(r.dirty, i)
 	}
 }
 
@@ -637,7 +1007,7 @@ func (r *run) checkIdentity(i int) error {
 	case mode == Costly || slices.Contains(r.rec.Rerun, st.Connection):
 		// Everything from the first affected entry on runs live; a costly
 		// connection is reset first, so it starts from a clean world.
-		r.rec.Steps = r.rec.Steps[:i]
+		r.truncate(i)
 		if mode == Costly {
 			if r.resets == nil {
 				r.resets = map[string]bool{}
@@ -680,6 +1050,7 @@ func (r *run) enter(n *Node, key, conn string) (event, bool) {
 		Key: key, ID: n.ID, Kind: n.Kind, Connection: conn, Op: n.Op,
 		IdempotencyKey: r.rec.ID + ":" + key, StartedAt: time.Now().UTC(),
 	})
+	r.dirty = append(r.dirty, len(r.rec.Steps)-1)
 	return event{EventStepStarted, map[string]any{"key": key, "id": n.ID, "connection": conn, "op": n.Op}}, true
 }
 
@@ -776,8 +1147,8 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 		// Hidden, not unavailable: there is no user for it to act as.
 		return nil, Identity{}, &denied{GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name())}
 	}
-	if conn.Status().State != StateReady {
-		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), conn.Status().State, ErrUnavailable)
+	if st := conn.State(); st != StateReady {
+		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
 	}
 	verdict, args, err := r.e.gates(ctx, conn, n.Op, args, r.rec.ID)
 	if err != nil {

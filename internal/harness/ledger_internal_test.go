@@ -1,0 +1,95 @@
+package harness
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+)
+
+// TestLedgerOfAnOlderRecord: a record written before the ledger had a hash
+// of its own (its entries inside the record) loads with its entries, and
+// the first save of a run over it moves them to the hash, so nothing it
+// recorded is lost to the new shape.
+func TestLedgerOfAnOlderRecord(t *testing.T) {
+	t.Parallel()
+	e := newSubmitExecutions(t, storetest.New(t))
+	ctx := t.Context()
+	done := StepRecord{Key: "c", ID: "c", Kind: KindCall, Connection: "mem", Op: "echo", Status: StepDone,
+		IdempotencyKey: "ex_old:c", Output: map[string]any{"x": 1.0}, StartedAt: time.Now().UTC()}
+	old := &record{Execution: Execution{ID: "ex_old", Status: ExecRunning, Steps: []StepRecord{done}, CreatedAt: time.Now().UTC()},
+		Workflow: json.RawMessage(echoDoc)}
+	data, err := marshalRecord(old)
+	must(t, err)
+	must(t, e.store.Client.Set(ctx, e.recordKey("ex_old"), data, e.retention).Err())
+
+	rec, err := e.load(ctx, "ex_old")
+	must(t, err)
+	if len(rec.Steps) != 1 || rec.Steps[0].Status != StepDone || rec.Steps[0].IdempotencyKey != "ex_old:c" {
+		t.Fatalf("steps of an older record = %+v", rec.Steps)
+	}
+	epoch, err := e.claim(ctx, "ex_old", "a")
+	must(t, err)
+	r := &run{e: e, rec: rec, epoch: epoch}
+	r.enter(&Node{ID: "d", Kind: KindCall}, "d", "mem")
+	must(t, r.save(ctx))
+
+	n, err := e.store.Client.HLen(ctx, e.ledgerKey("ex_old")).Result()
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("ledger hash has %d entries, want the older one and the new one", n)
+	}
+	got, err := e.Get(ctx, "ex_old")
+	must(t, err)
+	if len(got.Steps) != 2 || got.Steps[0].Key != "c" || got.Steps[0].Output == nil || got.Steps[1].Key != "d" {
+		t.Fatalf("steps after a save = %+v", got.Steps)
+	}
+	if ttl := e.store.Client.PTTL(ctx, e.ledgerKey("ex_old")).Val(); ttl <= 0 {
+		t.Fatalf("ledger hash expiry = %s, want the retention", ttl)
+	}
+}
+
+// TestSaveWritesWhatChanged: a step's save writes its own entry, not the
+// whole record: another entry and the head are left as they are in Redis.
+func TestSaveWritesWhatChanged(t *testing.T) {
+	t.Parallel()
+	e := newSubmitExecutions(t, storetest.New(t))
+	ctx := t.Context()
+	ex, err := e.enqueue(ctx, "ex_diff", []byte(echoDoc), nil, "t")
+	must(t, err)
+	epoch, err := e.claim(ctx, ex.ID, "a")
+	must(t, err)
+	rec, err := e.load(ctx, ex.ID)
+	must(t, err)
+	r := &run{e: e, rec: rec, epoch: epoch}
+	r.rec.Status = ExecRunning
+	r.enter(&Node{ID: "a", Kind: KindCall}, "a", "mem")
+	r.enter(&Node{ID: "b", Kind: KindCall}, "b", "mem")
+	must(t, r.save(ctx))
+
+	// Marks in Redis that a whole-record write would overwrite.
+	must(t, e.store.Client.HSet(ctx, e.ledgerKey(ex.ID), "0", `{"key":"a","id":"a","status":"marked","startedAt":"2026-01-01T00:00:00Z","durationMs":0}`).Err())
+	head := e.store.Client.Get(ctx, e.recordKey(ex.ID)).Val()
+	r.update("b", func(st *StepRecord) { st.Status = StepDone })
+	must(t, r.save(ctx))
+
+	got, err := e.Get(ctx, ex.ID)
+	must(t, err)
+	if got.Steps[0].Status != "marked" || got.Steps[1].Status != StepDone {
+		t.Fatalf("entries = %s, %s; want the untouched one as it was and the changed one written", got.Steps[0].Status, got.Steps[1].Status)
+	}
+	if now := e.store.Client.Get(ctx, e.recordKey(ex.ID)).Val(); now != head {
+		t.Fatalf("head rewritten by a step's save:\n%s\n%s", head, now)
+	}
+
+	// Dropping entries (a replaced connection's results rerun live)
+	// rewrites the hash.
+	r.mu.Lock()
+	r.truncate(1)
+	r.mu.Unlock()
+	must(t, r.save(ctx))
+	if got, _ := e.Get(ctx, ex.ID); len(got.Steps) != 1 || got.Steps[0].Key != "a" {
+		t.Fatalf("after truncate: %+v", got.Steps)
+	}
+}
