@@ -238,11 +238,17 @@ func approveWhenAsked(t *testing.T, base, exec string) {
 
 func waitDone(t *testing.T, base, id string) map[string]any {
 	t.Helper()
+	return waitDoneAs(t, base, "k1", id)
+}
+
+// waitDoneAs waits, reading as key, for the execution to finish.
+func waitDoneAs(t *testing.T, base, key, id string) map[string]any {
+	t.Helper()
 	addr := strings.TrimPrefix(base, "http://")
 	var ex map[string]any
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		var status int
-		if status, ex = get2(addr, "k1", "/v1/executions/"+id); status == 200 {
+		if status, ex = get2(addr, key, "/v1/executions/"+id); status == 200 {
 			switch ex["status"] {
 			case "succeeded", "failed", "cancelled":
 				return ex

@@ -26,21 +26,9 @@ func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, log
 	if !slices.ContainsFunc(slices.Collect(maps.Values(cfg.File.Connections)), usesOAuth) {
 		return nil, nil
 	}
-	var keyID string
-	var key []byte
-	switch {
-	case cfg.SecretKey != "":
-		var err error
-		if keyID, key, err = oauth.KeyFromSecretKey(cfg.SecretKey); err != nil {
-			return nil, &config.ValidationError{Problems: []config.Problem{{Path: "PATCHBAY_SECRET_KEY", Message: err.Error()}}}
-		}
-	case st.Embedded():
-		key = make([]byte, 32)
-		_, _ = rand.Read(key)
-		logger.Warn("no PATCHBAY_SECRET_KEY: OAuth tokens are encrypted under a key of this run only")
-	default:
-		return nil, &config.ValidationError{Problems: []config.Problem{{Path: "PATCHBAY_SECRET_KEY",
-			Message: "is required with auth: oauth on a shared Redis: OAuth tokens are stored encrypted under it"}}}
+	keyID, key, err := sealKey(cfg, st, logger, "auth: oauth", "OAuth tokens")
+	if err != nil {
+		return nil, err
 	}
 	public := cfg.PublicURL
 	if public == "" {
@@ -87,6 +75,29 @@ func resourceURL(spec config.Connection) string {
 		return spec.OpenAPI.BaseURL
 	default:
 		return spec.OpenAPI.URL
+	}
+}
+
+// sealKey is the key tokens of feature (what, as configured) are sealed
+// under in the store: PATCHBAY_SECRET_KEY's current one. Without one, the
+// embedded store gets a key for this run only (nothing it holds survives
+// a restart anyway), while a real Redis is refused: every replica must
+// read what another stored.
+func sealKey(cfg *config.Config, st *store.Store, logger *slog.Logger, what, tokens string) (keyID string, key []byte, err error) {
+	switch {
+	case cfg.SecretKey != "":
+		if keyID, key, err = oauth.KeyFromSecretKey(cfg.SecretKey); err != nil {
+			return "", nil, &config.ValidationError{Problems: []config.Problem{{Path: "PATCHBAY_SECRET_KEY", Message: err.Error()}}}
+		}
+		return keyID, key, nil
+	case st.Embedded():
+		key = make([]byte, 32)
+		_, _ = rand.Read(key)
+		logger.Warn("no PATCHBAY_SECRET_KEY: " + tokens + " are encrypted under a key of this run only")
+		return "", key, nil
+	default:
+		return "", nil, &config.ValidationError{Problems: []config.Problem{{Path: "PATCHBAY_SECRET_KEY",
+			Message: "is required with " + what + " on a shared Redis: " + tokens + " are stored encrypted under it"}}}
 	}
 }
 

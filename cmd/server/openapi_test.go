@@ -292,18 +292,5 @@ func checkNoSecretAs(t *testing.T, base, key, id string, secrets ...string) {
 
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("Authorization", "Bearer k1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s = %d %s", url, resp.StatusCode, data)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		t.Fatalf("GET %s: %v\n%s", url, err, data)
-	}
+	getJSONAs(t, url, "k1", v)
 }

@@ -207,16 +207,25 @@ func mustRead(t *testing.T, path string) string {
 }
 
 // scriptedLLM speaks OpenAI's streaming Chat Completions: round 1 calls
-// tool with args, round 2 answers text. It keeps the tools it was offered
-// and the tool result it was sent back.
+// tool with args, round 2 answers text (newScriptedCalls: one round per
+// call, then text). It keeps the tools it was offered and the tool
+// results it was sent back.
 type scriptedLLM struct {
 	*httptest.Server
 	mu      sync.Mutex
 	offered map[string]json.RawMessage // tool id → its parameters
-	result  string
+	result  string                     // the last tool result
+	results []string
 }
 
+// scriptedCall is one tool call of a scripted round.
+type scriptedCall struct{ tool, args string }
+
 func newScriptedLLM(t *testing.T, tool, args, text string) *scriptedLLM {
+	return newScriptedCalls(t, []scriptedCall{{tool, args}}, text)
+}
+
+func newScriptedCalls(t *testing.T, calls []scriptedCall, text string) *scriptedLLM {
 	f := &scriptedLLM{offered: map[string]json.RawMessage{}}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -236,14 +245,16 @@ func newScriptedLLM(t *testing.T, tool, args, text string) *scriptedLLM {
 			return
 		}
 		f.mu.Lock()
-		round2 := false
+		round := 0
+		f.results = nil
 		for _, m := range body.Messages {
 			if m.Role == "tool" {
-				round2 = true
+				round++
 				f.result = fmt.Sprint(m.Content)
+				f.results = append(f.results, f.result)
 			}
 		}
-		if !round2 {
+		if round == 0 {
 			for _, tl := range body.Tools {
 				f.offered[tl.Function.Name] = tl.Function.Parameters
 			}
@@ -253,11 +264,14 @@ func newScriptedLLM(t *testing.T, tool, args, text string) *scriptedLLM {
 			return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1694268190,"model":"llama3","choices":[{"index":0,"delta":` +
 				delta + `,"finish_reason":` + finish + `}]}`
 		}
-		frames := []string{
-			chunk(fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_01","type":"function","function":{"name":%q,"arguments":%q}}]}`, tool, args), "null"),
-			chunk(`{}`, `"tool_calls"`),
-		}
-		if round2 {
+		var frames []string
+		if round < len(calls) {
+			c := calls[round]
+			frames = []string{
+				chunk(fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_%02d","type":"function","function":{"name":%q,"arguments":%q}}]}`, round+1, c.tool, c.args), "null"),
+				chunk(`{}`, `"tool_calls"`),
+			}
+		} else {
 			frames = []string{chunk(fmt.Sprintf(`{"role":"assistant","content":%q}`, text), "null"), chunk(`{}`, `"stop"`)}
 		}
 		w.Header().Set("Content-Type", "text/event-stream")

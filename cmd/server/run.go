@@ -78,6 +78,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	apps, err := gitHubApps(cfg, st, secrets, redactor, logger)
+	if err != nil {
+		return err
+	}
 	reg := harness.NewRegistry(logger)
 	for _, name := range sortedNames(cfg.File.Connections) {
 		spec := cfg.File.Connections[name]
@@ -87,6 +91,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			if usesOAuth(spec) {
 				opts.HTTPClient = oauthClient(oauthSvc, name)
 			}
+			if c := apps[name]; c != nil {
+				opts.HTTPClient = c.client(spec.MCP.URL)
+			}
 			p = mcp.New(name, *spec.MCP, opts)
 			redactor.Add(mcp.Secrets(*spec.MCP)...)
 		}
@@ -94,6 +101,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			opts := &openapi.Options{Logger: logger, Secrets: secrets, Redactor: redactor}
 			if usesOAuth(spec) {
 				opts.Shared, opts.SharedOnly = oauthSvc, !spec.Auth.PerUser
+			}
+			if c := apps[name]; c != nil {
+				opts.Shared = c
 			}
 			p = openapi.New(name, *spec.OpenAPI, opts)
 			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)
@@ -139,7 +149,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{
 		Retention: cfg.Retention, Logger: logger, Observer: metrics, Allowlists: als,
 		Secrets: secrets, Redactor: redactor, Visibility: cfg.ClaimTimeout,
-		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: credentials(oauthSvc),
+		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: callCredentials(apps, credentials(oauthSvc)),
 		Models: newModels(cfg.File.Models, secrets, redactor),
 	})
 	keys := apiKeys(cfg, stdout)

@@ -169,8 +169,9 @@ type Connection struct {
 	// OpenAPI makes the entry a REST API described by an OpenAPI 3
 	// document (see OpenAPI).
 	OpenAPI *OpenAPI `yaml:"openapi"`
-	// Auth is the sign-in an http or sse MCP server or an OpenAPI API
-	// needs (OAuth), nil for none. See Auth.
+	// Auth is the credential an http or sse MCP server or an OpenAPI API
+	// needs (an OAuth sign-in, or GitHub App tokens), nil for none. See
+	// Auth.
 	Auth   *Auth   `yaml:"auth"`
 	Policy *Policy `yaml:"policy"`
 	// RequiresPrincipal marks a connection that acts as a user: its
@@ -250,15 +251,20 @@ func (m MCP) Transport() string {
 	}
 }
 
-// Auth is a connection's sign-in. In the file it is either the word
+// Auth is a connection's credential. In the file it is either the word
 // oauth (`auth: oauth`) or a mapping
-// `auth: {oauth: {clientId, clientSecret, scopes}, perUser: true}`.
+// `auth: {oauth: {clientId, clientSecret, scopes}, perUser: true}` or
+// `auth: {githubApp: {appId, privateKey, owner, repo, permissions}}` or,
+// on a drive entry, `auth: {serviceAccount: {key}}`.
 type Auth struct {
 	// OAuth is set for an OAuth connection (both forms).
 	OAuth *OAuth `yaml:"oauth"`
 	// PerUser keeps each principal's own tokens; false keeps one shared
 	// token, the operator's.
 	PerUser bool `yaml:"perUser"`
+	// GitHubApp is set for a connection whose calls carry GitHub App
+	// installation tokens (see GitHubApp).
+	GitHubApp *GitHubApp `yaml:"githubApp"`
 	// ServiceAccount makes a drive entry act as a Google service account
 	// instead of signing in with OAuth (see ServiceAccount).
 	ServiceAccount *ServiceAccount `yaml:"serviceAccount"`

@@ -732,7 +732,7 @@ func TestLoadAuth(t *testing.T) {
 			},
 		},
 		{name: "other word", conn: `{ mcp: { url: "https://h/mcp" }, auth: basic }`, wants: []want{{"connections.r.auth", `must be oauth or a mapping`}}},
-		{name: "perUser without oauth", conn: `{ mcp: { url: "https://h/mcp" }, auth: { perUser: true } }`, wants: []want{{"connections.r.auth.oauth", "is required"}}},
+		{name: "perUser without oauth", conn: `{ mcp: { url: "https://h/mcp" }, auth: { perUser: true } }`, wants: []want{{"connections.r.auth", "needs oauth or githubApp"}}},
 		{name: "unknown field", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { client_id: x } } }`, wants: []want{{"connections.r.auth.oauth.client_id", "unknown field"}}},
 		{name: "wrong kind", conn: `{ mcp: { url: "https://h/mcp" }, auth: { oauth: { scopes: read } } }`, wants: []want{{"connections.r.auth.oauth.scopes", "must be a list"}}},
 		{name: "stdio", conn: `{ mcp: { command: x }, auth: oauth }`, wants: []want{{"connections.r.auth", "not allowed for a stdio server"}}},

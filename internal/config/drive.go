@@ -92,6 +92,9 @@ func (c Connection) validateDriveAuth(ps *problems, path string) {
 	if (a.OAuth != nil) == (a.ServiceAccount != nil) {
 		ps.add(path, "on a drive connection needs exactly one of oauth and serviceAccount")
 	}
+	if a.GitHubApp != nil {
+		ps.add(path+".githubApp", "is not supported on a drive connection: its tokens are for GitHub")
+	}
 	if o := a.OAuth; o != nil {
 		if o.ClientID == "" {
 			ps.add(path+".oauth.clientId", "is required on a drive connection: Google registers no clients on the fly; create an OAuth client (web application) in the Google Cloud console")

@@ -464,6 +464,9 @@ func (f *File) substitute(getenv func(string) string, ps *problems) {
 			a.OAuth.ClientID = substituteString(a.OAuth.ClientID, path+".clientId", getenv, ps)
 			a.OAuth.ClientSecret = substituteString(a.OAuth.ClientSecret, path+".clientSecret", getenv, ps)
 		}
+		if a := f.Connections[name].Auth; a != nil && a.GitHubApp != nil {
+			a.GitHubApp.substitute("connections."+name+".auth.githubApp", getenv, ps)
+		}
 		if o := f.Connections[name].OpenAPI; o != nil {
 			path := "connections." + name + ".openapi"
 			o.URL = substituteString(o.URL, path+".url", getenv, ps)

@@ -281,11 +281,15 @@ func (c Connection) validate(ps *problems, name string) {
 func (c Connection) validateAuth(ps *problems, path string) {
 	a := c.Auth
 	if a.word != "" && a.word != "oauth" {
-		ps.add(path, "must be oauth or a mapping with oauth (such as {oauth: {clientId: …}, perUser: true}), not %q", a.word)
+		ps.add(path, "must be oauth or a mapping with oauth or githubApp (such as {oauth: {clientId: …}, perUser: true}), not %q", a.word)
+		return
+	}
+	if a.GitHubApp != nil {
+		c.validateGitHubApp(ps, path)
 		return
 	}
 	if a.OAuth == nil {
-		ps.add(path+".oauth", "is required: the only kind of auth is oauth")
+		ps.add(path, "needs oauth or githubApp")
 		return
 	}
 	switch {

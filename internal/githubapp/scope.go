@@ -96,3 +96,10 @@ func clipTo(s string, n int) string {
 	}
 	return s
 }
+
+// Check reports what Token would refuse about the scope (an
+// invalid_request Error), so a configuration can be checked at load.
+func (s Scope) Check() error {
+	_, err := s.normalize()
+	return err
+}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/githubapp"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/sandbox"
+	"github.com/patchbay-dev/patchbay/internal/store"
+)
+
+// appConns are the connections whose calls carry GitHub App installation
+// tokens (auth: {githubApp: …}), by name; nil when there are none.
+type appConns map[string]*appConn
+
+// appConn is one such connection: its App's source and how a call's
+// principal becomes a scope.
+type appConn struct {
+	name string
+	src  *lazySource
+	// owner, repo and perms are nil where the config gave a literal,
+	// which literal holds.
+	owner, repo, perms *sandbox.Program
+	literal            githubapp.Scope
+	discovery          githubapp.Scope
+}
+
+// gitHubApps builds one githubapp.Source per App (app id and API base
+// URL) of the githubApp connections, sharing the store, and returns the
+// connections by name. Tokens are sealed under PATCHBAY_SECRET_KEY, which
+// a shared Redis requires (see sealKey).
+func gitHubApps(cfg *config.Config, st *store.Store, secrets harness.SecretStore, redactor harness.Redactor, logger *slog.Logger) (appConns, error) {
+	if !slices.ContainsFunc(slices.Collect(maps.Values(cfg.File.Connections)), usesGitHubApp) {
+		return nil, nil
+	}
+	keyID, key, err := sealKey(cfg, st, logger, "auth: githubApp", "GitHub App tokens")
+	if err != nil {
+		return nil, err
+	}
+	conns := appConns{}
+	sources := map[[2]string]*lazySource{}
+	for _, name := range sortedNames(cfg.File.Connections) {
+		spec := cfg.File.Connections[name]
+		if !usesGitHubApp(spec) {
+			continue
+		}
+		g := spec.Auth.GitHubApp
+		id := [2]string{g.AppID, g.APIBaseURL}
+		src, ok := sources[id]
+		switch {
+		case !ok:
+			if _, isRef := config.SecretRef(g.PrivateKey); !isRef {
+				redactor.Add(g.PrivateKey) // a key written into the file
+			}
+			src = &lazySource{secrets: secrets, keyRef: g.PrivateKey, opts: githubapp.Options{
+				AppID: g.AppID, APIBaseURL: g.APIBaseURL, Store: st, Redactor: redactor, Key: key, KeyID: keyID,
+			}}
+			sources[id] = src
+		case src.keyRef != g.PrivateKey:
+			return nil, &config.ValidationError{Problems: []config.Problem{{Path: "connections." + name + ".auth.githubApp.privateKey",
+				Message: "differs from another connection's for the same appId and apiBaseUrl: one App has one key"}}}
+		}
+		c, err := newAppConn(name, g, src)
+		if err != nil {
+			return nil, err
+		}
+		conns[name] = c
+	}
+	return conns, nil
+}
+
+func usesGitHubApp(spec config.Connection) bool {
+	return (spec.MCP != nil || spec.OpenAPI != nil) && spec.Auth != nil && spec.Auth.GitHubApp != nil
+}
+
+func newAppConn(name string, g *config.GitHubApp, src *lazySource) (*appConn, error) {
+	d := g.DiscoveryScope()
+	c := &appConn{
+		name: name, src: src,
+		literal:   githubapp.Scope{Owner: g.Owner.Literal, Repo: g.Repo.Literal, Permissions: g.Permissions},
+		discovery: githubapp.Scope{Owner: d.Owner, Repo: d.Repo, Permissions: d.Permissions},
+	}
+	var err error
+	compile := func(src string, f func(string) (*sandbox.Program, error)) *sandbox.Program {
+		if src == "" || err != nil {
+			return nil
+		}
+		var p *sandbox.Program
+		p, err = f(src)
+		return p
+	}
+	c.owner = compile(g.Owner.Expr, config.CompileScopeString)
+	c.repo = compile(g.Repo.Expr, config.CompileScopeString)
+	c.perms = compile(g.Permissions.Expr(), config.CompilePermissions)
+	if err != nil {
+		// config.Load compiled the same expressions already.
+		return nil, fmt.Errorf("connections.%s.auth.githubApp: %w", name, err)
+	}
+	return c, nil
+}
+
+// scope is the scope of a call made for principal: the literal parts as
+// configured, the expressions evaluated with principal. An expression
+// never runs for no one: the discovery scope is not a fallback.
+func (c *appConn) scope(ctx context.Context, principal string) (githubapp.Scope, error) {
+	s := c.literal
+	if c.owner == nil && c.repo == nil && c.perms == nil {
+		return s, nil
+	}
+	if principal == "" || principal == harness.HostPrincipal {
+		// requiresPrincipal hides the connection from such runs first.
+		return s, errors.New("the token's scope depends on the caller, and this execution runs for no one")
+	}
+	env := map[string]any{"principal": principal}
+	str := func(p *sandbox.Program, what string, into *string) error {
+		if p == nil {
+			return nil
+		}
+		v, err := p.Run(ctx, env)
+		if err != nil {
+			return fmt.Errorf("%s expression: %w", what, err)
+		}
+		*into, _ = v.(string)
+		return nil
+	}
+	if err := str(c.owner, "owner", &s.Owner); err != nil {
+		return s, err
+	}
+	if err := str(c.repo, "repo", &s.Repo); err != nil {
+		return s, err
+	}
+	if c.perms != nil {
+		v, err := c.perms.Run(ctx, env)
+		if err != nil {
+			return s, fmt.Errorf("permissions expression: %w", err)
+		}
+		if s.Permissions, err = permissionsOf(v); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// permissionsOf reads what a permissions expression returned: a map of
+// names to levels (githubapp checks the names and levels).
+func permissionsOf(v any) (map[string]string, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("permissions expression returned %T, not a map of permission names to read, write or admin", v)
+	}
+	out := make(map[string]string, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		level, ok := m[k].(string)
+		if !ok {
+			return nil, fmt.Errorf("permissions expression: %s is %T, not read, write or admin", k, m[k])
+		}
+		out[k] = level
+	}
+	return out, nil
+}
+
+// forCall is the source and scope of a call made for principal.
+func (c *appConn) forCall(ctx context.Context, principal string) (*githubapp.Source, githubapp.Scope, error) {
+	scope, err := c.scope(ctx, principal)
+	if err != nil {
+		return nil, scope, fmt.Errorf("github app: %w", err)
+	}
+	src, err := c.src.get(ctx)
+	return src, scope, err
+}
+
+// headers are the Authorization header of a call for principal.
+func (c *appConn) headers(ctx context.Context, principal string) (map[string]string, error) {
+	src, scope, err := c.forCall(ctx, principal)
+	if err != nil {
+		return nil, err
+	}
+	h, err := src.Headers(ctx, scope)
+	if err != nil {
+		return nil, appError(scope, err)
+	}
+	return h, nil
+}
+
+// appError says which repository a githubapp error is about. It never
+// wraps harness.ErrNeedsSignIn: one caller's org without the App
+// installed says nothing about the connection, which stays ready.
+func appError(s githubapp.Scope, err error) error {
+	return fmt.Errorf("token for %s/%s: %w", s.Owner, s.Repo, err)
+}
+
+// lazySource is a githubapp.Source made on first use: its private key is
+// read from the secret chain then, so a key set through the API after
+// start is used, and a key that is missing fails calls, not the start.
+type lazySource struct {
+	opts    githubapp.Options // without PrivateKey
+	keyRef  string            // ${secret:NAME}, or the key itself
+	secrets harness.SecretStore
+
+	mu  sync.Mutex
+	src *githubapp.Source
+}
+
+func (l *lazySource) get(ctx context.Context) (*githubapp.Source, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.src != nil {
+		return l.src, nil
+	}
+	o := l.opts
+	o.PrivateKey = l.keyRef
+	if name, ok := config.SecretRef(l.keyRef); ok {
+		if l.secrets == nil {
+			return nil, fmt.Errorf("github app %s: no secret store to resolve its private key ${secret:%s}", o.AppID, name)
+		}
+		v, err := l.secrets.Resolve(ctx, name)
+		if err != nil {
+			// The store's errors never quote a value.
+			return nil, fmt.Errorf("github app %s: private key ${secret:%s}: %w", o.AppID, name, err)
+		}
+		o.PrivateKey = v
+	}
+	src, err := githubapp.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("github app %s: %w", o.AppID, err)
+	}
+	l.src = src
+	return src, nil
+}
+
+// credentials are the harness's per-call credentials: a githubApp
+// connection's token for the call's principal, an OAuth connection's
+// sign-in (when there is one), nothing for the others.
+type credentialMux struct {
+	apps  appConns
+	oauth harness.Credentials // nil without OAuth connections
+}
+
+func (m credentialMux) Headers(ctx context.Context, connection, principal string) (map[string]string, bool, error) {
+	if c, ok := m.apps[connection]; ok {
+		h, err := c.headers(ctx, principal)
+		return h, true, err
+	}
+	if m.oauth == nil {
+		return nil, false, nil
+	}
+	return m.oauth.Headers(ctx, connection, principal)
+}
+
+// Refresh replaces a token GitHub answered 401 to (revoked before its
+// expiry): invalidated, and a fresh one minted once.
+func (m credentialMux) Refresh(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, error) {
+	if c, ok := m.apps[connection]; ok {
+		src, scope, err := c.forCall(ctx, principal)
+		if err != nil {
+			return nil, err
+		}
+		h, err := src.Refresh(ctx, scope, rejected)
+		if err != nil {
+			return nil, appError(scope, err)
+		}
+		return h, nil
+	}
+	if r, ok := m.oauth.(harness.CredentialRefresher); ok {
+		return r.Refresh(ctx, connection, principal, rejected)
+	}
+	return nil, fmt.Errorf("connection %s has no credentials to refresh", connection)
+}
+
+// callCredentials is the harness's Credentials: nil (not a typed nil)
+// when no connection has per-call credentials.
+func callCredentials(apps appConns, oauth harness.Credentials) harness.Credentials {
+	if len(apps) == 0 {
+		return oauth
+	}
+	return credentialMux{apps: apps, oauth: oauth}
+}
+
+// SharedHeaders are the discovery scope's token, for an openapi entry's
+// document request (sent only as docAuth allows); the scope of no
+// principal.
+func (c *appConn) SharedHeaders(ctx context.Context, _ string) (map[string]string, bool, error) {
+	src, err := c.src.get(ctx)
+	if err != nil {
+		return nil, true, err
+	}
+	h, err := src.Headers(ctx, c.discovery)
+	if err != nil {
+		return nil, true, appError(c.discovery, err)
+	}
+	return h, true, nil
+}
+
+// client is the HTTP client of an MCP connection's own session (its
+// tools/list): the discovery scope's token goes to the server's origin
+// only. A request that already carries an Authorization header (a
+// caller's session, with the token resolved for its principal) goes as
+// it is.
+func (c *appConn) client(serverURL string) *http.Client {
+	return &http.Client{Transport: &appTransport{c: c, to: serverURL, base: http.DefaultTransport}}
+}
+
+type appTransport struct {
+	c    *appConn
+	to   string
+	base http.RoundTripper
+}
+
+func (t *appTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Header.Get("Authorization") != "" {
+		return t.base.RoundTrip(req)
+	}
+	src, err := t.c.src.get(req.Context())
+	if err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, err
+	}
+	return src.Transport(t.c.discovery, t.to, t.base).RoundTrip(req)
+}
