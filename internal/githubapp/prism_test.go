@@ -48,13 +48,6 @@ func TestOnPrism(t *testing.T) {
 		}
 		asked := map[string]string{"issues": "write", "contents": "read"}
 		_, err = src.Token(t.Context(), githubapp.Scope{Owner: "octocat", Repo: "Hello-World", Permissions: asked})
-		// Prism answers with GitHub's example grant, issues: write and
-		// contents: read without the metadata: read every token is asked
-		// for, so the Source fails closed: the grant is not used.
-		var ge *githubapp.Error
-		if !errors.As(err, &ge) || ge.Code != githubapp.PermissionDenied || !strings.Contains(ge.Message, "missing metadata:read") {
-			t.Fatalf("Token = %v, want permission_denied for the example grant's missing metadata:read", err)
-		}
 		seen := tap.Since(0)
 		npmtest.CheckClean(t, seen, "GET /repos/octocat/Hello-World/installation", "POST /app/installations/1/access_tokens")
 		var body struct {
@@ -68,6 +61,13 @@ func TestOnPrism(t *testing.T) {
 		want["metadata"] = "read"
 		if len(body.Repositories) != 1 || body.Repositories[0] != "Hello-World" || !maps.Equal(body.Permissions, want) {
 			t.Fatalf("exchange body = %s, want Hello-World only and %v", seen[1].Body, want)
+		}
+		// Prism answers with GitHub's example grant, issues: write and
+		// contents: read without the metadata: read every token is asked
+		// for, so the Source fails closed: the grant is not used.
+		var ge *githubapp.Error
+		if !errors.As(err, &ge) || ge.Code != githubapp.PermissionDenied || !strings.Contains(ge.Message, "missing metadata:read") {
+			t.Fatalf("Token = %v, want permission_denied for the example grant's missing metadata:read", err)
 		}
 	})
 
