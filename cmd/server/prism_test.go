@@ -7,12 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,78 +18,8 @@ import (
 
 // These tests call real documents nobody here wrote, mocked by Stoplight
 // Prism (see npmtest.Prism): Prism answers from the document's examples
-// and checks every request patchbay sends against it.
-
-// prismTap sits between patchbay and Prism and keeps every exchange, so a
-// test can say what Prism was sent and whether it found fault with it.
-type prismTap struct {
-	*httptest.Server
-	mu   sync.Mutex
-	seen []exchange
-}
-
-type exchange struct {
-	method, path string
-	status       int
-	// violations is Prism's sl-violations header: what it found wrong
-	// with the request (or its own answer), empty when nothing.
-	violations string
-}
-
-func (e exchange) String() string {
-	return fmt.Sprintf("%s %s → %d %s", e.method, e.path, e.status, e.violations)
-}
-
-func newPrismTap(t *testing.T, prism string) *prismTap {
-	target, err := url.Parse(prism)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tap := &prismTap{}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		tap.mu.Lock()
-		defer tap.mu.Unlock()
-		tap.seen = append(tap.seen, exchange{
-			method: resp.Request.Method, path: resp.Request.URL.RequestURI(),
-			status: resp.StatusCode, violations: resp.Header.Get("sl-violations"),
-		})
-		return nil
-	}
-	tap.Server = httptest.NewServer(proxy)
-	t.Cleanup(tap.Close)
-	return tap
-}
-
-// since returns the exchanges after the first n.
-func (p *prismTap) since(n int) []exchange {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.seen[n:])
-}
-
-func (p *prismTap) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.seen)
-}
-
-// checkClean fails unless exchanges are the requests want (method and
-// path, query left out), each answered 2xx with no violation.
-func checkClean(t *testing.T, exchanges []exchange, want ...string) {
-	t.Helper()
-	var got []string
-	for _, e := range exchanges {
-		if e.status/100 != 2 || e.violations != "" {
-			t.Errorf("Prism found fault with %s", e)
-		}
-		path, _, _ := strings.Cut(e.path, "?")
-		got = append(got, e.method+" "+path)
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("Prism was sent %q, want %q", got, want)
-	}
-}
+// and checks every request patchbay sends against it, and an npmtest.Tap
+// in front keeps what it was sent and what it found wrong.
 
 // startPatchbay runs the server on cfg with the embedded store (or the
 // real Redis) and the key k1.
@@ -129,7 +55,7 @@ const petstoreToken = "pst-0123456789abcdef"
 // examples/petstore.json.
 func TestPetstoreOnPrism(t *testing.T) {
 	t.Parallel()
-	tap := newPrismTap(t, npmtest.Prism(t, "../../internal/openapi/testdata/petstore3.yaml"))
+	tap := npmtest.NewTap(t, npmtest.Prism(t, "../../internal/openapi/testdata/petstore3.yaml"))
 	cfg := petstoreConfig(t, tap.URL)
 	workflow, err := os.ReadFile("../../examples/petstore.json")
 	if err != nil {
@@ -140,7 +66,7 @@ func TestPetstoreOnPrism(t *testing.T) {
 			srv := startPatchbay(t, cfg, redisURL, "PATCHBAY_SECRET_PETSTORE_TOKEN", petstoreToken)
 
 			t.Run("add, list, read", func(t *testing.T) {
-				before := tap.count()
+				before := tap.Count()
 				ex := post(t, srv.url, "k1", workflow)
 				if ex["status"] != "succeeded" {
 					t.Fatalf("execution: %v", ex)
@@ -149,7 +75,7 @@ func TestPetstoreOnPrism(t *testing.T) {
 				if out["id"] != 10.0 || out["name"] != "doggie" {
 					t.Fatalf("output = %v (Prism answers the document's example)", ex["output"])
 				}
-				checkClean(t, tap.since(before), "POST /pet", "GET /pet/findByStatus", "GET /pet/10")
+				npmtest.CheckClean(t, tap.Since(before), "POST /pet", "GET /pet/findByStatus", "GET /pet/10")
 				checkNoSecret(t, srv.url, ex["id"].(string), petstoreToken)
 			})
 
@@ -169,7 +95,7 @@ func TestPetstoreOnPrism(t *testing.T) {
 // model's answer is the execution's output.
 func TestPetstoreAgentOnPrism(t *testing.T) {
 	t.Parallel()
-	tap := newPrismTap(t, npmtest.Prism(t, "../../internal/openapi/testdata/petstore3.yaml"))
+	tap := npmtest.NewTap(t, npmtest.Prism(t, "../../internal/openapi/testdata/petstore3.yaml"))
 	llm := newScriptedLLM(t, "pets_getPetById", `{"petId": 10}`, "Pet 10 is doggie.")
 	cfg := petstoreConfig(t, tap.URL)
 	cfg = writeConfig(t, mustRead(t, cfg)+fmt.Sprintf("models:\n  local: { type: openai, baseURL: %q }\n", llm.URL+"/v1"))
@@ -183,7 +109,7 @@ func TestPetstoreAgentOnPrism(t *testing.T) {
 	if ex["status"] != "succeeded" || ex["output"] != "Pet 10 is doggie." {
 		t.Fatalf("execution = %v", ex)
 	}
-	checkClean(t, tap.since(0), "GET /pet/10")
+	npmtest.CheckClean(t, tap.Since(0), "GET /pet/10")
 	llm.mu.Lock()
 	defer llm.mu.Unlock()
 	// The model sees the schema gate 2 checks: petId is an integer.
@@ -295,8 +221,8 @@ var githubIssuePaths = []string{"/repos/{owner}/{repo}/issues", "/repos/{owner}/
 func TestGitHubOnPrism(t *testing.T) {
 	t.Parallel()
 	dir := npmtest.Require(t, "octokit-openapi", "@octokit/openapi@23.0.2")
-	doc := trimDocument(t, filepath.Join(dir, "generated", "api.github.com.json"), githubIssuePaths...)
-	tap := newPrismTap(t, npmtest.Prism(t, doc))
+	doc := npmtest.TrimDocument(t, filepath.Join(dir, "generated", "api.github.com.json"), githubIssuePaths...)
+	tap := npmtest.NewTap(t, npmtest.Prism(t, doc))
 	cfg := writeConfig(t, fmt.Sprintf(`
 connections:
   github:
@@ -312,7 +238,7 @@ allowlists:
 	srv := startPatchbay(t, cfg, "", "PATCHBAY_SECRET_GITHUB_TOKEN", token)
 
 	t.Run("list, create, read", func(t *testing.T) {
-		before := tap.count()
+		before := tap.Count()
 		ex := post(t, srv.url, "k1", []byte(`{"wait":"10s","workflow":{"version":1,
 			"connections":{"github":{}},"root":{"kind":"sequence","id":"main","steps":[
 			{"kind":"call","id":"list","connection":"github","op":"issues/list-for-repo",
@@ -332,7 +258,7 @@ allowlists:
 		if created["number"] != 1347.0 || created["title"] != "Found a bug" {
 			t.Fatalf("create step = %v", steps[1])
 		}
-		checkClean(t, tap.since(before),
+		npmtest.CheckClean(t, tap.Since(before),
 			"GET /repos/octocat/Hello-World/issues", "POST /repos/octocat/Hello-World/issues", "GET /repos/octocat/Hello-World/issues/1347")
 		checkNoSecret(t, srv.url, ex["id"].(string), token)
 	})
@@ -349,15 +275,15 @@ allowlists:
 // sent to Prism, and that Prism itself answers a GET of path (that call's
 // request) 4xx with a violation: what patchbay refused first is a request
 // Prism would reject.
-func refusedAtGate2(t *testing.T, srv *server_, tap *prismTap, execution, path string) {
+func refusedAtGate2(t *testing.T, srv *server_, tap *npmtest.Tap, execution, path string) {
 	t.Helper()
-	before := tap.count()
+	before := tap.Count()
 	ex := postAny(t, srv.url, "k1", []byte(execution))
 	e, _ := ex["error"].(map[string]any)
 	if ex["status"] != "failed" || e["code"] != "steering_denied" || e["gate"] != 2.0 {
 		t.Fatalf("execution: %v", ex)
 	}
-	if got := tap.since(before); len(got) != 0 {
+	if got := tap.Since(before); len(got) != 0 {
 		t.Fatalf("Prism was sent %v", got)
 	}
 	url := tap.URL + path
@@ -374,69 +300,4 @@ func refusedAtGate2(t *testing.T, srv *server_, tap *prismTap, execution, path s
 	if resp.StatusCode/100 != 4 || !strings.Contains(resp.Header.Get("sl-violations")+string(body), "integer") {
 		t.Fatalf("Prism answers GET %s with %d %q %s", url, resp.StatusCode, resp.Header.Get("sl-violations"), body)
 	}
-}
-
-var localRef = regexp.MustCompile(`"#/components/([^/"]+)/([^/"]+)"`)
-
-// trimDocument writes a copy of the JSON OpenAPI document at src with only
-// the given paths and the components they reach (through refs, to any
-// depth), and returns its path.
-func trimDocument(t *testing.T, src string, paths ...string) string {
-	t.Helper()
-	var doc map[string]any
-	if err := json.Unmarshal([]byte(mustRead(t, src)), &doc); err != nil {
-		t.Fatal(err)
-	}
-	all, _ := doc["paths"].(map[string]any)
-	kept := map[string]any{}
-	for _, p := range paths {
-		if all[p] == nil {
-			t.Fatalf("%s has no path %s", src, p)
-		}
-		kept[p] = all[p]
-	}
-	components, _ := doc["components"].(map[string]any)
-	reached := map[string]map[string]any{}
-	queue := []any{kept}
-	for len(queue) > 0 {
-		raw, err := json.Marshal(queue[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		queue = queue[1:]
-		for _, m := range localRef.FindAllStringSubmatch(string(raw), -1) {
-			kind, name := m[1], m[2]
-			if reached[kind] == nil {
-				reached[kind] = map[string]any{}
-			}
-			if _, ok := reached[kind][name]; ok {
-				continue
-			}
-			of, _ := components[kind].(map[string]any)
-			reached[kind][name] = of[name]
-			queue = append(queue, of[name])
-		}
-	}
-	trimmed := map[string]any{}
-	for kind, names := range reached {
-		trimmed[kind] = names
-	}
-	// Security schemes are named by operations, not reached through refs.
-	if s, ok := components["securitySchemes"]; ok {
-		trimmed["securitySchemes"] = s
-	}
-	// Webhooks and vendor extensions go: they reach what was left out.
-	out, err := json.Marshal(map[string]any{
-		"openapi": doc["openapi"], "info": doc["info"], "servers": doc["servers"],
-		"paths": kept, "components": trimmed,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "trimmed-"+filepath.Base(src))
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s trimmed to %d paths, %d KiB", filepath.Base(src), len(kept), len(out)>>10)
-	return path
 }
