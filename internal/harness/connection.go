@@ -49,6 +49,9 @@ type HTTPRoute struct {
 // Manifest is what a connection declares it can do.
 type Manifest struct {
 	Operations []Operation `json:"operations"`
+	// Profiles are the profiles the server declares it speaks, name →
+	// version (see package profiles).
+	Profiles map[string]string `json:"profiles,omitempty"`
 }
 
 // Operation returns the named operation and whether it exists.
