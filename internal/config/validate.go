@@ -244,6 +244,9 @@ func (c Connection) validate(ps *problems, name string) {
 	if c.Pool != nil {
 		c.Pool.validate(ps, path+".pool", c)
 	}
+	if c.Binding != "" && c.MCP == nil {
+		ps.add(path+".binding", "maps an mcp server onto a profile; this entry has none")
+	}
 	c.validateEvents(ps, path)
 	if c.Policy != nil {
 		c.Policy.validate(ps, path+".policy")

@@ -147,6 +147,9 @@ func (c *Catalog) ForVersion(name string, v *semver.Version) (*Profile, bool) {
 	return oldest, oldest != nil
 }
 
+// BindingNames lists the defined bindings, for errors.
+func (c *Catalog) BindingNames() []string { return sortedKeys(c.bindings) }
+
 // Binding returns the named binding.
 func (c *Catalog) Binding(name string) (*Binding, bool) {
 	b, ok := c.bindings[name]

@@ -167,7 +167,7 @@ type Setup struct {
 
 type file struct {
 	Profile     string                `json:"profile"`
-	Version     string                `json:"version"`
+	Version     any                   `json:"version"` // a string; any, so a YAML number is reported at /version
 	Description string                `json:"description,omitempty"`
 	Determinism string                `json:"determinism,omitempty"`
 	Refs        map[string]Ref        `json:"refs,omitempty"`
@@ -253,8 +253,12 @@ func (c *checker) profile(f *file) *Profile {
 	if !profileName.MatchString(f.Profile) {
 		c.fail("/profile", "must be a lower-case name (letters, digits, '-'), got %q", f.Profile)
 	}
-	v, err := semver.StrictNewVersion(f.Version)
-	if err != nil {
+	s, isString := f.Version.(string)
+	v, err := semver.StrictNewVersion(s)
+	if !isString {
+		c.fail("/version", "must be a semantic version written as a string (\"1.0.0\")")
+		v = semver.MustParse("0.0.0")
+	} else if err != nil {
 		c.fail("/version", "must be a semantic version (1.2.0): %v", err)
 		v = semver.MustParse("0.0.0")
 	}
