@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,20 @@ allowlists:
 		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
 		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
 	})
+	req, _ := http.NewRequest("GET", srv.url+"/v1/connections/chat", nil)
+	req.Header.Set("Authorization", "Bearer k1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status struct {
+		Profiles []map[string]any `json:"profiles"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&status)
+	resp.Body.Close()
+	if err != nil || len(status.Profiles) != 1 || status.Profiles[0]["name"] != "chat" || status.Profiles[0]["version"] != "1.0.0" {
+		t.Fatalf("connection status profiles = %v (%v)", status.Profiles, err)
+	}
 	ex := post(t, srv.url, "k1", typedChat(`{"profile":"chat@^1"}`, `{"channel":"#general","text":"hello"}`))
 	if ex["status"] != "succeeded" {
 		t.Fatalf("typed post: %v", ex)

@@ -178,4 +178,7 @@ type Status struct {
 	SignInURL string `json:"signInUrl,omitempty"`
 	// Pool is the usage of a pool connection; nil for others.
 	Pool *PoolStatus `json:"pool,omitempty"`
+	// Profiles are the profiles it speaks, declared by its server or
+	// given by a binding (see package profiles).
+	Profiles []SpokenProfile `json:"profiles,omitempty"`
 }

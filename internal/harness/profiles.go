@@ -68,6 +68,11 @@ func (r *Registry) SetBinding(name string, b *profiles.Binding) error {
 func (c *Connection) Profiles() []SpokenProfile {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	return c.profilesLocked()
+}
+
+// profilesLocked is Profiles for callers holding c.mu.
+func (c *Connection) profilesLocked() []SpokenProfile {
 	if c.spoken == nil && c.binding != nil {
 		return []SpokenProfile{bound(c.binding)}
 	}

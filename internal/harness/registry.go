@@ -275,7 +275,7 @@ func (c *Connection) Status() Status {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	s := Status{Name: c.name, Kind: c.kind, URL: c.url, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since,
-		SignIn: c.access.SignIn, Pool: c.poolStatus(), Tools: []string{}}
+		SignIn: c.access.SignIn, Pool: c.poolStatus(), Tools: []string{}, Profiles: c.profilesLocked()}
 	if s.SignIn != "" {
 		s.SignInURL = "/oauth/" + c.name + "/start"
 	}
