@@ -47,7 +47,7 @@ func TestConnectionPageShowsProfiles(t *testing.T) {
 	c := signIn(t, &bundle{url: srv.URL})
 	rows := func(conn string) string {
 		var out []string
-		c.get("/admin/connections/"+conn).doc.Find("#profiles tbody tr").Each(func(_ int, row *goquery.Selection) {
+		c.get("/admin/connections/" + conn).doc.Find("#profiles tbody tr").Each(func(_ int, row *goquery.Selection) {
 			var cells []string
 			row.Find("td").Each(func(_ int, s *goquery.Selection) { cells = append(cells, strings.Join(strings.Fields(s.Text()), " ")) })
 			out = append(out, strings.Join(cells, " "))
