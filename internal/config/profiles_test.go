@@ -23,4 +23,8 @@ func TestProfilesDirAndBinding(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "connections.t.binding") {
 		t.Fatalf("binding on a cron entry: %v", err)
 	}
+	_, err = load(env{"PATCHBAY_CONFIG": "c.yaml"}, files{"c.yaml": "connections:\n  b:\n    binding: playwright-browser\n    mcp: {command: npx}\n    pool: {max: 2}\n"})
+	if err == nil || !strings.Contains(err.Error(), "connections.b.binding") {
+		t.Fatalf("binding on a pool: %v", err)
+	}
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -157,8 +158,7 @@ func (c *boundConn) Call(ctx context.Context, req CallRequest) (any, error) {
 	req.Op, req.Args = op.Tool, args
 	out, err := c.Conn.Call(ctx, req)
 	if err != nil {
-		var ce *CallError
-		if asCallError(err, &ce) {
+		if ce := (*CallError)(nil); errors.As(err, &ce) {
 			ce.Op = profileOp + " (" + ce.Op + ")"
 		}
 		return nil, err
@@ -180,14 +180,6 @@ func (c *boundConn) Err() error {
 		return lr.Err()
 	}
 	return nil
-}
-
-func asCallError(err error, target **CallError) bool {
-	ce, ok := err.(*CallError)
-	if ok {
-		*target = ce
-	}
-	return ok
 }
 
 // profileOf resolves a manifest entry's "name@range" against what the
