@@ -96,3 +96,58 @@ func TestUnknownBindingStopsTheServer(t *testing.T) {
 		t.Fatalf("run = %v", err)
 	}
 }
+
+// notesChat binds chat@1 onto the demo server's notes: a post stores the
+// text under the channel's name.
+const notesChat = `binding: notes-chat
+profile: chat@^1
+server: demo-mcp
+operations:
+  chat.post:
+    tool: note_put
+    args: { key: args.channel, value: args.text }
+    result: '{"message": result.key, "thread": result.key}'
+  chat.reply:
+    tool: note_put
+    args: { key: args.thread, value: args.text }
+    result: '{"message": result.key, "thread": result.key}'
+`
+
+// TestBindingFromTheProfilesDirectory: a binding file in
+// PATCHBAY_PROFILES_DIR maps chat@1 onto a server that declares nothing;
+// a document written against chat@1 runs on it.
+func TestBindingFromTheProfilesDirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes-chat.yaml"), []byte(notesChat), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`
+connections:
+  chat:
+    binding: notes-chat
+    mcp: { command: %q }
+allowlists:
+  default:
+    connections:
+      chat: { ops: ["chat.*", "note_get"] }
+`, demoBin))
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1", "PATCHBAY_PROFILES_DIR": dir,
+		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
+	})
+	ex := post(t, srv.url, "k1", []byte(`{"wait":"10s","workflow":{"version":1,"connections":{"chat":{"profile":"chat@^1"}},
+		"root":{"kind":"sequence","id":"main","steps":[
+			{"kind":"call","id":"post","connection":"chat","op":"chat.post","args":{"channel":"general","text":"hello"}},
+			{"kind":"call","id":"read","connection":"chat","op":"note_get","args":{"key":{"$expr":"$steps.post.thread"}}}]}}}`))
+	if ex["status"] != "succeeded" {
+		t.Fatalf("bound post: %v", ex)
+	}
+	steps := ex["steps"].([]any)
+	if out := steps[0].(map[string]any)["output"].(map[string]any); out["thread"] != "general" {
+		t.Fatalf("chat.post output = %v", out)
+	}
+	if out := fmt.Sprint(steps[1].(map[string]any)["output"]); !strings.Contains(out, "hello") {
+		t.Fatalf("note_get output = %v", out)
+	}
+}
