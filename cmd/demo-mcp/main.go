@@ -1,10 +1,12 @@
 // Command demo-mcp is a small MCP server for trying patchbay and for its
 // tests. It serves the tools of internal/demo (echo, add, note_put, note_get,
 // fail) over stdio by default, or over Streamable HTTP at /mcp with
-// -http ADDR. It stops cleanly on SIGINT or SIGTERM, and in stdio mode also
+// -http ADDR. With -profile chat it also declares profile chat@1 and serves
+// chat.post and chat.reply. It stops cleanly on SIGINT or SIGTERM, and in stdio mode also
 // when its input is closed.
 //
 //	demo-mcp                      # stdio, as a patchbay connection command
+//	demo-mcp -profile chat        # also speaks chat@1
 //	demo-mcp -http 127.0.0.1:0    # prints "demo-mcp listening on http://127.0.0.1:PORT/mcp"
 package main
 
@@ -48,6 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo-mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	httpAddr := fs.String("http", "", "serve Streamable HTTP at http://`ADDR`/mcp instead of stdio (port 0 picks a free port)")
+	profile := fs.String("profile", "", "also speak `PROFILE`: chat declares chat@1 and serves chat.post and chat.reply")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -58,7 +61,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 
-	srv := demo.NewServer()
+	var srv *server.MCPServer
+	switch *profile {
+	case "":
+		srv = demo.NewServer()
+	case "chat":
+		srv = demo.NewChatServer()
+	default:
+		return fmt.Errorf("-profile %q: the demo speaks only chat", *profile)
+	}
 	if *httpAddr == "" {
 		return serveStdio(ctx, srv, stderr)
 	}

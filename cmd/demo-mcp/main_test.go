@@ -83,6 +83,7 @@ func TestRunArgs(t *testing.T) {
 		{"unknown flag", []string{"-nope"}, "flag provided but not defined", ""},
 		{"extra argument", []string{"serve"}, `unexpected arguments ["serve"]`, ""},
 		{"bad address", []string{"-http", "127.0.0.1:notaport"}, "notaport", ""},
+		{"unknown profile", []string{"-profile", "fax"}, `-profile "fax": the demo speaks only chat`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

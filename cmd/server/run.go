@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
+	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -83,6 +85,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	reg := harness.NewRegistry(logger)
+	catalog, err := profileCatalog(cfg.ProfilesDir)
+	if err != nil {
+		return err
+	}
+	reg.SetProfiles(catalog)
 	for _, name := range sortedNames(cfg.File.Connections) {
 		spec := cfg.File.Connections[name]
 		var p harness.Provider = triggers.NewProvider(name, spec) // source and cron
@@ -133,6 +140,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		if err := reg.SetKind(name, spec.Kind(), reportURL(spec)); err != nil {
 			return err
+		}
+		if spec.Binding != "" {
+			b, ok := catalog.Binding(spec.Binding)
+			if !ok {
+				return fmt.Errorf("connections.%s.binding: no binding named %q (known: %s)", name, spec.Binding, strings.Join(catalog.BindingNames(), ", "))
+			}
+			if err := reg.SetBinding(name, b); err != nil {
+				return err
+			}
 		}
 	}
 	defer func() {
@@ -362,4 +378,17 @@ func reportURL(spec config.Connection) string {
 	}
 	u.User, u.RawQuery, u.Fragment = nil, "", ""
 	return u.String()
+}
+
+// profileCatalog is the shipped profiles and bindings and those of dir
+// (none when empty). A bad file stops the server, naming its path.
+func profileCatalog(dir string) (*profiles.Catalog, error) {
+	cat := profiles.Builtin()
+	if dir == "" {
+		return cat, nil
+	}
+	if err := cat.LoadDir(dir); err != nil {
+		return nil, err
+	}
+	return cat, nil
 }

@@ -48,7 +48,10 @@ type Config struct {
 	// long a pool lease may go unrenewed before it is reclaimed and its
 	// server closed.
 	PoolReclaimAfter time.Duration
-	MaxBodyBytes     int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
+	// ProfilesDir (PATCHBAY_PROFILES_DIR) is the directory of extra
+	// profile and binding files; empty: the config file's profilesDir.
+	ProfilesDir  string
+	MaxBodyBytes int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
 	// StartTriggers starts trigger delivery and cron at boot
 	// (PATCHBAY_START_TRIGGERS, default true); when false, POST
 	// /v1/harness/start does.
@@ -160,6 +163,10 @@ type File struct {
 	// Models are the model providers model nodes select by name (see
 	// models.go).
 	Models map[string]ModelProvider `yaml:"models"`
+	// ProfilesDir is a directory of extra profile and binding files
+	// (package profiles); PATCHBAY_PROFILES_DIR, when set, wins. A bad
+	// file there stops the server at start, naming its path.
+	ProfilesDir string `yaml:"profilesDir"`
 }
 
 // Connection is one entry under connections: exactly one of mcp, openapi,
@@ -188,6 +195,10 @@ type Connection struct {
 	Cron     *Cron     `yaml:"cron"`
 	// Drive makes the entry a Google Drive provider (see Drive).
 	Drive *Drive `yaml:"drive"`
+	// Binding maps an mcp server that declares no profile onto one: the
+	// name of a binding file (package profiles), such as
+	// playwright-browser. Checked against the profile catalog at start.
+	Binding string `yaml:"binding"`
 }
 
 // MCP describes an MCP server reached over stdio (command) or Streamable

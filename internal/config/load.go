@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -117,6 +118,13 @@ func Load(getenv func(string) string, readFile func(string) ([]byte, error)) (*C
 	if c.ConfigPath != "" {
 		c.loadFile(getenv, readFile, &ps)
 	}
+	if dir := c.File.ProfilesDir; c.ProfilesDir == "" && dir != "" {
+		// A directory named in the file is found beside it.
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(filepath.Dir(c.ConfigPath), dir)
+		}
+		c.ProfilesDir = dir
+	}
 
 	// A field that could not be read or substituted keeps its raw value;
 	// Validate would only repeat the complaint, so keep the first one.
@@ -201,6 +209,7 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 			c.ClaimTimeout = d
 		}
 	}
+	c.ProfilesDir = strings.TrimSpace(getenv("PATCHBAY_PROFILES_DIR"))
 	if v := strings.TrimSpace(getenv("PATCHBAY_POOL_RECLAIM_AFTER")); v != "" {
 		if d, err := time.ParseDuration(v); err != nil {
 			ps.add("PATCHBAY_POOL_RECLAIM_AFTER", "must be a Go duration such as 2m, not %q", v)

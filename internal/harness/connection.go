@@ -49,6 +49,9 @@ type HTTPRoute struct {
 // Manifest is what a connection declares it can do.
 type Manifest struct {
 	Operations []Operation `json:"operations"`
+	// Profiles are the profiles the server declares it speaks, name →
+	// version (see package profiles).
+	Profiles map[string]string `json:"profiles,omitempty"`
 }
 
 // Operation returns the named operation and whether it exists.
@@ -175,4 +178,7 @@ type Status struct {
 	SignInURL string `json:"signInUrl,omitempty"`
 	// Pool is the usage of a pool connection; nil for others.
 	Pool *PoolStatus `json:"pool,omitempty"`
+	// Profiles are the profiles it speaks, declared by its server or
+	// given by a binding (see package profiles).
+	Profiles []SpokenProfile `json:"profiles,omitempty"`
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
 // Node kinds.
@@ -67,6 +69,11 @@ type Node struct {
 
 	// model (see model.go)
 	Model *modelSpec
+
+	// Profile and ProfileOp type a call to an operation of the profile
+	// its connection's entry names (see profiles.go); nil otherwise.
+	Profile   *profiles.Profile
+	ProfileOp *profiles.Operation
 }
 
 // secretUse is one {"$secret": name} in a call's arguments.
@@ -123,14 +130,15 @@ type parser struct {
 	field    string      // dotted argument path while parsing a call's args
 	secrets  []secretUse // $secrets found in the current call's args
 
-	events        map[string][]string   // event types each manifest entry declares
-	attachedSpecs map[string]AttachSpec // servers the document brings
-	handles       map[string]Handle     // entries leased from pools
-	base          string                // the document's JSON Pointer in the request
-	declaredList  []string              // the document's connections, in order
-	enclosing     string                // the connection shorthand calls go to
-	over          []string              // the fan-out's connections while parsing its steps
-	stepSpecs     map[string]AttachSpec // servers model nodes attach for themselves
+	events        map[string][]string          // event types each manifest entry declares
+	attachedSpecs map[string]AttachSpec        // servers the document brings
+	handles       map[string]Handle            // entries leased from pools
+	base          string                       // the document's JSON Pointer in the request
+	declaredList  []string                     // the document's connections, in order
+	enclosing     string                       // the connection shorthand calls go to
+	over          []string                     // the fan-out's connections while parsing its steps
+	stepSpecs     map[string]AttachSpec        // servers model nodes attach for themselves
+	entryProfiles map[string]*profiles.Profile // the profile each manifest entry names
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -286,6 +294,7 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 		}
 	default:
 		p.target(n, obj, path)
+		p.typeCall(n)
 	}
 	if a, ok := obj["args"]; ok {
 		args, ok := a.(map[string]any)
@@ -300,6 +309,7 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 		}
 		n.Secrets = p.secrets
 	}
+	p.checkLiteralArgs(n, path)
 	p.done[n.ID] = true
 	return n
 }
@@ -340,6 +350,10 @@ func (p *parser) target(n *Node, obj map[string]any, path string) {
 		return
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {
+		if prof := p.entryProfiles[n.Connection]; prof != nil && prof.Operations[n.Op] == nil {
+			p.fail(path+"/op", CodeOperationUnknown, "connection %q has no operation %q, nor has its profile %s", n.Connection, n.Op, prof.ID())
+			return
+		}
 		p.fail(path+"/op", CodeOperationUnknown, "connection %q has no operation %q", n.Connection, n.Op)
 	}
 }

@@ -2,22 +2,24 @@ package harness
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/Masterminds/semver/v3"
-)
 
-// Profiles installed in this build, by name. None yet: profiles (typed
-// operation sets such as browser@1) come with the pools work, so a document
-// naming one fails validation with the reason.
-var profiles = map[string]*semver.Version{}
+	"github.com/patchbay-dev/patchbay/internal/profiles"
+)
 
 // entry validates one manifest entry of a document: what the document says
 // it needs of a connection.
 func (p *parser) entry(name string, e map[string]any, at string) {
 	p.checkFields(e, at, "profile", "extensions", "events", "from", "fresh", "setup", "mcp")
 	if v, ok := e["profile"]; ok {
-		p.profile(v, at+"/profile")
+		s, _ := v.(string)
+		if prof := p.profileOf(name, e, s, at+"/profile"); prof != nil {
+			if p.entryProfiles == nil {
+				p.entryProfiles = map[string]*profiles.Profile{}
+			}
+			p.entryProfiles[name] = prof
+		}
 	}
 	if v, ok := e["extensions"]; ok {
 		exts, isObj := v.(map[string]any)
@@ -57,23 +59,6 @@ func (p *parser) entry(name string, e map[string]any, at string) {
 		return
 	}
 	p.handle(name, e, at)
-}
-
-func (p *parser) profile(v any, at string) {
-	s, ok := v.(string)
-	nameRange := strings.SplitN(s, "@", 2)
-	if !ok || len(nameRange) != 2 || nameRange[0] == "" {
-		p.fail(at, CodeValidationFailed, "must be \"<profile>@<version range>\", e.g. \"browser@^1.2\"")
-		return
-	}
-	c := p.versionRange(nameRange[1], at)
-	installed, known := profiles[nameRange[0]]
-	switch {
-	case !known:
-		p.fail(at, CodeValidationFailed, "unknown profile %q", nameRange[0])
-	case c != nil && !c.Check(installed):
-		p.fail(at, CodeValidationFailed, "profile %s is version %s, outside %s", nameRange[0], installed, nameRange[1])
-	}
 }
 
 func (p *parser) versionRange(v any, at string) *semver.Constraints {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
 // ValidName reports whether s may name a connection: a letter, then
@@ -22,6 +23,8 @@ type Registry struct {
 	mu     sync.RWMutex
 	conns  map[string]*Connection
 	logger *slog.Logger
+	// catalog: the profiles references resolve against (profiles.go).
+	catalog *profiles.Catalog
 }
 
 // NewRegistry returns an empty registry. A nil logger discards.
@@ -45,7 +48,7 @@ func (r *Registry) Add(name string, p Provider) error {
 	if _, ok := r.conns[name]; ok {
 		return errorf(CodeConnectionNameTaken, "connection %q is already registered", name)
 	}
-	r.conns[name] = &Connection{name: name, provider: p, state: StateConnecting, since: time.Now(), logger: r.logger, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
+	r.conns[name] = &Connection{name: name, provider: p, catalog: r.catalog, state: StateConnecting, since: time.Now(), logger: r.logger, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	return nil
 }
 
@@ -137,9 +140,13 @@ type Connection struct {
 	url      string
 	conn     Conn
 	manifest Manifest
-	state    State
-	lastErr  string
-	since    time.Time
+	// catalog, binding and spoken: the profiles it speaks (profiles.go).
+	catalog *profiles.Catalog
+	binding *profiles.Binding
+	spoken  []SpokenProfile
+	state   State
+	lastErr string
+	since   time.Time
 
 	// Reconnecting: a Conn that reports its loss (see lossReporter) is
 	// marked unavailable and replaced in the background until close.
@@ -268,7 +275,7 @@ func (c *Connection) Status() Status {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	s := Status{Name: c.name, Kind: c.kind, URL: c.url, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since,
-		SignIn: c.access.SignIn, Pool: c.poolStatus(), Tools: []string{}}
+		SignIn: c.access.SignIn, Pool: c.poolStatus(), Tools: []string{}, Profiles: c.profilesLocked()}
 	if s.SignIn != "" {
 		s.SignInURL = "/oauth/" + c.name + "/start"
 	}
@@ -353,13 +360,28 @@ func (c *Connection) attempt(ctx context.Context) error {
 		c.setState(state, err.Error())
 		return fmt.Errorf("connection %s: connect: %w", c.name, err)
 	}
+	c.mu.RLock()
+	cat, b := c.catalog, c.binding
+	c.mu.RUnlock()
+	if cat == nil {
+		cat = builtinProfiles()
+	}
+	spokenConn, spoken, err := speak(conn, cat, b)
+	if err != nil {
+		// A server contradicting a profile it speaks would fail typed
+		// steps one by one; it is unavailable instead, saying why.
+		_ = conn.Close()
+		c.setState(StateUnavailable, err.Error())
+		return fmt.Errorf("connection %s: %w", c.name, err)
+	}
+	conn = spokenConn
 	c.mu.Lock()
 	if c.state == StateClosed {
 		c.mu.Unlock()
 		_ = conn.Close()
 		return fmt.Errorf("connection %s: %w", c.name, ErrUnavailable)
 	}
-	c.conn, c.manifest = conn, conn.Manifest()
+	c.conn, c.manifest, c.spoken = conn, conn.Manifest(), spoken
 	c.state, c.lastErr, c.since = StateReady, "", time.Now()
 	c.mu.Unlock()
 	if lr, ok := conn.(lossReporter); ok && c.stop != nil {

@@ -1154,6 +1154,9 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	if err != nil {
 		return nil, Identity{}, err
 	}
+	if err := checkProfileArgs(n, args); err != nil {
+		return nil, Identity{}, err
+	}
 	if verdict == needsApproval {
 		if key == nil {
 			return nil, Identity{}, &denied{GateApprover, "a verify read cannot wait for approval; the policy guards " + n.Op}
@@ -1196,6 +1199,9 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 		}
 	}
 	if err != nil {
+		return nil, id, err
+	}
+	if err := checkProfileResult(n, conn.Name(), out); err != nil {
 		return nil, id, err
 	}
 	out, err = r.e.present(ctx, out, conn, r.rec.ID)

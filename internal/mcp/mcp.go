@@ -123,6 +123,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
 // MetaIdempotencyKey is the _meta key a call's idempotency key is sent
@@ -593,7 +594,11 @@ func (c *conn) connect(ctx context.Context, clientVersion string) error {
 	if err != nil {
 		return fmt.Errorf("list tools: %w", err)
 	}
-	c.manifest = harness.Manifest{Operations: ops}
+	declared, err := declaredProfiles(init.Capabilities.Experimental)
+	if err != nil {
+		return err
+	}
+	c.manifest = harness.Manifest{Operations: ops, Profiles: declared}
 	c.invalid = invalid
 	if init.Capabilities.Resources != nil {
 		n, err := c.listResources(ctx)
@@ -657,4 +662,28 @@ func instanceOf(kind string, spec config.MCP) string {
 	}
 	sum := sha256.Sum256([]byte(u.Scheme + "://" + u.Host + u.Path))
 	return "url-" + hex.EncodeToString(sum[:10])
+}
+
+// declaredProfiles reads the profiles a server declares it speaks from
+// its experimental capabilities: {"io.patchbay/profiles": {"chat":
+// "1.0.0"}}. A malformed declaration fails the connect, since what the
+// server claims cannot be checked.
+func declaredProfiles(experimental map[string]any) (map[string]string, error) {
+	raw, ok := experimental[profiles.DeclarationKey]
+	if !ok {
+		return nil, nil
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("capability %s must map profile names to versions", profiles.DeclarationKey)
+	}
+	out := make(map[string]string, len(m))
+	for name, v := range m {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("capability %s: profile %s must have a version string", profiles.DeclarationKey, name)
+		}
+		out[name] = s
+	}
+	return out, nil
 }

@@ -68,6 +68,7 @@ type connectionData struct {
 	Deliveries []triggers.Receipt
 	HasSource  bool
 	SignIn     *signInPanel
+	Profiles   []harness.SpokenProfile
 }
 
 func (h *handler) connection(c echo.Context) error {
@@ -75,7 +76,8 @@ func (h *handler) connection(c echo.Context) error {
 	if err != nil {
 		return &notFound{"No connection is named " + c.Param("name") + "."}
 	}
-	d := connectionData{Status: conn.Status(), Operations: conn.Manifest().Operations, Policy: conn.Policy(), SignIn: h.signInPanel(c, conn)}
+	d := connectionData{Status: conn.Status(), Operations: conn.Manifest().Operations, Policy: conn.Policy(), SignIn: h.signInPanel(c, conn),
+		Profiles: conn.Profiles()}
 	if h.Triggers != nil && h.Triggers.HasSource(conn.Name()) {
 		d.HasSource = true
 		if d.Deliveries, err = h.Triggers.Deliveries(bg(c), conn.Name(), 50); err != nil {

@@ -1,0 +1,89 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/patchbay-dev/patchbay/internal/profiles"
+)
+
+// ChatVersion is the version of profile chat the demo server declares.
+const ChatVersion = "1.0.0"
+
+// BrokenChannel is a channel chat.post answers without a thread, against
+// chat@1, so tests can see a server contradict its profile.
+const BrokenChannel = "#broken"
+
+// NewChatServer is NewServer that also speaks chat@1: it declares the
+// profile under the io.patchbay/profiles capability and serves chat.post
+// and chat.reply over an in-memory channel list.
+func NewChatServer(opts ...server.ServerOption) *server.MCPServer {
+	opts = append(opts, server.WithExperimental(map[string]any{
+		profiles.DeclarationKey: map[string]any{"chat": ChatVersion},
+	}))
+	s := NewServer(opts...)
+	c := &chat{}
+	s.AddTools(
+		server.ServerTool{Tool: chatPostTool, Handler: c.post},
+		server.ServerTool{Tool: chatReplyTool, Handler: c.reply},
+	)
+	return s
+}
+
+var (
+	chatPostTool = mcp.NewTool("chat.post",
+		mcp.WithDescription("Starts a thread in a channel with a first message (chat@1)."),
+		mcp.WithString("channel", mcp.Required(), mcp.Description("The channel, e.g. #general.")),
+		mcp.WithString("text", mcp.Required(), mcp.Description("The message.")),
+		hints("Post", false, false, false),
+	)
+	chatReplyTool = mcp.NewTool("chat.reply",
+		mcp.WithDescription("Replies in a thread (chat@1)."),
+		mcp.WithString("thread", mcp.Required(), mcp.Description("The thread, as chat.post returned it.")),
+		mcp.WithString("text", mcp.Required(), mcp.Description("The message.")),
+		hints("Reply", false, false, false),
+	)
+)
+
+// chat numbers messages; a thread is named by its first message.
+type chat struct {
+	mu   sync.Mutex
+	next int
+}
+
+func (c *chat) id() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	return fmt.Sprintf("m%d", c.next)
+}
+
+func (c *chat) post(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	var args struct {
+		Channel string `json:"channel"`
+		Text    string `json:"text"`
+	}
+	if res := bind(req, &args); res != nil {
+		return res, nil
+	}
+	id := c.id()
+	if args.Channel == BrokenChannel {
+		return structured(map[string]any{"message": id}), nil
+	}
+	return structured(map[string]any{"message": id, "thread": args.Channel + "/" + id}), nil
+}
+
+func (c *chat) reply(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	var args struct {
+		Thread string `json:"thread"`
+		Text   string `json:"text"`
+	}
+	if res := bind(req, &args); res != nil {
+		return res, nil
+	}
+	return structured(map[string]any{"message": c.id(), "thread": args.Thread}), nil
+}

@@ -1,0 +1,66 @@
+package web_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/labstack/echo/v4"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/profiles"
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+	"github.com/patchbay-dev/patchbay/internal/web"
+)
+
+// chatServer is a Memory connection whose server declares chat@1.
+type chatServer struct{ *harness.Memory }
+
+func (c chatServer) Connect(context.Context) (harness.Conn, error) { return c, nil }
+func (c chatServer) Manifest() harness.Manifest {
+	m := c.Memory.Manifest()
+	m.Profiles = map[string]string{"chat": "1.0.0"}
+	return m
+}
+
+// The connection page shows the profiles a connection speaks: declared by
+// its server, or given by a binding, with their versions.
+func TestConnectionPageShowsProfiles(t *testing.T) {
+	t.Parallel()
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("chat", chatServer{harness.NewMemory(
+		harness.MemoryOp{Operation: harness.Operation{Name: "chat.post"}},
+		harness.MemoryOp{Operation: harness.Operation{Name: "chat.reply"}})}))
+	must(t, reg.Add("web", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "browser_navigate"}})))
+	must(t, reg.Add("plain", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
+	b, _ := profiles.Builtin().Binding("playwright-browser")
+	must(t, reg.SetBinding("web", b))
+	_ = reg.Start(context.Background()) // web lacks most playwright tools: unavailable, still bound
+	st := storetest.New(t)
+	e := echo.New()
+	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: harness.NewExecutions(st, reg, nil), Registry: reg, Allowlists: harness.NewAllowlists(st)}))
+	srv := httptest.NewServer(e)
+	t.Cleanup(func() { srv.Close(); _ = reg.Close() })
+
+	c := signIn(t, &bundle{url: srv.URL})
+	rows := func(conn string) string {
+		var out []string
+		c.get("/admin/connections/" + conn).doc.Find("#profiles tbody tr").Each(func(_ int, row *goquery.Selection) {
+			var cells []string
+			row.Find("td").Each(func(_ int, s *goquery.Selection) { cells = append(cells, strings.Join(strings.Fields(s.Text()), " ")) })
+			out = append(out, strings.Join(cells, " "))
+		})
+		return strings.Join(out, " | ")
+	}
+	if got := rows("chat"); got != "chat 1.0.0 declared by the server" {
+		t.Errorf("chat: %q", got)
+	}
+	if got := rows("web"); got != "browser 1.0.0 binding playwright-browser" {
+		t.Errorf("web: %q", got)
+	}
+	if p := c.get("/admin/connections/plain"); p.doc.Find("#h-profiles").Length() != 0 {
+		t.Error("a connection without profiles shows a profiles panel")
+	}
+}
