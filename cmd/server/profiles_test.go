@@ -211,35 +211,7 @@ apiKeys:
 	if status != 202 {
 		t.Fatalf("POST = %d %v", status, ex)
 	}
-	id := ex["id"].(string)
-	approval := ""
-	for deadline := time.Now().Add(15 * time.Second); approval == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		_, list := call(t, "GET", srv.url+"/v1/approvals?state=pending", "k1", nil)
-		for _, it := range list["items"].([]any) {
-			if ap := it.(map[string]any); ap["execution"] == id && ap["op"] == "vault.put" {
-				approval = ap["id"].(string)
-			}
-		}
-	}
-	if approval == "" {
-		t.Fatal("the guarded operation asked for no approval")
-	}
-	if _, got := call(t, "GET", srv.url+"/v1/executions/"+id, "k1", nil); got["status"] != "waiting" {
-		t.Fatalf("status while waiting = %v", got["status"])
-	}
-	if status, body := call(t, "POST", srv.url+"/v1/approvals/"+approval+"/approve", "k1", nil); status != 409 {
-		t.Fatalf("approval by the principal who asked = %d %v, want 409", status, body)
-	}
-	if status, ap := call(t, "POST", srv.url+"/v1/approvals/"+approval+"/approve", "approver-key", nil); status != 200 || ap["decidedBy"] != "oncall" {
-		t.Fatalf("approve = %d %v", status, ap)
-	}
-	var got map[string]any
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, got = call(t, "GET", srv.url+"/v1/executions/"+id, "k1", nil); got["status"] != "waiting" && got["status"] != "running" && got["status"] != "queued" {
-			break
-		}
-	}
-	if got["status"] != "succeeded" {
+	if got := approveParked(t, srv.url, ex["id"].(string)); got["status"] != "succeeded" {
 		t.Fatalf("after approval: %v", got)
 	}
 	allowed := doc("open")
@@ -256,4 +228,75 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// approveParked waits for execution id to ask for an approval, checks the
+// principal who asked cannot decide it, approves it as a second principal
+// with the approve role (approver-key), and returns the execution once it
+// ends.
+func approveParked(t *testing.T, url, id string) map[string]any {
+	t.Helper()
+	approval := ""
+	for deadline := time.Now().Add(15 * time.Second); approval == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_, list := call(t, "GET", url+"/v1/approvals?state=pending", "k1", nil)
+		for _, it := range list["items"].([]any) {
+			if ap := it.(map[string]any); ap["execution"] == id {
+				approval = ap["id"].(string)
+			}
+		}
+	}
+	if approval == "" {
+		t.Fatal("the execution asked for no approval")
+	}
+	if _, got := call(t, "GET", url+"/v1/executions/"+id, "k1", nil); got["status"] != "waiting" {
+		t.Fatalf("status while waiting = %v", got["status"])
+	}
+	if status, body := call(t, "POST", url+"/v1/approvals/"+approval+"/approve", "k1", nil); status != 409 {
+		t.Fatalf("approval by the principal who asked = %d %v, want 409", status, body)
+	}
+	if status, ap := call(t, "POST", url+"/v1/approvals/"+approval+"/approve", "approver-key", nil); status != 200 || ap["decidedBy"] != "oncall" {
+		t.Fatalf("approve = %d %v", status, ap)
+	}
+	var got map[string]any
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, got = call(t, "GET", url+"/v1/executions/"+id, "k1", nil); got["status"] != "waiting" && got["status"] != "running" && got["status"] != "queued" {
+			break
+		}
+	}
+	return got
+}
+
+// TestProfileGuardedTargetRefusedByTheServer: demo-mcp's chat refuses
+// #guarded as guarded (structuredContent {"code": "guarded"}); the post
+// waits for an approval and, once approved, is sent again with it.
+func TestProfileGuardedTargetRefusedByTheServer(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, fmt.Sprintf(`
+connections:
+  chat:
+    mcp: { command: %q, args: ["-profile", "chat"] }
+allowlists:
+  default:
+    connections:
+      chat: { ops: ["*"] }
+apiKeys:
+  - { name: oncall, key: approver-key, allowlist: default, roles: [approve] }
+`, demoBin))
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
+		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
+	})
+	var doc map[string]any
+	if err := json.Unmarshal(typedChat(`{"profile":"chat@^1"}`, `{"channel":"#guarded","text":"hello"}`), &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "wait")
+	status, ex := call(t, "POST", srv.url+"/v1/executions", "k1", doc)
+	if status != 202 {
+		t.Fatalf("POST = %d %v", status, ex)
+	}
+	got := approveParked(t, srv.url, ex["id"].(string))
+	if out, _ := got["output"].(map[string]any); got["status"] != "succeeded" || !strings.HasPrefix(fmt.Sprint(out["thread"]), "#guarded/") {
+		t.Fatalf("after approval: %v", got)
+	}
 }

@@ -158,7 +158,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		return nil, err
 	}
 	if res.IsError {
-		return nil, &harness.CallError{Op: req.Op, Message: errorText(res.Content), Code: errorCode(res.StructuredContent)}
+		return nil, &harness.CallError{Op: req.Op, Message: errorText(res.Content), Code: errorCode(res)}
 	}
 	v, err := resultValue(res)
 	if err != nil {
@@ -453,8 +453,9 @@ func (c *conn) schema(t mcp.Tool) json.RawMessage {
 
 // errorCode is the code a tool error gives in its structured content
 // ({"code": "guarded"}), or "".
-func errorCode(structured any) string {
-	if m, ok := structured.(map[string]any); ok {
+func errorCode(res *mcp.CallToolResult) string {
+	v, err := resultValue(&mcp.CallToolResult{RawStructuredContent: res.RawStructuredContent, StructuredContent: res.StructuredContent})
+	if m, ok := v.(map[string]any); ok && err == nil {
 		if code, ok := m["code"].(string); ok {
 			return code
 		}
