@@ -146,7 +146,8 @@
 // A call of an operation a profile the connection speaks marks once
 // (once.go) records its outcome (a result, or the tool error the server
 // answered with) under <prefix>once:<hex sha256 of connection, identity
-// instance, operation, idempotency key> for OnceTTL (7 days), after the server
+// instance, operation, idempotency key> for OnceTTL (7 days) or the
+// retention when longer, after the server
 // answers and before the done entry is saved; the first record wins (SET
 // NX). A run that finds the entry still pending (its runner died after
 // the call) reads the record before sending and, when it is there,

@@ -14,12 +14,20 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
-// OnceTTL is how long the outcome of an operation marked once is kept: a
-// repeat of its idempotency key within it is answered from the record, a
-// repeat after it is sent to the server again. It outlives the default
-// approval and resume horizons by far; executions resumed later than
-// that are rare and the server's own idempotency (if any) still applies.
+// OnceTTL is how long the outcome of an operation marked once is kept at
+// least (longer when the executions' retention is longer): a repeat of
+// its idempotency key within it is answered from the record, a repeat
+// after it is sent to the server again. A key is its execution's id and
+// step, so it repeats only while the execution's record exists, which is
+// the retention from its last change; a record changing for longer than
+// that after a call is rare, and then the server's own idempotency (if
+// any) is all that applies.
 const OnceTTL = 7 * 24 * time.Hour
+
+// onceTTL is OnceTTL or the retention, whichever is longer.
+func (e *Executions) onceTTL() time.Duration {
+	return max(OnceTTL, e.retention)
+}
 
 // onceOutcome is the recorded outcome of a once-operation: its result, or
 // the error the server answered with (a tool error, which it may have
@@ -79,7 +87,7 @@ func (e *Executions) onceRecord(ctx context.Context, key string, o onceOutcome) 
 	if err != nil {
 		return fmt.Errorf("once: encode the outcome: %w", err)
 	}
-	if err := e.store.Client.SetNX(context.WithoutCancel(ctx), key, data, OnceTTL).Err(); err != nil {
+	if err := e.store.Client.SetNX(context.WithoutCancel(ctx), key, data, e.onceTTL()).Err(); err != nil {
 		return fmt.Errorf("once: record the outcome: %w", err)
 	}
 	return nil
