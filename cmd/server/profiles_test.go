@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // typedChat is a document whose one step posts through chat@1.
@@ -149,5 +150,153 @@ allowlists:
 	}
 	if out := fmt.Sprint(steps[1].(map[string]any)["output"]); !strings.Contains(out, "hello") {
 		t.Fatalf("note_get output = %v", out)
+	}
+}
+
+// vaultProfile marks vault.put guarded; vaultNotes binds it onto the demo
+// server's notes.
+const (
+	vaultProfile = `profile: vault
+version: 1.0.0
+operations:
+  vault.put:
+    effects: true
+    guarded: true
+    input: { type: object, required: [key, value], properties: { key: { type: string }, value: { type: string } } }
+    output: { type: object, required: [key], properties: { key: { type: string } } }
+`
+	vaultNotes = `binding: vault-notes
+profile: vault@^1
+operations:
+  vault.put:
+    tool: note_put
+    args: { key: args.key, value: args.value }
+    result: '{"key": result.key}'
+`
+)
+
+// TestProfileGuardedOperationWaitsForApproval: an operation its profile
+// marks guarded parks its execution until a second principal with the
+// approve role approves it, then runs; a connection whose policy allows
+// it runs it at once.
+func TestProfileGuardedOperationWaitsForApproval(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, body := range map[string]string{"vault.yaml": vaultProfile, "vault-notes.yaml": vaultNotes} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`
+connections:
+  vault: { binding: vault-notes, mcp: { command: %[1]q } }
+  open: { binding: vault-notes, mcp: { command: %[1]q }, policy: { allow: ["vault.put"] } }
+allowlists:
+  default:
+    connections:
+      vault: { ops: ["*"] }
+      open: { ops: ["*"] }
+apiKeys:
+  - { name: oncall, key: approver-key, allowlist: default, roles: [approve] }
+`, demoBin))
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1", "PATCHBAY_PROFILES_DIR": dir,
+		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
+	})
+	doc := func(conn string) map[string]any {
+		return map[string]any{"workflow": map[string]any{"version": 1, "connections": map[string]any{conn: map[string]any{"profile": "vault@^1"}},
+			"root": map[string]any{"kind": "call", "id": "put", "connection": conn, "op": "vault.put", "args": map[string]any{"key": "k", "value": "v"}}}}
+	}
+	status, ex := call(t, "POST", srv.url+"/v1/executions", "k1", doc("vault"))
+	if status != 202 {
+		t.Fatalf("POST = %d %v", status, ex)
+	}
+	if got := approveParked(t, srv.url, ex["id"].(string)); got["status"] != "succeeded" {
+		t.Fatalf("after approval: %v", got)
+	}
+	allowed := doc("open")
+	allowed["wait"] = "10s"
+	if ex := post(t, srv.url, "k1", mustJSON(t, allowed)); ex["status"] != "succeeded" {
+		t.Fatalf("allowed by the policy: %v", ex)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// approveParked waits for execution id to ask for an approval, checks the
+// principal who asked cannot decide it, approves it as a second principal
+// with the approve role (approver-key), and returns the execution once it
+// ends.
+func approveParked(t *testing.T, url, id string) map[string]any {
+	t.Helper()
+	approval := ""
+	for deadline := time.Now().Add(15 * time.Second); approval == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_, list := call(t, "GET", url+"/v1/approvals?state=pending", "k1", nil)
+		for _, it := range list["items"].([]any) {
+			if ap := it.(map[string]any); ap["execution"] == id {
+				approval = ap["id"].(string)
+			}
+		}
+	}
+	if approval == "" {
+		t.Fatal("the execution asked for no approval")
+	}
+	if _, got := call(t, "GET", url+"/v1/executions/"+id, "k1", nil); got["status"] != "waiting" {
+		t.Fatalf("status while waiting = %v", got["status"])
+	}
+	if status, body := call(t, "POST", url+"/v1/approvals/"+approval+"/approve", "k1", nil); status != 409 {
+		t.Fatalf("approval by the principal who asked = %d %v, want 409", status, body)
+	}
+	if status, ap := call(t, "POST", url+"/v1/approvals/"+approval+"/approve", "approver-key", nil); status != 200 || ap["decidedBy"] != "oncall" {
+		t.Fatalf("approve = %d %v", status, ap)
+	}
+	var got map[string]any
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, got = call(t, "GET", url+"/v1/executions/"+id, "k1", nil); got["status"] != "waiting" && got["status"] != "running" && got["status"] != "queued" {
+			break
+		}
+	}
+	return got
+}
+
+// TestProfileGuardedTargetRefusedByTheServer: demo-mcp's chat refuses
+// #guarded as guarded (structuredContent {"code": "guarded"}); the post
+// waits for an approval and, once approved, is sent again with it.
+func TestProfileGuardedTargetRefusedByTheServer(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, fmt.Sprintf(`
+connections:
+  chat:
+    mcp: { command: %q, args: ["-profile", "chat"] }
+allowlists:
+  default:
+    connections:
+      chat: { ops: ["*"] }
+apiKeys:
+  - { name: oncall, key: approver-key, allowlist: default, roles: [approve] }
+`, demoBin))
+	srv := start(t, map[string]string{
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": cfg, "PATCHBAY_API_KEYS": "k1",
+		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
+	})
+	var doc map[string]any
+	if err := json.Unmarshal(typedChat(`{"profile":"chat@^1"}`, `{"channel":"#guarded","text":"hello"}`), &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "wait")
+	status, ex := call(t, "POST", srv.url+"/v1/executions", "k1", doc)
+	if status != 202 {
+		t.Fatalf("POST = %d %v", status, ex)
+	}
+	got := approveParked(t, srv.url, ex["id"].(string))
+	if out, _ := got["output"].(map[string]any); got["status"] != "succeeded" || !strings.HasPrefix(fmt.Sprint(out["thread"]), "#guarded/") {
+		t.Fatalf("after approval: %v", got)
 	}
 }

@@ -130,7 +130,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		pol := harness.Policy{Determinism: spec.Determinism}
 		if p := spec.Policy; p != nil {
-			pol.Approve, pol.Deny, pol.Approvers = p.Approve, p.Deny, p.Approvers
+			pol.Approve, pol.Deny, pol.Allow, pol.Approvers = p.Approve, p.Deny, p.Allow, p.Approvers
 		}
 		if err := reg.SetPolicy(name, pol); err != nil {
 			return err

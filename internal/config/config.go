@@ -144,6 +144,8 @@ type FileAPIKey struct {
 type Policy struct {
 	Approve []string `yaml:"approve"`
 	Deny    []string `yaml:"deny"`
+	// Allow lets operations a profile marks guarded run without approval.
+	Allow []string `yaml:"allow"`
 	// Approvers, when given, are the only ones who may decide this
 	// connection's approvals: principal names, or "role:<role>".
 	Approvers []string `yaml:"approvers"`

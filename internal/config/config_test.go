@@ -594,7 +594,7 @@ func TestValidate(t *testing.T) {
 			name: "kinds",
 			edit: func(c *config.Config) {
 				c.File.Connections = map[string]config.Connection{
-					"none":  {Policy: &config.Policy{Deny: []string{"admin.*", "[bad"}}},
+					"none":  {Policy: &config.Policy{Deny: []string{"admin.*", "[bad"}, Allow: []string{"[worse"}}},
 					"src":   {Source: &config.Source{Events: map[string]any{"a.b": map[string]any{"type": "object"}}}},
 					"three": {MCP: &config.MCP{Command: "x"}, Source: &config.Source{Events: map[string]any{"x": true}}, Cron: &config.Cron{Schedule: "@daily"}},
 					"auth":  {Source: &config.Source{Events: map[string]any{"x": true}}, Auth: &config.Auth{OAuth: &config.OAuth{}}},
@@ -603,6 +603,7 @@ func TestValidate(t *testing.T) {
 			wants: []want{
 				{"connections.auth.auth", "only supported on an mcp connection"},
 				{"connections.none", "exactly one kind: mcp, openapi, drive, source or cron"},
+				{"connections.none.policy.allow[0]", `"[worse" is not a valid glob`},
 				{"connections.none.policy.deny[1]", `"[bad" is not a valid glob`},
 				{"connections.three", "has mcp and source and cron"},
 			},

@@ -336,7 +336,7 @@ func noAuthorizationHeader(ps *problems, path, kind string, headers map[string]s
 }
 
 func (p *Policy) validate(ps *problems, path string) {
-	for field, globs := range map[string][]string{"approve": p.Approve, "deny": p.Deny} {
+	for field, globs := range map[string][]string{"approve": p.Approve, "deny": p.Deny, "allow": p.Allow} {
 		for i, g := range globs {
 			if _, err := pathpkg.Match(g, ""); err != nil || g == "" {
 				ps.add(fmt.Sprintf("%s.%s[%d]", path, field, i), "%q is not a valid glob", g)

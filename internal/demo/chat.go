@@ -18,6 +18,11 @@ const ChatVersion = "1.0.0"
 // chat@1, so tests can see a server contradict its profile.
 const BrokenChannel = "#broken"
 
+// GuardedChannel is a channel chat.post refuses as guarded (a tool error
+// with structuredContent {"code": "guarded"}) unless the call carries an
+// approval under _meta["io.patchbay/approval"].
+const GuardedChannel = "#guarded"
+
 // NewChatServer is NewServer that also speaks chat@1: it declares the
 // profile under the io.patchbay/profiles capability and serves chat.post
 // and chat.reply over an in-memory channel list.
@@ -70,6 +75,11 @@ func (c *chat) post(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolRe
 	if res := bind(req, &args); res != nil {
 		return res, nil
 	}
+	if args.Channel == GuardedChannel && !approved(req) {
+		res := mcp.NewToolResultStructured(map[string]any{"code": "guarded"}, GuardedChannel+" needs an approval")
+		res.IsError = true
+		return res, nil
+	}
 	id := c.id()
 	if args.Channel == BrokenChannel {
 		return structured(map[string]any{"message": id}), nil
@@ -86,4 +96,13 @@ func (c *chat) reply(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 		return res, nil
 	}
 	return structured(map[string]any{"message": c.id(), "thread": args.Thread}), nil
+}
+
+// approved reports whether a call carries an approval's id.
+func approved(req mcp.CallToolRequest) bool {
+	if req.Params.Meta == nil {
+		return false
+	}
+	id, _ := req.Params.Meta.AdditionalFields["io.patchbay/approval"].(string)
+	return id != ""
 }

@@ -79,6 +79,9 @@ type CallRequest struct {
 	Args map[string]any
 	// IdempotencyKey is sent with the call so a server can drop a repeat.
 	IdempotencyKey string
+	// Approval is the id of the approval a person gave the call, sent
+	// when the call waited for one (a guarded operation or target).
+	Approval string
 	// Principal is who the execution runs for (an API key's or user's
 	// name); empty for trusted host runs.
 	Principal string
@@ -94,7 +97,16 @@ type CallRequest struct {
 type CallError struct {
 	Op      string
 	Message string
+	// Code is the server's own code for the refusal, when it gave one
+	// (an MCP tool error's structuredContent {"code": ...}); CodeGuarded
+	// asks for a person's approval.
+	Code string
 }
+
+// CodeGuarded is the CallError code of a server refusing a target as
+// guarded: the call waits for an approval and is sent again, once, with
+// the approval's id (CallRequest.Approval).
+const CodeGuarded = "guarded"
 
 func (e *CallError) Error() string { return "operation " + e.Op + " failed: " + e.Message }
 

@@ -140,4 +140,23 @@
 // execution's own leases of a failed run are kept for a resume. The leases
 // of a parked run stay renewed by the process it parked in (parkLease);
 // cancelling the parked execution gives them back at the next renewal.
+//
+// # once-operations
+//
+// A call of an operation a profile the connection speaks marks once
+// (once.go) records its outcome (a result, or the tool error the server
+// answered with) under <prefix>once:<hex sha256 of connection, identity
+// instance, operation, idempotency key> for OnceTTL (7 days) or the
+// retention when longer, after the server
+// answers and before the done entry is saved; the first record wins (SET
+// NX). A run that finds the entry still pending (its runner died after
+// the call) reads the record before sending and, when it is there,
+// answers from it, so a server that ignores idempotency keys acts once.
+// The window that remains: a runner dying while the call is in flight or
+// before the record is written leaves a pending entry and no record, and
+// the resume sends the call again with the same key (the ledger's pending
+// entry is what makes it re-sent at all; determinism is not consulted,
+// since it judges done entries only). A record made against another
+// identity instance does not answer: the replaced server may not hold the
+// effect, and the call goes to the new one.
 package harness

@@ -17,6 +17,9 @@ type Policy struct {
 	Deny []string
 	// Approve globs send matching operations to the approver (gate 5).
 	Approve []string
+	// Allow globs let matching operations a profile marks guarded run
+	// without approval; nothing else needs allowing.
+	Allow []string
 	// Approvers, when set, are the only ones who may decide this
 	// connection's approvals: principal names or "role:<role>".
 	Approvers []string
@@ -114,7 +117,10 @@ func (s *schemas) get(conn string, inst string, op Operation) (*jsonschema.Schem
 // Refs are opened before the schema check, since the schema describes the
 // raw ids; when a ref is refused, the schema cannot be judged and the call
 // is refused at gate 3.
-func (e *Executions) gates(ctx context.Context, conn *Connection, op string, args map[string]any, thread string) (verdict, map[string]any, error) {
+//
+// A guarded operation (a profile's mark) needs approval unless the policy
+// allows it by name.
+func (e *Executions) gates(ctx context.Context, conn *Connection, op string, guarded bool, args map[string]any, thread string) (verdict, map[string]any, error) {
 	operation, ok := conn.Manifest().Operation(op)
 	if !ok {
 		return 0, nil, &denied{GateDeclared, fmt.Sprintf("connection %s has no operation %q", conn.Name(), op)}
@@ -139,7 +145,7 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, arg
 	if matchOp(pol.Deny, op) {
 		return 0, nil, &denied{GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), op)}
 	}
-	if matchOp(pol.Approve, op) {
+	if matchOp(pol.Approve, op) || (guarded && !matchOp(pol.Allow, op)) {
 		return needsApproval, args, nil
 	}
 	return allow, args, nil

@@ -1150,13 +1150,15 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	if st := conn.State(); st != StateReady {
 		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
 	}
-	verdict, args, err := r.e.gates(ctx, conn, n.Op, args, r.rec.ID)
+	marks := profileOp(n, conn)
+	verdict, args, err := r.e.gates(ctx, conn, n.Op, marks != nil && marks.Guarded, args, r.rec.ID)
 	if err != nil {
 		return nil, Identity{}, err
 	}
 	if err := checkProfileArgs(n, args); err != nil {
 		return nil, Identity{}, err
 	}
+	approval := ""
 	if verdict == needsApproval {
 		if key == nil {
 			return nil, Identity{}, &denied{GateApprover, "a verify read cannot wait for approval; the policy guards " + n.Op}
@@ -1164,6 +1166,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
 			return nil, Identity{}, err
 		}
+		approval = approvalID(r.rec.ID, *key)
 	}
 	filled, err := r.e.fillSecrets(ctx, args)
 	if err != nil {
@@ -1179,11 +1182,70 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 			return nil, id, err
 		}
 	}
-	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
+	once := ""
+	if marks != nil && marks.Once && idemKey != "" {
+		once = r.e.onceKey(conn, n.Op, idemKey)
+		o, ok, err := r.e.onceRecorded(ctx, once)
+		if err != nil {
+			return nil, id, r.storage(ctx, err)
+		}
+		if ok {
+			// Sent before and its outcome recorded, but the ledger did
+			// not hear of it: answered from the record, not sent again.
+			out, err := o.replay()
+			return r.answered(ctx, n, conn, id, out, err)
+		}
+	}
+	req := CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Approval: approval}
+	out, err := r.deliver(ctx, conn, req)
+	if guardedRefusal(err) && approval == "" && key != nil {
+		// The server guards this target: a person decides, and the call
+		// is sent again, once, with the approval.
+		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
+			return nil, id, err
+		}
+		req.Approval = approvalID(r.rec.ID, *key)
+		out, err = r.deliver(ctx, conn, req)
+	}
+	if once != "" && recordable(err) {
+		o := onceOutcome{Output: out, Op: n.Op}
+		if ce := (*CallError)(nil); errors.As(err, &ce) {
+			o.Error = ce.Message
+		}
+		if rerr := r.e.onceRecord(ctx, once, o); rerr != nil {
+			return nil, id, r.storage(ctx, rerr)
+		}
+	}
+	return r.answered(ctx, n, conn, id, out, err)
+}
+
+// guardedRefusal reports whether err is a server refusing the call's
+// target as guarded.
+func guardedRefusal(err error) bool {
+	var ce *CallError
+	return errors.As(err, &ce) && ce.Code == CodeGuarded
+}
+
+// answered checks and presents a call's answer.
+func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id Identity, out any, err error) (any, Identity, error) {
 	if err != nil {
 		return nil, id, err
 	}
-	req := CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Headers: headers}
+	if err := checkProfileResult(n, conn.Name(), out); err != nil {
+		return nil, id, err
+	}
+	out, err = r.e.present(ctx, out, conn, r.rec.ID)
+	return out, id, err
+}
+
+// deliver sends req with the principal's credentials (gate 6's last
+// part), replacing them once when the server rejects them.
+func (r *run) deliver(ctx context.Context, conn *Connection, req CallRequest) (any, error) {
+	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
+	if err != nil {
+		return nil, err
+	}
+	req.Headers = headers
 	out, err := conn.Call(ctx, req)
 	if errors.Is(err, ErrNeedsSignIn) && headers != nil {
 		// The server rejected the principal's credentials before acting
@@ -1198,14 +1260,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 			conn.needSignIn(r.e.redactor.String(err.Error()))
 		}
 	}
-	if err != nil {
-		return nil, id, err
-	}
-	if err := checkProfileResult(n, conn.Name(), out); err != nil {
-		return nil, id, err
-	}
-	out, err = r.e.present(ctx, out, conn, r.rec.ID)
-	return out, id, err
+	return out, err
 }
 
 // conn returns the named connection: a server the document brought

@@ -158,7 +158,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		return nil, err
 	}
 	if res.IsError {
-		return nil, &harness.CallError{Op: req.Op, Message: errorText(res.Content)}
+		return nil, &harness.CallError{Op: req.Op, Message: errorText(res.Content), Code: errorCode(res)}
 	}
 	v, err := resultValue(res)
 	if err != nil {
@@ -252,8 +252,15 @@ func (c *conn) callOnce(ctx context.Context, sess *session, req harness.CallRequ
 	if req.Args == nil {
 		call.Params.Arguments = map[string]any{}
 	}
+	meta := map[string]any{}
 	if req.IdempotencyKey != "" {
-		call.Params.Meta = mcp.NewMetaFromMap(map[string]any{MetaIdempotencyKey: req.IdempotencyKey})
+		meta[MetaIdempotencyKey] = req.IdempotencyKey
+	}
+	if req.Approval != "" {
+		meta[MetaApproval] = req.Approval
+	}
+	if len(meta) > 0 {
+		call.Params.Meta = mcp.NewMetaFromMap(meta)
 	}
 	res, err := sess.client.CallTool(ctx, call)
 	if err == nil {
@@ -442,4 +449,16 @@ func (c *conn) schema(t mcp.Tool) json.RawMessage {
 		return nil
 	}
 	return json.RawMessage(b)
+}
+
+// errorCode is the code a tool error gives in its structured content
+// ({"code": "guarded"}), or "".
+func errorCode(res *mcp.CallToolResult) string {
+	v, err := resultValue(&mcp.CallToolResult{RawStructuredContent: res.RawStructuredContent, StructuredContent: res.StructuredContent})
+	if m, ok := v.(map[string]any); ok && err == nil {
+		if code, ok := m["code"].(string); ok {
+			return code
+		}
+	}
+	return ""
 }

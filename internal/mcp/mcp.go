@@ -130,6 +130,12 @@ import (
 // under, so a server can recognise a call patchbay re-sends after a crash.
 const MetaIdempotencyKey = "io.patchbay/idempotency-key"
 
+// MetaApproval is the _meta key under which a call that waited for a
+// person carries the approval's id: a server that refused the target as
+// guarded (a tool error with structuredContent {"code": "guarded"}) is
+// sent the call again with it once approved.
+const MetaApproval = "io.patchbay/approval"
+
 // Defaults of config.MCP.
 const (
 	DefaultConnectTimeout   = 30 * time.Second

@@ -50,12 +50,14 @@ func Builtin() *Catalog {
 
 // LoadDir adds every *.yaml, *.yml and *.json file of dir: a file with a
 // top-level "profile" is a profile, one with "binding" a binding. The
-// first bad file is an error naming its path.
+// first bad file is an error naming its path. Profiles are added before
+// bindings, so a binding may name a profile whichever file sorts first.
 func (c *Catalog) LoadDir(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("profiles: read directory: %w", err)
 	}
+	var bindings []string
 	for _, e := range entries {
 		ext := filepath.Ext(e.Name())
 		if e.IsDir() || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
@@ -66,11 +68,35 @@ func (c *Catalog) LoadDir(dir string) error {
 		if err != nil {
 			return fmt.Errorf("profiles: %w", err)
 		}
+		if isBinding(data) {
+			bindings = append(bindings, path)
+			continue
+		}
+		if err := c.add(path, data); err != nil {
+			return err
+		}
+	}
+	for _, path := range bindings {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("profiles: %w", err)
+		}
 		if err := c.add(path, data); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// isBinding reports whether a file's top level names a binding (a file
+// that does not decode is left to add, which reports it).
+func isBinding(data []byte) bool {
+	var head map[string]any
+	if decodeLoose(data, &head) != nil {
+		return false
+	}
+	_, ok := head["binding"]
+	return ok
 }
 
 func (c *Catalog) add(path string, data []byte) error {

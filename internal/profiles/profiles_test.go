@@ -225,3 +225,24 @@ func TestBadBinding(t *testing.T) {
 		})
 	}
 }
+
+// A binding file that sorts before its profile's file still finds it.
+func TestLoadDirAddsProfilesBeforeBindings(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"a-binding.yaml": "binding: zeta-notes\nprofile: zeta@^1\noperations:\n  zeta.put: { tool: note_put }\n",
+		"zeta.yaml":      "profile: zeta\nversion: 1.0.0\noperations:\n  zeta.put: { input: { type: object }, output: { type: object } }\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat := profiles.Builtin()
+	if err := cat.LoadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cat.Binding("zeta-notes"); !ok {
+		t.Fatalf("binding not loaded; bindings: %v", cat.BindingNames())
+	}
+}

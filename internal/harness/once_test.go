@@ -1,0 +1,170 @@
+package harness_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/profiles"
+	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/store/storetest"
+)
+
+// A chat.post (once in chat@1) whose runner dies after the server acted
+// and patchbay recorded the outcome, but before the ledger heard of it,
+// has one effect: the runner that takes over sends the pending call again
+// with the same idempotency key, and the record answers it. The server
+// ignores idempotency keys, so without the record it would post twice,
+// as an operation the profile does not mark once does.
+func TestOnceAnswersARepeatedKeyFromTheRecord(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		op, args  string
+		wantPosts int32
+	}{
+		{"chat.post", `{"channel":"#a","text":"hi"}`, 1},
+		{"note", `{}`, 2}, // not a profile operation: the server's repeat is its own affair
+	}
+	for _, tc := range cases {
+		t.Run(tc.op, func(t *testing.T) {
+			t.Parallel()
+			st := storetest.New(t)
+			var posts atomic.Int32
+			var execID atomic.Value
+			ctx := context.Background()
+			// The runner dies just after the server acted: its claim is
+			// taken, and nothing it writes to the ledger counts any more.
+			act := func(ctx context.Context, a map[string]any) (any, error) {
+				if posts.Add(1) == 1 {
+					waitFor(t, "the execution's id", func() bool { return execID.Load() != nil })
+					id := execID.Load().(string)
+					must(t, st.Client.Incr(ctx, st.Key("{exec:"+id+"}", "epoch")).Err())
+					must(t, st.Client.Del(ctx, st.Key("{exec:"+id+"}", "owner")).Err())
+				}
+				return map[string]any{"message": "m1", "thread": "#a/m1"}, nil
+			}
+			ops := append(chatOps(act), harness.MemoryOp{Operation: harness.Operation{Name: "note"}, Fn: act})
+			ops[0].Fn = act
+			reg := startRegistry(t, map[string]harness.Provider{"chat": &declaring{harness.NewMemory(ops...), map[string]string{"chat": "1.0.0"}}}, nil)
+			opts := harness.ExecutionsOptions{Visibility: 300 * time.Millisecond}
+			execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"chat":{"ops":["*"]}}}`, opts)
+			doc := `{"version":1,"connections":{"chat":{}},"root":{"kind":"call","id":"p","connection":"chat","op":"` + tc.op + `","args":` + tc.args + `}}`
+			ex, err := execs.Submit(ctx, harness.Request{Workflow: json.RawMessage(doc), Principal: "tester", Allowlist: "test"})
+			must(t, err)
+			execID.Store(ex.ID)
+			ex, err = execs.Wait(ctx, ex.ID, 20*time.Second)
+			must(t, err)
+			if ex.Status != harness.ExecSucceeded {
+				t.Fatalf("%s: %+v", ex.Status, ex.Error)
+			}
+			if got := posts.Load(); got != tc.wantPosts {
+				t.Fatalf("the server acted %d times, want %d", got, tc.wantPosts)
+			}
+		})
+	}
+}
+
+// vault@1 is a test profile with a guarded operation.
+const vaultProfile = `profile: vault
+version: 1.0.0
+description: A store whose erasing is guarded.
+operations:
+  vault.erase:
+    description: Erase an entry.
+    effects: true
+    guarded: true
+    input: { type: object, properties: { key: { type: string } } }
+    output: { type: object }
+  vault.put:
+    description: Store an entry.
+    effects: true
+    input: { type: object, properties: { key: { type: string } } }
+    output: { type: object }
+`
+
+// guarding is a vault@1 server that refuses vault.put on key "root" as
+// guarded (code "guarded") unless the call carries an approval.
+type guarding struct {
+	*harness.Memory
+	calls atomic.Int32
+}
+
+func (g *guarding) Connect(context.Context) (harness.Conn, error) { return g, nil }
+
+func (g *guarding) Manifest() harness.Manifest {
+	m := g.Memory.Manifest()
+	m.Profiles = map[string]string{"vault": "1.0.0"}
+	return m
+}
+
+func (g *guarding) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+	if req.Op == "vault.put" && req.Args["key"] == "root" && req.Approval == "" {
+		return nil, &harness.CallError{Op: req.Op, Message: "the root entry is guarded", Code: harness.CodeGuarded}
+	}
+	g.calls.Add(1)
+	return map[string]any{}, nil
+}
+
+func guardedSetup(t *testing.T, st *store.Store, pol harness.Policy) (*harness.Executions, *guarding) {
+	t.Helper()
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "vault.yaml"), []byte(vaultProfile), 0o600))
+	cat := profiles.Builtin()
+	must(t, cat.LoadDir(dir))
+	srv := &guarding{Memory: harness.NewMemory(
+		harness.MemoryOp{Operation: harness.Operation{Name: "vault.erase"}},
+		harness.MemoryOp{Operation: harness.Operation{Name: "vault.put"}},
+	)}
+	reg := harness.NewRegistry(nil)
+	reg.SetProfiles(cat)
+	must(t, reg.Add("vault", srv))
+	must(t, reg.SetPolicy("vault", pol))
+	must(t, reg.Start(context.Background()))
+	t.Cleanup(func() { _ = reg.Close() })
+	return startWorkers(t, st, reg, 1, "test", `{"connections":{"vault":{"ops":["*"]}}}`, harness.ExecutionsOptions{}), srv
+}
+
+// An operation a profile marks guarded, and a target the server refuses as
+// guarded, wait for a person's approval and run once approved; a policy
+// that allows the operation runs it without one.
+func TestGuardedWaitsForApproval(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, op, key string
+		policy        harness.Policy
+		approvals     int
+	}{
+		{"marked guarded", "vault.erase", "a", harness.Policy{}, 1},
+		{"allowed by the policy", "vault.erase", "a", harness.Policy{Allow: []string{"vault.erase"}}, 0},
+		{"refused as guarded by the server", "vault.put", "root", harness.Policy{}, 1},
+		{"not guarded", "vault.put", "a", harness.Policy{}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Each(t, func(t *testing.T, st *store.Store) {
+				execs, srv := guardedSetup(t, st, tc.policy)
+				doc := `{"version":1,"connections":{"vault":{"profile":"vault@^1"}},"root":{"kind":"call","id":"v","connection":"vault","op":"` + tc.op + `","args":{"key":"` + tc.key + `"}}}`
+				id := submitAs(t, execs, "test", doc)
+				if tc.approvals > 0 {
+					parked(t, execs, id, tc.approvals)
+					if n := srv.calls.Load(); n != 0 {
+						t.Fatalf("the server acted %d times before the approval", n)
+					}
+				}
+				ex := approveUntilDone(t, execs, id)
+				if ex.Status != harness.ExecSucceeded {
+					t.Fatalf("%s: %+v", ex.Status, ex.Error)
+				}
+				if n := srv.calls.Load(); n != 1 {
+					t.Fatalf("the server acted %d times, want 1", n)
+				}
+			})
+		})
+	}
+}
