@@ -433,7 +433,9 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 		return nil, &stepError{step: step, code: KindLeaseTimeout, err: fmt.Errorf("pool %s: %w", h.Pool, err)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lease from pool %s: %s", h.Pool, r.e.redactor.String(err.Error()))
+		// Wrapped, not flattened: a path whose lease was cut short because a
+		// sibling failed must still read as cancelled (see firstReal).
+		return nil, fmt.Errorf("lease from pool %s: %w", h.Pool, redactError(r.e.redactor, err))
 	}
 	rec := lease.Record()
 	rec.Pool, rec.Handle, rec.Holder = h.Pool, h.Name, holder

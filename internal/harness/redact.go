@@ -189,7 +189,10 @@ func (r *SecretRedactor) Bytes(b []byte) []byte {
 
 // Error returns an error whose message is err's, redacted; errors.Is and
 // errors.As still see err. Nil stays nil.
-func (r *SecretRedactor) Error(err error) error {
+func (r *SecretRedactor) Error(err error) error { return redactError(r, err) }
+
+// redactError is SecretRedactor.Error for any Redactor.
+func redactError(r Redactor, err error) error {
 	if err == nil {
 		return nil
 	}
