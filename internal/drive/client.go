@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
@@ -187,20 +186,7 @@ func googleError(status int, data []byte) string {
 		if len(e.Error.Errors) > 0 && e.Error.Errors[0].Reason != "" {
 			reason = " " + e.Error.Errors[0].Reason
 		}
-		return fmt.Sprintf("HTTP %d%s: %s", status, reason, excerpt(e.Error.Message))
+		return fmt.Sprintf("HTTP %d%s: %s", status, reason, harness.Excerpt(e.Error.Message, errorExcerpt))
 	}
-	return fmt.Sprintf("HTTP %d: %s", status, excerpt(string(data)))
-}
-
-// excerpt is the start of s, cut on a rune.
-func excerpt(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= errorExcerpt {
-		return s
-	}
-	cut := errorExcerpt
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return fmt.Sprintf("HTTP %d: %s", status, harness.Excerpt(string(data), errorExcerpt))
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // State is where a connection is in its life.
@@ -109,6 +111,24 @@ type CallError struct {
 const CodeGuarded = "guarded"
 
 func (e *CallError) Error() string { return "operation " + e.Op + " failed: " + e.Message }
+
+// Excerpt is the start of a failed answer's text for a CallError message:
+// trimmed, and cut to at most n bytes on a rune boundary with "…" after.
+func Excerpt(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	return cutOnRune(s, n) + "…"
+}
+
+// cutOnRune is s cut to at most n bytes without splitting a rune.
+func cutOnRune(s string, n int) string {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // Sentinel errors of the connection contract.
 var (

@@ -9,7 +9,6 @@ import (
 	"path"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -1056,11 +1055,7 @@ func (r *run) toolContent(out any) string {
 	}
 	s = r.e.redactor.String(s)
 	if len(s) > maxToolResult {
-		cut := maxToolResult
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + fmt.Sprintf("… [cut: %d bytes in all]", len(s))
+		s = cutOnRune(s, maxToolResult) + fmt.Sprintf("… [cut: %d bytes in all]", len(s))
 	}
 	return s
 }

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
@@ -74,7 +73,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		return nil, fmt.Errorf("openapi %s: %s: HTTP 401: %w", p.name, req.Op, harness.ErrNeedsSignIn)
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, &harness.CallError{Op: req.Op, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, excerpt(data))}
+		return nil, &harness.CallError{Op: req.Op, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, harness.Excerpt(string(data), errorExcerpt))}
 	}
 	return decodeBody(data), nil
 }
@@ -247,17 +246,4 @@ func decodeBody(data []byte) any {
 		return v
 	}
 	return string(data)
-}
-
-// excerpt is the start of a failed response's body, cut on a rune.
-func excerpt(data []byte) string {
-	s := strings.TrimSpace(string(data))
-	if len(s) <= errorExcerpt {
-		return s
-	}
-	cut := errorExcerpt
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
