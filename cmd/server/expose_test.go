@@ -66,29 +66,12 @@ func newScriptLLM(t *testing.T, calls ...[2]string) *scriptLLM {
 
 func (f *scriptLLM) serve(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
-	var body struct {
-		Messages []struct {
-			Role string `json:"role"`
-		} `json:"messages"`
-	}
-	_ = json.Unmarshal(raw, &body)
-	round := 1
-	for _, m := range body.Messages {
-		if m.Role == "assistant" {
-			round++
-		}
-	}
+	round := requestRound(raw)
 	f.mu.Lock()
 	f.bodies = append(f.bodies, raw)
 	script := f.calls
 	f.mu.Unlock()
-	chunk := func(delta, finish string) string {
-		fin := "null"
-		if finish != "" {
-			fin = `"` + finish + `"`
-		}
-		return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1694268190,"model":"m","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + fin + `}]}`
-	}
+	chunk := openaiChunk
 	frames := []string{chunk(`{"role":"assistant","content":"done"}`, ""), chunk(`{}`, "stop")}
 	if round <= len(script) {
 		c := script[round-1]
