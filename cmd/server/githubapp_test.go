@@ -330,7 +330,7 @@ func TestGitHubAppCredentialsForNoOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds := callCredentials(apps, nil)
+	creds := callCredentials(apps.conns, nil)
 	for _, principal := range []string{"", harness.HostPrincipal} {
 		if _, _, err := creds.Headers(context.Background(), "gh", principal); err == nil || !strings.Contains(err.Error(), "runs for no one") {
 			t.Fatalf("principal %q: err = %v", principal, err)
@@ -506,7 +506,7 @@ func TestGitHubAppKeyResolvedOnFirstUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds := callCredentials(apps, nil)
+	creds := callCredentials(apps.conns, nil)
 	if _, _, err := creds.Headers(context.Background(), "gh", "alice"); err == nil || !strings.Contains(err.Error(), "${secret:gh-app-key}") {
 		t.Fatalf("without the key: err = %v", err)
 	}
