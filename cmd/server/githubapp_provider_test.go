@@ -59,9 +59,11 @@ func (c *reposConn) Manifest() harness.Manifest {
 	return harness.Manifest{Operations: []harness.Operation{{Name: "brief",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"number":{"type":"integer"}},"required":["number"]}`)}}}
 }
-func (c *reposConn) Identity() harness.Identity { return harness.Identity{Surface: "repos", Instance: "1", Epoch: 1} }
-func (c *reposConn) Info() map[string]any       { return nil }
-func (c *reposConn) Close() error               { return nil }
+func (c *reposConn) Identity() harness.Identity {
+	return harness.Identity{Surface: "repos", Instance: "1", Epoch: 1}
+}
+func (c *reposConn) Info() map[string]any { return nil }
+func (c *reposConn) Close() error         { return nil }
 
 func (c *reposConn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	if c.tokens == nil {
