@@ -80,8 +80,9 @@ func gitHubApps(cfg *config.Config, st *store.Store, secrets harness.SecretStore
 				Message: "differs from another connection's for the same appId and apiBaseUrl: one App has one key"}}}
 		}
 		if spec.MCP == nil && spec.OpenAPI == nil {
-			// A provider entry (config refuses the kinds that take no
-			// tokens, newProvider those it does not know of).
+			// A provider entry: config refuses githubApp on the kinds
+			// it knows take no tokens (drive), newProvider on any kind
+			// that does not declare it takes them.
 			if err := g.CheckSource(path); err != nil {
 				return gitHubAppSet{}, err
 			}

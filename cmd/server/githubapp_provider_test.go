@@ -346,3 +346,22 @@ func mustDo(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A provider entry's githubApp names the App alone: a scope there is
+// refused at start, naming its field, before anything is minted.
+func TestGitHubAppProviderEntryTakesNoScope(t *testing.T) {
+	t.Parallel()
+	gh := githubapptest.New(t, "4242")
+	cfg := &config.Config{File: config.File{Connections: map[string]config.Connection{
+		"tool": {Auth: &config.Auth{GitHubApp: &config.GitHubApp{AppID: gh.AppID, PrivateKey: "${secret:k}", APIBaseURL: gh.URL,
+			Permissions: config.Permissions{"contents": "write"}}}},
+	}}}
+	_, err := gitHubApps(cfg, storetest.NewEmbedded(t), nil, harness.NewSecretRedactor(), slog.New(slog.DiscardHandler))
+	var ve *config.ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Path != "connections.tool.auth.githubApp.permissions" {
+		t.Fatalf("err = %v, want permissions refused", err)
+	}
+	if gh.Exchanges() != 0 {
+		t.Fatal("a token was minted")
+	}
+}

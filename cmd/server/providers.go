@@ -17,7 +17,9 @@ type providerKind struct {
 	// permissions that call needs: an entry's
 	// auth: {githubApp: {appId, privateKey, apiBaseUrl?}} then hands it
 	// the App's source (providerDeps.tokens), the one every connection of
-	// that App shares. An entry of a kind without it is refused.
+	// that App shares. An entry of a kind without it is refused. (The
+	// kind's config validation lets auth.githubApp through; gitHubApps
+	// checks it with config.GitHubApp.CheckSource.)
 	gitHubApp bool
 	build     func(name string, spec config.Connection, d providerDeps) harness.Provider
 }
