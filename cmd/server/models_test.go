@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,9 @@ type fakeLLM struct {
 	// the client goes away; held is signalled for each one held.
 	hold chan struct{}
 	held chan struct{}
+	// tool and args, when set, are the tool call of an OpenAI round 1
+	// instead of counter_effect {"step": "one"}.
+	tool, args string
 }
 
 func newFakeLLM(t *testing.T, key string) *fakeLLM {
@@ -130,6 +134,15 @@ func (f *fakeLLM) frames(wire string, round int) []string {
 			ev("content_block_stop", `{"type":"content_block_stop","index":0}`),
 			ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}`),
 			ev("message_stop", `{"type":"message_stop"}`),
+		}
+	case round == 1 && f.tool != "":
+		return []string{
+			chunk(`{"role":"assistant","content":"Running it."}`, ""),
+			chunk(`{"tool_calls":[{"index":0,"id":"call_01","type":"function","function":{"name":"`+f.tool+`","arguments":""}}]}`, ""),
+			chunk(`{"tool_calls":[{"index":0,"function":{"arguments":`+strconv.Quote(f.args)+`}}]}`, ""),
+			chunk(`{}`, "tool_calls"),
+			usage,
+			"data: [DONE]",
 		}
 	case round == 1:
 		return []string{
