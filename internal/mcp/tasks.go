@@ -121,7 +121,10 @@ func (c *conn) follow(ctx context.Context, s *session, req harness.CallRequest, 
 		c.cancelTask(ctx, s, t.TaskID)
 		return nil, err
 	}
-	w.Progress(harness.TaskProgress{ID: t.TaskID, Status: t.Status, Message: t.StatusMessage})
+	if t.Status != taskWorking || t.StatusMessage != "" {
+		// Started announced the task as working; this says more.
+		w.Progress(harness.TaskProgress{ID: t.TaskID, Status: t.Status, Message: t.StatusMessage})
+	}
 	return c.await(ctx, s, req, w, t)
 }
 
