@@ -37,6 +37,10 @@ const (
 	// taskGetRetries is how many tasks/get failures in a row a wait
 	// outlives (a network blip during a long task).
 	taskGetRetries = 3
+	// taskMessageEvery bounds how often a new status message alone is
+	// reported, so a server that words every poll anew does not flood
+	// the execution's events (a status change is reported at once).
+	taskMessageEvery = 2 * time.Second
 )
 
 // Task statuses.
@@ -136,6 +140,7 @@ func (c *conn) await(ctx context.Context, s *session, req harness.CallRequest, w
 		id = last.TaskID
 	}
 	failures := 0
+	var reported time.Time
 	for {
 		if last != nil && (taskTerminal(last.Status) || last.Status == taskInputRequired) {
 			return c.taskOutcome(ctx, s, req, last)
@@ -158,8 +163,10 @@ func (c *conn) await(ctx context.Context, s *session, req harness.CallRequest, w
 			}
 			continue
 		}
-		if last == nil || t.Status != last.Status || t.StatusMessage != last.StatusMessage {
+		if newStatus := last == nil || t.Status != last.Status; newStatus ||
+			t.StatusMessage != last.StatusMessage && time.Since(reported) >= taskMessageEvery {
 			w.Progress(harness.TaskProgress{ID: id, Status: t.Status, Message: t.StatusMessage})
+			reported = time.Now()
 		}
 		last = t
 	}
