@@ -146,8 +146,9 @@ func (p *parser) parseLook(name string, v any, at string) {
 // lookLayer builds the node's layer: the connections its tools come from
 // (picked ones, else the document's), each with the reads of the profiles
 // it speaks that the allowlist grants and a pick's ops globs match (ops
-// globs match operations and reads alike). Connections with no such read
-// are left out.
+// globs match operations and reads alike), and that the connection has a
+// way to take (a declaring server's tool of the read's name, a binding's
+// tool or resource). Connections with no such read are left out.
 func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 	al, trusted, err := r.grants(ctx)
 	if err != nil {
@@ -184,6 +185,9 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 			}
 			if len(grantedOps(al, trusted, grant, as, []Operation{{Name: read}})) == 0 {
 				continue
+			}
+			if _, err := findRead(conn, read); err != nil {
+				continue // no way to take it (no tool of its name, not bound)
 			}
 			timing := reads[read].read.Look
 			if t, ok := r.doc.Looks[name][read]; ok {
