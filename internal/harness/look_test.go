@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -236,6 +237,57 @@ func TestLookValidation(t *testing.T) {
 			if !errors.As(err, &ve) || ve.Problems[0].Path != pointer {
 				t.Errorf("%s: err = %v, want a problem at %s", entry, err, pointer)
 			}
+		}
+	})
+}
+
+// TestReadsOnAPoolHandle leases a browser from a pool whose servers
+// declare browser@1: a model turn looks at the handle (leasing it), clicks
+// through it, and a verify reads the same lease.
+func TestReadsOnAPoolHandle(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		pool, err := pools.New(st, "browsers", 2, nil)
+		must(t, err)
+		var mu sync.Mutex
+		var pages []*fakePage
+		prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: 5 * time.Second, RefreshEvery: 50 * time.Millisecond,
+			Provision: func(context.Context, map[string]any) (harness.Conn, error) {
+				p := newPage()
+				mu.Lock()
+				pages = append(pages, p)
+				mu.Unlock()
+				return browserServer(p), nil
+			}})
+		must(t, err)
+		reg := startRegistry(t, map[string]harness.Provider{"browsers": prov}, nil)
+		models := &scriptModels{rounds: []harness.ModelResponse{
+			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "app_ui_click", `{"element":"button \"Sign in\""}`)}},
+			{Text: "Signed in."},
+		}}
+		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"browsers":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: models})
+		doc := `{"version":1,"connections":{"app":{"from":"browsers","profile":"browser@^1","look":{"ui.tree":"ask"}}},"root":{"kind":"sequence","id":"s","steps":[
+			{"kind":"model","id":"turn","model":"fake/m1"},
+			{"kind":"verify","id":"home","connection":"app","read":"browser.page.summary","claims":[{"at":"title","equals":"Home"}],"timeoutMs":2000}]}}`
+		ex := runRead(t, execs, doc)
+		if ex.Status != harness.ExecSucceeded || ex.Output.(map[string]any)["url"] != "http://app.test/home" {
+			t.Fatalf("execution %s %+v %v", ex.Status, ex.Error, ex.Output)
+		}
+		reqs := models.requests()
+		if len(reqs) != 2 || !strings.Contains(lookMessages(reqs[0])[0], "[app browser.page.summary]\nhttp://app.test/login — Sign in") ||
+			!strings.Contains(lookMessages(reqs[1])[1], "+ http://app.test/home — Home") {
+			t.Fatalf("looks on the handle: %q", [][]string{lookMessages(reqs[0]), lookMessages(reqs[1])})
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var read []int
+		for _, p := range pages {
+			if n := p.count("browser.page.summary"); n > 0 {
+				read = append(read, n)
+			}
+		}
+		if len(read) != 1 || read[0] != 3 {
+			t.Fatalf("summary reads per browser = %v, want 3 on the one leased browser (two looks, one verify)", read)
 		}
 	})
 }
