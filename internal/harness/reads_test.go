@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -208,7 +206,7 @@ func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 					return map[string]any{"location": "http://app.test/", "heading": "Start"}, nil
 				}},
 		)
-		b := loadBrowserBinding(t, snapBinding)
+		b := loadBinding(t, snapBinding)
 		reg := startRegistry(t, map[string]harness.Provider{"web": mem, "locked": mem, "held": mem}, map[string]*profiles.Binding{"web": b, "locked": b, "held": b})
 		if err := reg.SetPolicy("locked", harness.Policy{Deny: []string{"snapshot"}}); err != nil {
 			t.Fatal(err)
@@ -235,21 +233,4 @@ func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 			t.Fatalf("%d server calls, want none beyond the first: refused reads are not sent", n)
 		}
 	})
-}
-
-func loadBrowserBinding(t *testing.T, body string) *profiles.Binding {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "b.yaml"), []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cat := profiles.Builtin()
-	if err := cat.LoadDir(dir); err != nil {
-		t.Fatal(err)
-	}
-	b, ok := cat.Binding("memo-browser")
-	if !ok {
-		t.Fatal("binding did not load")
-	}
-	return b
 }
