@@ -77,7 +77,8 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 		models := &scriptModels{rounds: []harness.ModelResponse{
 			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_ui_hover", `{"element":"button \"Sign in\""}`)}},
 			{ToolCalls: []harness.ModelToolCall{toolCall("c2", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
-			{ToolCalls: []harness.ModelToolCall{toolCall("c3", "web_look", `{"read":"screen.current"}`), toolCall("c4", "web_look", `{"read":"ui.tree"}`)}},
+			{ToolCalls: []harness.ModelToolCall{toolCall("c3", "web_look", `{"read":"screen.current"}`), toolCall("c4", "web_look", `{"read":"ui.tree"}`),
+				toolCall("c5", "web_screen_current", `{}`)}},
 			{Text: "Signed in."},
 		}}
 		red := harness.NewSecretRedactor()
@@ -130,8 +131,8 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 		if n := page.count("ui.tree"); n != 2 {
 			t.Errorf("ui.tree read %d times, want 2 (before round 1, after the click)", n)
 		}
-		if n := page.count("screen.current"); n != 1 {
-			t.Errorf("screen.current read %d times, want 1 (asked for once)", n)
+		if n := page.count("screen.current"); n != 2 {
+			t.Errorf("screen.current read %d times, want 2 (asked for once, called once)", n)
 		}
 
 		// The look tool: offered with the ask reads only, answering the
@@ -146,8 +147,9 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 			t.Fatalf("web_look tool = %+v", lookTool)
 		}
 		results := reqs[3].Messages[len(reqs[3].Messages)-2].ToolResults
-		if len(results) != 2 || results[0].Content != "[web screen.current]\n[screenshot image/png]" || results[0].IsError ||
-			!results[1].IsError || !strings.Contains(results[1].Content, `"ui.tree" is not a read this step may ask for`) {
+		if len(results) != 3 || results[0].Content != "[web screen.current]\n[screenshot image/png]" || results[0].IsError ||
+			!results[1].IsError || !strings.Contains(results[1].Content, `"ui.tree" is not a read this step may ask for`) ||
+			results[2].Content != `{"data":"[sensitive blob withheld]","mimeType":"image/png"}` {
 			t.Fatalf("look results = %+v", results)
 		}
 		data, _ := json.Marshal(reqs)

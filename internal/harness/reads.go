@@ -284,6 +284,17 @@ func (r *run) reading(ctx context.Context, conn *Connection, src readSource, rea
 	return &Reading{Connection: conn.Name(), Read: read, Profile: src.profile.ID(), Value: shown, Text: text, Identity: id}, nil
 }
 
+// withholdReadTool withholds the sensitive fields of a call's result
+// when the call is a declaring server's tool for a read (screen.current
+// called as a tool by a step or a model): the read's marks hold however
+// it is taken.
+func withholdReadTool(conn *Connection, op string, out any) any {
+	if src, ok := readsOf(conn)[op]; ok && src.binding == "" {
+		return withholdFields(out, src.read.Sensitive)
+	}
+	return out
+}
+
 // withholdFields replaces the top-level fields of v that ptrs name (JSON
 // Pointers, checked to be top-level when the profile was loaded) by the
 // withheld marker.
