@@ -24,8 +24,8 @@ import (
 //     read ("browser.page.summary"), called with no arguments. This is
 //     patchbay's convention for declaring servers (README "Profiles"): a
 //     tool passes every gate and rides every session, lease and tenant a
-//     call does, where MCP resources would need a second path through
-//     each of them.
+//     call does; MCP resources (ResourceReader) ride the connection's own
+//     session only.
 //
 // The gates, as for a call: (1) the read is in a profile the connection
 // speaks and the allowlist grants its name on the connection (a grant's
@@ -157,6 +157,11 @@ func (r *run) takeRead(ctx context.Context, f *frame, step, name, read string) (
 	if err != nil {
 		return nil, err
 	}
+	if src.bound != nil {
+		if out, err = src.bound.Value(ctx, out); err != nil {
+			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
+		}
+	}
 	return r.reading(ctx, conn, src, read, id, out)
 }
 
@@ -178,16 +183,7 @@ func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, re
 	if verdict == needsApproval {
 		return nil, &denied{GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s (read %s)", conn.Name(), op, read)}
 	}
-	out, err := r.deliver(ctx, conn, CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
-	if err != nil {
-		return nil, err
-	}
-	if src.bound != nil {
-		if out, err = src.bound.Value(ctx, out); err != nil {
-			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
-		}
-	}
-	return out, nil
+	return r.deliver(ctx, conn, CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
 }
 
 // readResource takes a bound read from a resource, when the connection's

@@ -234,3 +234,31 @@ func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 		}
 	})
 }
+
+// resourceful is a Memory connection that can also read resources.
+type resourceful struct {
+	*harness.Memory
+	uris []string
+}
+
+func (r *resourceful) Connect(context.Context) (harness.Conn, error) { return r, nil }
+
+func (r *resourceful) ReadResource(_ context.Context, uri string, _ map[string]string) (any, error) {
+	r.uris = append(r.uris, uri)
+	return "- button \"Go\" [ref=e1]", nil
+}
+
+func TestBoundReadFromAResource(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		mem := &resourceful{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "go"}},
+			harness.MemoryOp{Operation: harness.Operation{Name: "click"}}, harness.MemoryOp{Operation: harness.Operation{Name: "snapshot"}})}
+		b := loadBinding(t, snapBinding+"  ui.tree:\n    resource: page://tree\n    project: '{\"tree\": result}'\n")
+		reg := startRegistry(t, map[string]harness.Provider{"web": mem}, map[string]*profiles.Binding{"web": b})
+		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
+		ex := runRead(t, execs, verifyDoc("web", `{}`, "ui.tree", `[{"at":"tree","contains":"Go"}]`))
+		if ex.Status != harness.ExecSucceeded || len(mem.uris) != 1 || mem.uris[0] != "page://tree" {
+			t.Fatalf("resource read: %s %+v %v, uris %v", ex.Status, ex.Error, ex.Output, mem.uris)
+		}
+	})
+}
