@@ -204,18 +204,15 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 
 // lookConn is the connection that says what a document's connection name
 // speaks (a handle: its pool, so naming reads takes no lease), and the
-// name and server its allowlist grant is under.
+// name and server its allowlist grant is under (a server the node
+// attaches for itself its toolSet has attached already).
 func (r *run) lookConn(ctx context.Context, name string) (*Connection, string, *AttachSpec, error) {
 	if _, ok := r.doc.Handles[name]; ok {
 		grant, conn, err := r.e.toolConn(r.doc, name)
 		return conn, grant, nil, err
 	}
-	var as *AttachSpec
-	if s, ok := r.doc.Attached[name]; ok {
-		as = &s
-	}
 	conn, err := r.conn(ctx, name)
-	return conn, name, as, err
+	return conn, name, attachSpecOf(r.doc, name), err
 }
 
 // addLookTools offers "<connection>_look" for each connection of the layer

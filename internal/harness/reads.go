@@ -249,14 +249,34 @@ func (r *run) readGranted(ctx context.Context, name, read string) error {
 		if h, ok := r.doc.Handles[name]; ok {
 			grant = h.Pool
 		}
-		if s, ok := r.doc.Attached[name]; ok {
-			spec = &s
-		}
+		spec = attachSpecOf(r.doc, name)
 	}
 	if len(grantedOps(al, false, grant, spec, []Operation{{Name: read}})) == 0 {
 		return &denied{GateDeclared, fmt.Sprintf("the allowlist does not grant read %s of connection %s", read, name)}
 	}
 	return nil
+}
+
+// attachSpecOf is the server a document, or one of its model nodes,
+// brings under name (every node that attaches a name attaches the same
+// server); nil for none.
+func attachSpecOf(doc *Document, name string) *AttachSpec {
+	if s, ok := doc.Attached[name]; ok {
+		return &s
+	}
+	var spec *AttachSpec
+	doc.walk(func(n *Node) {
+		if n.Model == nil || spec != nil {
+			return
+		}
+		for _, p := range n.Model.Picks {
+			if p.Attach != nil && p.Connection == name {
+				spec = p.Attach
+				return
+			}
+		}
+	})
+	return spec
 }
 
 // reading checks a read's value against the profile and presents it.
