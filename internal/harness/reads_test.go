@@ -238,12 +238,15 @@ func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 // resourceful is a Memory connection that can also read resources.
 type resourceful struct {
 	*harness.Memory
+	mu   sync.Mutex
 	uris []string
 }
 
 func (r *resourceful) Connect(context.Context) (harness.Conn, error) { return r, nil }
 
 func (r *resourceful) ReadResource(_ context.Context, uri string, _ map[string]string) (any, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.uris = append(r.uris, uri)
 	return "- button \"Go\" [ref=e1]", nil
 }
@@ -257,6 +260,8 @@ func TestBoundReadFromAResource(t *testing.T) {
 		reg := startRegistry(t, map[string]harness.Provider{"web": mem}, map[string]*profiles.Binding{"web": b})
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 		ex := runRead(t, execs, verifyDoc("web", `{}`, "ui.tree", `[{"at":"tree","contains":"Go"}]`))
+		mem.mu.Lock()
+		defer mem.mu.Unlock()
 		if ex.Status != harness.ExecSucceeded || len(mem.uris) != 1 || mem.uris[0] != "page://tree" {
 			t.Fatalf("resource read: %s %+v %v, uris %v", ex.Status, ex.Error, ex.Output, mem.uris)
 		}
