@@ -52,6 +52,9 @@ const EventLook = "look"
 // kindLook marks the ledger entry of a round's context layer.
 const kindLook = "look"
 
+// lookOp is the Op of "<connection>_look" tools, which no connection has.
+const lookOp = "$look"
+
 // Look forms: how a read was shown.
 const (
 	lookFull      = "full"
@@ -238,7 +241,7 @@ func (l *lookLayer) addLookTools(ts *toolSet) error {
 			"full": map[string]any{"type": "boolean", "description": "Show it whole rather than as changes since you last saw it."},
 		}})
 		ro := true
-		ts.add(&modelTool{Op: "$look", Targets: []string{c.Name}, ModelTool: ModelTool{Name: name, InputSchema: schema,
+		ts.add(&modelTool{Op: lookOp, Targets: []string{c.Name}, ModelTool: ModelTool{Name: name, InputSchema: schema,
 			Description: "[" + c.Name + "] Look at the connection's state: " + strings.Join(asks, ", ") + ". (read-only)",
 			Annotations: Annotations{ReadOnlyHint: &ro}}})
 		l.ask[name] = c.Name
@@ -389,7 +392,7 @@ func (r *run) lookCall(ctx context.Context, f *frame, n *Node, round int, l *loo
 		return ModelToolResult{}, false, nil
 	}
 	res := ModelToolResult{CallID: call.ID}
-	tn := &Node{Kind: kindLook, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID), Connection: conn, Op: "$look"}
+	tn := &Node{Kind: kindLook, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID), Connection: conn, Op: lookOp}
 	key := tn.ID + f.suffix
 	if out, err, ok := r.replayed(key, tn); ok {
 		if err != nil {
@@ -454,26 +457,33 @@ func isStepFailure(err error) bool {
 	return errors.As(err, &se)
 }
 
-// effectOf is the connection a tool call may have changed: its target,
-// unless the tool is read-only (or a look); "" for none.
-func effectOf(ts *toolSet, call ModelToolCall) string {
-	t, ok := ts.byName[call.Name]
-	if !ok || t.Op == "$look" {
+// effectOf is the connection a tool call may have changed: the one it
+// resolves to (through a merged tool's target or a _call pair), unless
+// its operation is read-only there (the server's annotation, or a
+// profile's readOnly mark); "" for none, a look, a listing or a refusal.
+func (r *run) effectOf(ctx context.Context, ts *toolSet, call ModelToolCall) string {
+	if t, ok := ts.byName[call.Name]; !ok || t.Op == lookOp || t.Lists {
 		return ""
-	}
-	if ro := t.Annotations.ReadOnlyHint; ro != nil && *ro {
-		return ""
-	}
-	if !t.Merged {
-		return t.Targets[0]
 	}
 	var args map[string]any
 	_ = json.Unmarshal(call.Args, &args)
-	target, _ := args[targetArg].(string)
-	if slices.Contains(t.Targets, target) {
-		return target
+	name, op, _, err := ts.resolve(call.Name, args)
+	if err != nil {
+		return ""
 	}
-	return ""
+	conn, _, _, err := r.lookConn(ctx, name)
+	if err != nil {
+		return name // cannot tell: assume it acted
+	}
+	if o, ok := conn.Manifest().Operation(op); ok && o.Annotations.ReadOnlyHint != nil && *o.Annotations.ReadOnlyHint {
+		return ""
+	}
+	for _, sp := range conn.Profiles() {
+		if sp.Profile != nil && sp.Profile.Operations[op] != nil && sp.Profile.Operations[op].ReadOnly {
+			return ""
+		}
+	}
+	return name
 }
 
 func decodeLook(out any) (*lookRecord, error) {

@@ -73,12 +73,13 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 		ctx := context.Background()
 		page := newPage()
 		page.titles = []string{"Sign in", "Sign in"}
-		reg := startRegistry(t, map[string]harness.Provider{"web": browserServer(page)}, nil)
+		srv := pageServer(page)
+		reg := startRegistry(t, map[string]harness.Provider{"web": srv}, nil)
 		models := &scriptModels{rounds: []harness.ModelResponse{
-			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_ui_hover", `{"element":"button \"Sign in\""}`)}},
+			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_call", `{"op":"ui.hover","args":{"element":"button \"Sign in\""}}`)}},
 			{ToolCalls: []harness.ModelToolCall{toolCall("c2", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
 			{ToolCalls: []harness.ModelToolCall{toolCall("c3", "web_look", `{"read":"screen.current"}`), toolCall("c4", "web_look", `{"read":"ui.tree"}`),
-				toolCall("c5", "web_screen_current", `{}`)}},
+				toolCall("c5", "web_call", `{"op":"screen.current","args":{}}`)}},
 			{Text: "Signed in."},
 		}}
 		red := harness.NewSecretRedactor()
@@ -127,6 +128,13 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 					t.Errorf("round %d look:\n%s\nwant no %q", i+1, got, s)
 				}
 			}
+		}
+		var ops []string
+		for _, c := range srv.Calls() {
+			ops = append(ops, c.Op)
+		}
+		if !strings.Contains(strings.Join(ops, ","), "ui.hover,browser.page.summary,ui.click") {
+			t.Errorf("server calls = %v, want the read-only hover (through web_call) and then the click", ops)
 		}
 		if n := page.count("ui.tree"); n != 2 {
 			t.Errorf("ui.tree read %d times, want 2 (before round 1, after the click)", n)
@@ -186,7 +194,7 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		page := newPage()
-		reg := startRegistry(t, map[string]harness.Provider{"web": browserServer(page)}, nil)
+		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(page)}, nil)
 		must(t, reg.SetPolicy("web", harness.Policy{Approve: []string{"ui.click"}}))
 		models := &scriptModels{rounds: []harness.ModelResponse{
 			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
@@ -226,7 +234,7 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 func TestLookValidation(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		reg := startRegistry(t, map[string]harness.Provider{"web": browserServer(newPage())}, nil)
+		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(newPage())}, nil)
 		execs := startWorkers(t, st, reg, 1, "agents", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: &scriptModels{}})
 		for entry, pointer := range map[string]string{
 			`{"look":{"ui.tree":"always"}}`:                       "/workflow/connections/web/look/ui.tree",
@@ -259,7 +267,7 @@ func TestReadsOnAPoolHandle(t *testing.T) {
 				mu.Lock()
 				pages = append(pages, p)
 				mu.Unlock()
-				return browserServer(p), nil
+				return pageServer(p), nil
 			}})
 		must(t, err)
 		reg := startRegistry(t, map[string]harness.Provider{"browsers": prov}, nil)

@@ -83,9 +83,9 @@ func obj(props ...string) json.RawMessage {
 	return b
 }
 
-// browserServer is a server declaring browser@1: its operations, and by
+// pageServer is a server declaring browser@1: its operations, and by
 // patchbay's convention a read-only tool named after each read.
-func browserServer(p *fakePage) *declaring {
+func pageServer(p *fakePage) *declaring {
 	ro := harness.Annotations{ReadOnlyHint: ptr(true)}
 	ops := []harness.MemoryOp{
 		{Operation: harness.Operation{Name: "navigate", InputSchema: obj("url")}},
@@ -137,7 +137,7 @@ func TestVerifyReadRetriesUntilTheClaimsHold(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		page := newPage()
 		page.titles = []string{"Loading", "Loading", "Dashboard " + leaked}
-		reg := startRegistry(t, map[string]harness.Provider{"web": browserServer(page)}, nil)
+		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(page)}, nil)
 		red := harness.NewSecretRedactor()
 		red.Add(leaked)
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Redactor: red})
@@ -168,7 +168,7 @@ func TestVerifyReadValidation(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		reg := startRegistry(t, map[string]harness.Provider{
-			"web":   browserServer(newPage()),
+			"web":   pageServer(newPage()),
 			"plain": harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "ping"}}),
 		}, nil)
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["ui.*","navigate"]},"plain":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
