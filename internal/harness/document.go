@@ -35,6 +35,9 @@ type Document struct {
 	// Expose is how each entry's operations reach a model, by name, for
 	// entries that are not eager (see expose.go).
 	Expose map[string]exposure
+	// Looks are the manifest entries' look timings, connection → read →
+	// turn|effect|ask (see look.go).
+	Looks map[string]map[string]string
 }
 
 // Node is one step of a document.
@@ -143,6 +146,7 @@ type parser struct {
 	stepSpecs     map[string]AttachSpec        // servers model nodes attach for themselves
 	entryProfiles map[string]*profiles.Profile // the profile each manifest entry names
 	exposures     map[string]exposure          // each entry's expose, when not eager
+	looks         map[string]map[string]string // each manifest entry's look timings
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -172,6 +176,7 @@ func (p *parser) document(v any, path string) *Document {
 	d.Attached = p.attachedSpecs
 	d.Handles = p.handles
 	d.Expose = p.exposures
+	d.Looks = p.looks
 	if obj["root"] == nil {
 		p.fail(path+"/root", CodeValidationFailed, "is required")
 		return d
@@ -207,6 +212,9 @@ func (p *parser) connections(v any, path string) []string {
 			continue
 		}
 		p.entry(name, entry, at)
+		if v, ok := entry["look"]; ok {
+			p.parseLook(name, v, at+"/look")
+		}
 	}
 	return names
 }

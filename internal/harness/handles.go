@@ -439,9 +439,9 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	}
 	rec := lease.Record()
 	rec.Pool, rec.Handle, rec.Holder = h.Pool, h.Name, holder
-	conn := lease.Conn()
+	conn, binding, spoken := speakLeased(pc, lease.Conn())
 	c := &Connection{name: h.Name, conn: &leasedConn{Conn: conn, lease: rec.ID}, manifest: conn.Manifest(),
-		state: StateReady, since: time.Now(), policy: pc.Policy()}
+		state: StateReady, since: time.Now(), policy: pc.Policy(), binding: binding, spoken: spoken}
 	hl.rec, hl.lease = rec, lease
 	r.mu.Lock()
 	r.rec.Leases = append(slices.DeleteFunc(r.rec.Leases, func(l LeaseRecord) bool { return l.Holder == holder }), rec)

@@ -72,6 +72,28 @@ func (c *Connection) Profiles() []SpokenProfile {
 	return c.profilesLocked()
 }
 
+// bindingOf is the binding that maps the connection onto a profile; nil
+// when it has none.
+func (c *Connection) bindingOf() *profiles.Binding {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.binding
+}
+
+// speakLeased gives a connection leased from pool what pool speaks: a
+// lease's server is another instance of the pool's probe, so it speaks
+// the same profiles, and a bound pool's lease runs the profile's
+// operations through the binding as the pool's manifest promises.
+func speakLeased(pool *Connection, conn Conn) (Conn, *profiles.Binding, []SpokenProfile) {
+	pool.mu.RLock()
+	b, spoken := pool.binding, slices.Clone(pool.spoken)
+	pool.mu.RUnlock()
+	if b != nil {
+		conn = &boundConn{Conn: conn, b: b}
+	}
+	return conn, b, spoken
+}
+
 // profilesLocked is Profiles for callers holding c.mu.
 func (c *Connection) profilesLocked() []SpokenProfile {
 	if c.spoken == nil && c.binding != nil {

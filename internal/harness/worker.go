@@ -1240,7 +1240,7 @@ func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id Identi
 		return nil, id, err
 	}
 	out, err = r.e.present(ctx, out, conn, r.rec.ID)
-	return out, id, err
+	return withholdReadTool(conn, n.Op, out), id, err
 }
 
 // deliver sends req with the principal's credentials (gate 6's last
