@@ -64,12 +64,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 
+	var opts []server.ServerOption
+	if *httpAddr != "" {
+		opts = append(opts, demo.EventsCapability()) // events are served over HTTP only
+	}
 	var srv *server.MCPServer
 	switch *profile {
 	case "":
-		srv = demo.NewServer()
+		srv = demo.NewServer(opts...)
 	case "chat":
-		srv = demo.NewChatServer()
+		srv = demo.NewChatServer(opts...)
 	default:
 		return fmt.Errorf("-profile %q: the demo speaks only chat", *profile)
 	}

@@ -23,7 +23,7 @@ import (
 // a trigger on high-priority tickets: each turn echoes the ticket's id.
 func eventsServer(t *testing.T) (*demo.Events, string) {
 	t.Helper()
-	s := demo.NewServer()
+	s := demo.NewServer(demo.EventsCapability())
 	ev := &demo.Events{NextPoll: 20 * time.Millisecond, MaxBatch: 3}
 	s.AddTools(ev.Tool())
 	ts := httptest.NewServer(ev.Handler(server.NewStreamableHTTPServer(s)))

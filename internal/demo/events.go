@@ -28,6 +28,14 @@ const (
 	defaultMaxBatch    = 10
 )
 
+// EventsCapability declares the events extension in the server's
+// capabilities (extensions["io.modelcontextprotocol/events"]); a client
+// lists events only from a server that declares them. Only a server served
+// behind Events.Handler should declare it.
+func EventsCapability() server.ServerOption {
+	return server.WithExtensions(map[string]any{"io.modelcontextprotocol/events": map[string]any{"listChanged": false}})
+}
+
 // Extension error codes the demo answers with.
 const (
 	codeNotFound = -32011

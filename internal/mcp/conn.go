@@ -117,6 +117,9 @@ func (c *conn) Info() map[string]any {
 	if n := len(c.events.get()); n > 0 {
 		info["events"] = n
 	}
+	if e := c.events.lastErr(); e != "" {
+		info["eventsError"] = e
+	}
 	switch c.kind {
 	case "http", "sse":
 		info["session"] = c.client.GetSessionId() != ""

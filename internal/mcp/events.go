@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -19,12 +19,14 @@ import (
 // event types with events/list and, for the poll delivery mode, answers
 // events/poll {name, arguments, cursor} with {events, cursor, truncated,
 // hasMore, nextPollMs}. mcp-go knows neither method, so both go to the
-// transport as raw JSON-RPC requests through capture. A server that
-// answers events/list with a JSON-RPC error ("method not found", usually)
-// offers no events, and its tools still work; a listing that is malformed
-// (a page without its events array, a repeated cursor, an event type
-// without a name or delivery modes, an inputSchema that does not compile)
-// fails the connection like a malformed tools/list.
+// transport as raw JSON-RPC requests through capture. events/list is sent
+// only to a server that declares the events capability (capabilities.events,
+// or the extension io.modelcontextprotocol/events under extensions or
+// experimental), read to its last page. A listing that fails or is
+// malformed (a page without its events array, a repeated cursor, an event
+// type without a name or delivery modes, an inputSchema that does not
+// compile) leaves the connection without events, with the reason in Info
+// (eventsError) and the log; its tools still work.
 const (
 	methodEventsList        = "events/list"
 	methodEventsPoll        = "events/poll"
@@ -51,10 +53,15 @@ func (e *EventError) Error() string {
 	return fmt.Sprintf("%s: %s (code %d)", e.Method, e.Message, e.Code)
 }
 
+// ExtEvents is the Events extension's identifier, accepted beside the
+// design's own capabilities.events.
+const ExtEvents = "io.modelcontextprotocol/events"
+
 // serverEvents is a connection's current list of event types.
 type serverEvents struct {
 	mu    sync.RWMutex
 	types []harness.EventType
+	err   string // why the last listing failed
 }
 
 func (s *serverEvents) get() []harness.EventType {
@@ -63,17 +70,78 @@ func (s *serverEvents) get() []harness.EventType {
 	return s.types
 }
 
-func (s *serverEvents) set(types []harness.EventType) {
+func (s *serverEvents) set(types []harness.EventType, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.types = types
+	s.types, s.err = types, ""
+	if err != nil {
+		s.err = err.Error()
+	}
 }
 
-// rpc sends one raw request on the connection's own session.
-func (c *conn) rpc(ctx context.Context, method string, params any) (json.RawMessage, error) {
+func (s *serverEvents) lastErr() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.err
+}
+
+// declaresEvents reports whether a server's raw initialize or
+// server/discover result declares the events capability.
+func declaresEvents(result json.RawMessage) bool {
+	var r struct {
+		Capabilities struct {
+			Events       json.RawMessage            `json:"events"`
+			Extensions   map[string]json.RawMessage `json:"extensions"`
+			Experimental map[string]json.RawMessage `json:"experimental"`
+		} `json:"capabilities"`
+	}
+	if json.Unmarshal(result, &r) != nil {
+		return false
+	}
+	caps := r.Capabilities
+	_, ext := caps.Extensions[ExtEvents]
+	_, exp := caps.Experimental[ExtEvents]
+	return (len(caps.Events) > 0 && string(caps.Events) != "null") || ext || exp
+}
+
+// loadEvents lists the server's events when it declares them; a failure
+// is kept for Info and logged, and leaves no events.
+func (c *conn) loadEvents(ctx context.Context) []harness.EventType {
+	if !declaresEvents(c.capture.serverResult()) {
+		return nil
+	}
+	types, err := c.listEvents(ctx)
+	if err != nil {
+		c.logger.Warn("mcp: events/list failed; the server's events are not used", "err", err)
+		types = nil
+	}
+	c.events.set(types, err)
+	return types
+}
+
+// rpc sends one raw request on the connection's own session. On a
+// 2026-07-28 session it carries what mcp-go adds to its own requests: the
+// protocol version, client capabilities and client info in _meta, and
+// over HTTP the standard headers (Mcp-Method, MCP-Protocol-Version).
+func (c *conn) rpc(ctx context.Context, method string, params map[string]any) (json.RawMessage, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
 	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("pb-" + rand.Text()), Method: method, Params: params}
+	if c.era == EraModern {
+		version := c.client.ProtocolVersion()
+		params["_meta"] = map[string]any{
+			mcp.MetaKeyProtocolVersion:    version,
+			mcp.MetaKeyClientCapabilities: c.client.GetClientCapabilities(),
+			mcp.MetaKeyClientInfo:         mcp.Implementation{Name: "patchbay", Version: buildVersion()},
+		}
+		if c.wire != nil {
+			encoded, _ := json.Marshal(params)
+			req.Header = http.Header{}
+			for k, v := range mcp.StandardHeaders(version, mcp.MCPMethod(method), encoded) {
+				req.Header.Set(k, v)
+			}
+		}
+	}
 	resp, err := c.capture.SendRequest(rctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
@@ -97,13 +165,6 @@ func (c *conn) listEvents(ctx context.Context) ([]harness.EventType, error) {
 		pg.raw = raw
 		return err
 	})
-	var ee *EventError
-	if errors.As(err, &ee) {
-		if ee.Code != mcp.METHOD_NOT_FOUND {
-			c.logger.Warn("mcp: events/list refused; the server's events are not used", "err", err)
-		}
-		return nil, nil
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +203,7 @@ func (c *conn) refreshEvents(n mcp.JSONRPCNotification) {
 			c.logger.Warn("mcp: events/list after list_changed failed; keeping the previous list", "err", err)
 			return
 		}
-		c.events.set(types)
+		c.events.set(types, nil)
 	}()
 }
 

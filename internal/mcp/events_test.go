@@ -16,7 +16,7 @@ import (
 // serveEvents serves the demo with its events, as cmd/demo-mcp -http does.
 func serveEvents(t *testing.T, ev *demo.Events) config.MCP {
 	t.Helper()
-	s := demo.NewServer()
+	s := demo.NewServer(demo.EventsCapability())
 	s.AddTools(ev.Tool())
 	ts := httptest.NewServer(ev.Handler(server.NewStreamableHTTPServer(s)))
 	t.Cleanup(ts.Close)

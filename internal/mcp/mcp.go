@@ -608,12 +608,7 @@ func (c *conn) connect(ctx context.Context, clientVersion string) error {
 	if err != nil {
 		return err
 	}
-	events, err := c.listEvents(ctx)
-	if err != nil {
-		return fmt.Errorf("list events: %w", err)
-	}
-	c.events.set(events)
-	c.manifest = harness.Manifest{Operations: ops, Profiles: declared, Events: events}
+	c.manifest = harness.Manifest{Operations: ops, Profiles: declared, Events: c.loadEvents(ctx)}
 	c.invalid = invalid
 	if init.Capabilities.Resources != nil {
 		n, err := c.listResources(ctx)

@@ -115,11 +115,13 @@ func TestManifest(t *testing.T) {
 		readOnly, destructive, idempote bool
 	}
 	wants := map[string]want{
-		"add":      {[]string{"a", "b"}, true, false, true},
-		"echo":     {[]string{"text"}, true, false, true},
-		"fail":     {nil, true, false, true},
-		"note_get": {[]string{"key"}, true, false, true},
-		"note_put": {[]string{"key", "value"}, false, false, true},
+		"add":         {[]string{"a", "b"}, true, false, true},
+		"echo":        {[]string{"text"}, true, false, true},
+		"fail":        {nil, true, false, true},
+		"note_get":    {[]string{"key"}, true, false, true},
+		"note_put":    {[]string{"key", "value"}, false, false, true},
+		"open_ticket": {[]string{"title"}, false, false, false},
+		"slow_job":    {[]string{"seconds"}, true, false, true},
 	}
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -131,7 +133,7 @@ func TestManifest(t *testing.T) {
 				names = append(names, op.Name)
 			}
 			slices.Sort(names)
-			if !slices.Equal(names, []string{"add", "echo", "fail", "note_get", "note_put"}) {
+			if !slices.Equal(names, []string{"add", "echo", "fail", "note_get", "note_put", "open_ticket", "slow_job"}) {
 				t.Fatalf("operations = %v", names)
 			}
 			for _, op := range ops {

@@ -83,9 +83,11 @@ func (c *eventConn) Manifest() harness.Manifest {
 func (c *eventConn) EventTypes() []harness.EventType {
 	return []harness.EventType{{Name: "ticket.created", Delivery: c.srv.delivery, InputSchema: ticketSchema}}
 }
-func (c *eventConn) Identity() harness.Identity { return harness.Identity{Surface: "mcp", Instance: "fake", Epoch: 1} }
-func (c *eventConn) Info() map[string]any       { return map[string]any{} }
-func (c *eventConn) Close() error               { return nil }
+func (c *eventConn) Identity() harness.Identity {
+	return harness.Identity{Surface: "mcp", Instance: "fake", Epoch: 1}
+}
+func (c *eventConn) Info() map[string]any { return map[string]any{} }
+func (c *eventConn) Close() error         { return nil }
 func (c *eventConn) Call(context.Context, harness.CallRequest) (any, error) {
 	return nil, harness.ErrUnknownOperation
 }
@@ -272,4 +274,3 @@ func secondClient(t *testing.T, st *store.Store) *store.Store {
 	opts := *st.Client.(*redis.Client).Options()
 	return &store.Store{Client: redis.NewClient(&opts), Prefix: st.Prefix}
 }
-

@@ -72,7 +72,7 @@ type connectionData struct {
 	Events        []harness.EventType
 	Subscriptions []triggers.SubscriptionStatus
 	SignIn        *signInPanel
-	Profiles   []harness.SpokenProfile
+	Profiles      []harness.SpokenProfile
 }
 
 func (h *handler) connection(c echo.Context) error {
