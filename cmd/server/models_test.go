@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -293,16 +292,8 @@ models:
 allowlists:
   default: { connections: { counter: { ops: ["*"] } } }
 `, mcpSrv.URL+"/mcp", llm.URL+"/v1"))
-	addr := freeAddr(t)
-	srv := &replica{bin: serverBin, addr: addr, logPath: filepath.Join(t.TempDir(), "server.log"), env: []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
-		"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=k1", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_CLAIM_TIMEOUT=2s",
-	}}
-	if err := srv.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.kill)
+	srv := oneReplica(t, st, cfg)
+	addr := srv.addr
 
 	status, ex := post2(addr, "k1", []byte(`{"agent":{"model":"local/llama3","tools":[{"connection":"counter"}]},"input":"go"}`))
 	if status != http.StatusAccepted {

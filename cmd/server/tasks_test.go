@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -95,17 +93,8 @@ func TestTaskSurvivesKillNine(t *testing.T) {
 	}
 	st := storetest.New(t)
 	jobs, cfgBody := jobsServer(t)
-	cfg := writeConfig(t, cfgBody)
-	addr := freeAddr(t)
-	srv := &replica{bin: serverBin, addr: addr, logPath: filepath.Join(t.TempDir(), "server.log"), env: []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
-		"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=k1", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_CLAIM_TIMEOUT=2s",
-	}}
-	if err := srv.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.kill)
+	srv := oneReplica(t, st, writeConfig(t, cfgBody))
+	addr := srv.addr
 
 	status, ex := post2(addr, "k1", slowJob(`{"seconds":4}`))
 	if status != http.StatusAccepted {

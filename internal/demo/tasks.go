@@ -149,11 +149,12 @@ func rpcHandler(next http.Handler, handle func(method string, params json.RawMes
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+		// mcp-go reads the request as it was, whatever was peeked at.
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 		if err != nil || len(body) > maxRequestBytes {
-			http.Error(w, "request too large or unreadable", http.StatusRequestEntityTooLarge)
+			next.ServeHTTP(w, r) // no extension request is that large
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		var msg struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
@@ -214,12 +215,31 @@ func (j *Jobs) start(name string, rawArgs json.RawMessage, meta map[string]any) 
 	jb := &job{id: rand.Text(), created: time.Now(), seconds: *args.Seconds, input: args.Input, idemKey: key}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.purge(jb.created)
 	j.jobs[jb.id] = jb
 	j.stats.Calls++
 	t := j.view(jb, time.Now())
 	t["resultType"] = "task"
 	return t, nil, true
 }
+
+// purge forgets the jobs whose TTL has passed, as the extension lets a
+// server do; a poll for one is then "task not found". Callers hold j.mu.
+func (j *Jobs) purge(now time.Time) {
+	for id, jb := range j.jobs {
+		if now.Sub(jb.created) > jobTTL {
+			delete(j.jobs, id)
+		}
+	}
+}
+
+// readCloser reads r and closes c.
+type readCloser struct {
+	io.Reader
+	c io.Closer
+}
+
+func (rc readCloser) Close() error { return rc.c.Close() }
 
 func declaresTasks(meta map[string]any) bool {
 	caps, _ := meta[clientCapsMeta].(map[string]any)

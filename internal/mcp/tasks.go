@@ -37,6 +37,10 @@ const (
 	// taskGetRetries is how many tasks/get failures in a row a wait
 	// outlives (a network blip during a long task).
 	taskGetRetries = 3
+	// taskMessageEvery bounds how often a new status message alone is
+	// reported, so a server that words every poll anew does not flood
+	// the execution's events (a status change is reported at once).
+	taskMessageEvery = 2 * time.Second
 )
 
 // Task statuses.
@@ -121,7 +125,10 @@ func (c *conn) follow(ctx context.Context, s *session, req harness.CallRequest, 
 		c.cancelTask(ctx, s, t.TaskID)
 		return nil, err
 	}
-	w.Progress(harness.TaskProgress{ID: t.TaskID, Status: t.Status, Message: t.StatusMessage})
+	if t.Status != taskWorking || t.StatusMessage != "" {
+		// Started announced the task as working; this says more.
+		w.Progress(harness.TaskProgress{ID: t.TaskID, Status: t.Status, Message: t.StatusMessage})
+	}
 	return c.await(ctx, s, req, w, t)
 }
 
@@ -133,6 +140,7 @@ func (c *conn) await(ctx context.Context, s *session, req harness.CallRequest, w
 		id = last.TaskID
 	}
 	failures := 0
+	var reported time.Time
 	for {
 		if last != nil && (taskTerminal(last.Status) || last.Status == taskInputRequired) {
 			return c.taskOutcome(ctx, s, req, last)
@@ -155,8 +163,10 @@ func (c *conn) await(ctx context.Context, s *session, req harness.CallRequest, w
 			}
 			continue
 		}
-		if last == nil || t.Status != last.Status || t.StatusMessage != last.StatusMessage {
+		if newStatus := last == nil || t.Status != last.Status; newStatus ||
+			t.StatusMessage != last.StatusMessage && time.Since(reported) >= taskMessageEvery {
 			w.Progress(harness.TaskProgress{ID: id, Status: t.Status, Message: t.StatusMessage})
+			reported = time.Now()
 		}
 		last = t
 	}
