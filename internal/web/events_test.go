@@ -59,7 +59,7 @@ func TestConnectionPageShowsServerEvents(t *testing.T) {
 	p := c.get("/admin/connections/tickets")
 	text := func(sel string) string { return strings.Join(strings.Fields(p.doc.Find(sel).Text()), " ") }
 	ev := `#server-events tr[data-event="ticket.created"]`
-	if got := text(ev + " td:nth-child(1)") + " | " + text(ev+" td:nth-child(2)"); got != "ticket.created a ticket was opened | poll" {
+	if got := text(ev+" td:nth-child(1)") + " | " + text(ev+" td:nth-child(2)"); got != "ticket.created a ticket was opened | poll" {
 		t.Errorf("event row %q", got)
 	}
 	row := `#subscriptions tr[data-event="ticket.created"]`
