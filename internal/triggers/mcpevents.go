@@ -17,6 +17,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
 // # Events of MCP servers
@@ -130,14 +131,6 @@ end
 return fresh
 `)
 
-// renewScript extends the lease while it is the caller's.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`)
-
 // releaseScript gives the lease back when it is the caller's.
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -176,7 +169,7 @@ func (s *Service) hold(ctx context.Context, sb *subscription) {
 				return
 			case <-t.C:
 			}
-			n, err := renewScript.Run(hctx, s.st.Client, []string{sb.key("lease")}, s.consumer, s.pollLease.Milliseconds()).Int()
+			n, err := store.RenewScript.Run(hctx, s.st.Client, []string{sb.key("lease")}, s.consumer, s.pollLease.Milliseconds()).Int()
 			if err == nil && n == 0 {
 				cancel(errLeaseLost)
 				return
