@@ -365,7 +365,7 @@ func (s *Service) match(sb *subscription, ev Event) []string {
 		ok, err := t.matches(env)
 		if err != nil {
 			s.logger.Warn("trigger filter failed; event not delivered to it", "trigger", t.ID, "event", ev.ID, "err", err)
-			sb.src.inbox.count(context.WithoutCancel(context.Background()), "t:"+t.ID+":filterErrors")
+			sb.src.inbox.count(context.Background(), "t:"+t.ID+":filterErrors")
 			continue
 		}
 		if ok {
