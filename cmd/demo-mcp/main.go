@@ -1,11 +1,13 @@
 // Command demo-mcp is a small MCP server for trying patchbay and for its
 // tests. It serves the tools of internal/demo (echo, add, note_put, note_get,
-// fail, slow_job) over stdio by default, or over Streamable HTTP at /mcp with
-// -http ADDR. Over HTTP, slow_job runs as a task of the MCP Tasks extension
-// for a client that declares it (patchbay does); elsewhere it blocks. With
-// -profile chat it also declares profile chat@1 and serves chat.post,
-// chat.reply and the read chat.thread.recent. It stops cleanly on SIGINT or
-// SIGTERM, and in stdio mode also
+// fail, slow_job, open_ticket) over stdio by default, or over Streamable HTTP
+// at /mcp with -http ADDR. Over HTTP, slow_job runs as a task of the MCP
+// Tasks extension
+// for a client that declares it (patchbay does); elsewhere it blocks. Over
+// HTTP it also offers the event ticket.created (MCP Events, poll delivery),
+// raised by open_ticket. With -profile chat it also declares profile chat@1
+// and serves chat.post, chat.reply and the read chat.thread.recent. It stops
+// cleanly on SIGINT or SIGTERM, and in stdio mode also
 // when its input is closed.
 //
 //	demo-mcp                      # stdio, as a patchbay connection command
@@ -64,21 +66,26 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 
+	var opts []server.ServerOption
+	if *httpAddr != "" {
+		opts = append(opts, demo.EventsCapability()) // events are served over HTTP only
+	}
 	var srv *server.MCPServer
 	switch *profile {
 	case "":
-		srv = demo.NewServer()
+		srv = demo.NewServer(opts...)
 	case "chat":
-		srv = demo.NewChatServer()
+		srv = demo.NewChatServer(opts...)
 	default:
 		return fmt.Errorf("-profile %q: the demo speaks only chat", *profile)
 	}
-	jobs := demo.NewJobs()
-	srv.AddTools(jobs.Tool())
+	jobs, events := demo.NewJobs(), demo.NewEvents()
+	srv.AddTools(jobs.Tool(), events.Tool())
 	if *httpAddr == "" {
 		return serveStdio(ctx, srv, stderr)
 	}
-	return serveHTTP(ctx, srv, jobs, *httpAddr, stderr)
+	extensions := func(h http.Handler) http.Handler { return jobs.Handler(events.Handler(h)) }
+	return serveHTTP(ctx, srv, extensions, *httpAddr, stderr)
 }
 
 func serveStdio(ctx context.Context, srv *server.MCPServer, stderr io.Writer) error {
@@ -91,7 +98,10 @@ func serveStdio(ctx context.Context, srv *server.MCPServer, stderr io.Writer) er
 	return err
 }
 
-func serveHTTP(ctx context.Context, srv *server.MCPServer, jobs *demo.Jobs, addr string, stderr io.Writer) error {
+// serveHTTP serves srv behind the handlers of extensions, which answer
+// the extension requests mcp-go does not serve (tasks, events) and hand
+// the rest on to it.
+func serveHTTP(ctx context.Context, srv *server.MCPServer, extensions func(http.Handler) http.Handler, addr string, stderr io.Writer) error {
 	// Listen before announcing, so the printed address is the real one (port
 	// 0) and a client reading it can connect at once.
 	ln, err := net.Listen("tcp", addr)
@@ -101,7 +111,7 @@ func serveHTTP(ctx context.Context, srv *server.MCPServer, jobs *demo.Jobs, addr
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	mcpHandler := server.NewStreamableHTTPServer(srv, server.WithStreamableHTTPLogger(logger))
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", jobs.Handler(mcpHandler))
+	mux.Handle("/mcp", extensions(mcpHandler))
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -17,6 +17,9 @@ type connectionList struct {
 type connectionDetail struct {
 	harness.Status
 	Operations []harness.Operation `json:"operations"`
+	// Events are the event types the server offers (MCP events/list),
+	// which triggers and wait nodes may name.
+	Events []harness.EventType `json:"events,omitempty"`
 }
 
 // connectionFilter says which connections the request's key may see:
@@ -68,5 +71,5 @@ func (h *handlers) getConnection(c echo.Context) error {
 	if ops == nil {
 		ops = []harness.Operation{}
 	}
-	return c.JSON(http.StatusOK, connectionDetail{Status: conn.Status(), Operations: ops})
+	return c.JSON(http.StatusOK, connectionDetail{Status: conn.Status(), Operations: ops, Events: conn.EventTypes()})
 }

@@ -220,6 +220,18 @@ type MCP struct {
 	// an HTTP response body), default 16 MiB, so a runaway server cannot
 	// exhaust patchbay's memory.
 	MaxResponseBytes int64 `yaml:"maxResponseBytes"`
+	// Subscribe lists server events (MCP Events extension) patchbay
+	// subscribes to even when no trigger names them, so that wait nodes
+	// see them. A trigger on the connection subscribes to its own event.
+	Subscribe []EventSubscription `yaml:"subscribe"`
+}
+
+// EventSubscription is one subscription to a server's event type: the
+// event and the arguments the server filters it by (validated against the
+// event's inputSchema once the server has listed it).
+type EventSubscription struct {
+	Event     string         `yaml:"event"`
+	Arguments map[string]any `yaml:"arguments"`
 }
 
 // OpenAPI describes a REST API by its OpenAPI 3.0 or 3.1 document: every

@@ -240,7 +240,7 @@ func TestLoadErrorHidesSecrets(t *testing.T) {
 
 func TestLoadFile(t *testing.T) {
 	t.Parallel()
-	const mcpFields = "args, command, cwd, env, headers, maxResponseBytes, name, requestTimeoutMs, timeoutMs, type, url"
+	const mcpFields = "args, command, cwd, env, headers, maxResponseBytes, name, requestTimeoutMs, subscribe, timeoutMs, type, url"
 	tests := []struct {
 		name  string
 		file  string

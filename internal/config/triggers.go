@@ -70,6 +70,10 @@ type Trigger struct {
 	// Thread is an expression over event naming the turn's thread;
 	// default the trigger's id.
 	Thread string `yaml:"thread"`
+	// Arguments are the subscription arguments sent to an MCP server
+	// whose event the trigger names (its filter on the server's side,
+	// such as mentionsAgent: true); only on mcp connections.
+	Arguments map[string]any `yaml:"arguments"`
 	// Workflow is the document the turn runs: a path (relative to the
 	// config file) or the document inline.
 	Workflow any `yaml:"workflow"`
@@ -88,6 +92,14 @@ type Inbox struct {
 	// LogSize is how many recent deliveries (accepted, duplicate,
 	// rejected) are kept per connection for the admin UI. Default 100.
 	LogSize int `yaml:"logSize"`
+	// PollFloor is the shortest wait between two events/poll requests of
+	// one MCP event subscription, whatever nextPollMs the server suggests.
+	// Default 1s.
+	PollFloor time.Duration `yaml:"pollFloor"`
+	// PollLease is how long a replica's hold on an MCP event subscription
+	// lasts without renewal; another replica takes the subscription over
+	// from its persisted cursor once it lapses. Default 15s.
+	PollLease time.Duration `yaml:"pollLease"`
 }
 
 // Limits and defaults of triggers and their sources.
@@ -103,6 +115,10 @@ const (
 	MinReclaimAfter      = time.Second
 	DefaultMaxDeliveries = 5
 	DefaultLogSize       = 100
+	DefaultPollFloor     = time.Second
+	MinPollFloor         = 10 * time.Millisecond
+	DefaultPollLease     = 15 * time.Second
+	MinPollLease         = time.Second
 	CronEventTick        = "tick"
 )
 
@@ -259,6 +275,12 @@ func (in *Inbox) validate(ps *problems) {
 	if in.MaxDeliveries < 0 || in.MaxDeliveries > 100 {
 		ps.add("inbox.maxDeliveries", "must be between 1 and 100 (0 for the default %d)", DefaultMaxDeliveries)
 	}
+	if in.PollFloor != 0 && in.PollFloor < MinPollFloor {
+		ps.add("inbox.pollFloor", "must be at least %s, not %s", MinPollFloor, in.PollFloor)
+	}
+	if in.PollLease != 0 && in.PollLease < MinPollLease {
+		ps.add("inbox.pollLease", "must be at least %s, not %s", MinPollLease, in.PollLease)
+	}
 	if in.LogSize < 0 || in.LogSize > 10_000 {
 		ps.add("inbox.logSize", "must be between 1 and 10000 (0 for the default %d)", DefaultLogSize)
 	}
@@ -307,12 +329,17 @@ func (f *File) validateTriggers(ps *problems) {
 			if t.Event != CronEventTick {
 				ps.add(path+".event", "a cron connection has one event, %q, not %q", CronEventTick, t.Event)
 			}
-		case conn.Webhooks != nil:
+		case conn.Webhooks != nil || conn.MCP != nil:
+			// An MCP server's events are known once it has listed them:
+			// the subscription checks the name and arguments then.
 			if !ValidEventType(t.Event) {
 				ps.add(path+".event", "must be an event type")
 			}
 		default:
-			ps.add(path+".connection", "connection %q has no events (it is not a source or cron and takes no webhooks)", t.Connection)
+			ps.add(path+".connection", "connection %q has no events (it is not a source, cron or mcp server and takes no webhooks)", t.Connection)
+		}
+		if t.Arguments != nil && (!ok || conn.MCP == nil) {
+			ps.add(path+".arguments", "is only for a trigger on an mcp connection's event")
 		}
 		for field, src := range map[string]string{"filter": t.Filter, "thread": t.Thread} {
 			if src == "" {

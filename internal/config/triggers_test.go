@@ -59,7 +59,7 @@ func TestTriggerProblems(t *testing.T) {
 	t.Parallel()
 	file := `
 connections:
-  demo: { mcp: { command: x } }
+  demo: { mcp: { command: x, subscribe: [{ event: "9x" }] } }
   src:
     source: { events: { "9bad": {}, ok: { type: nope } } }
     webhooks: { secrets: [whsec_c2hvcnQ=, "not-a-secret", "whsec_!!"], dedupeFor: 1m }
@@ -69,9 +69,10 @@ connections:
 triggers:
   - { id: a, connection: src, event: ok, filter: "event.(", workflow: missing.json }
   - { id: a, connection: cr, event: fire, input: { x: { $expr: "" } } }
-  - { id: b, connection: demo, event: x, workflow: 3 }
+  - { id: b, connection: demo, event: "9x", workflow: 3 }
   - { id: c, connection: ghost, event: x, workflow: {} }
-inbox: { reclaimAfter: 1ms, maxDeliveries: -1 }
+  - { id: d, connection: src, event: ok, arguments: { a: 1 }, workflow: {} }
+inbox: { reclaimAfter: 1ms, maxDeliveries: -1, pollFloor: 1ms, pollLease: 10ms }
 `
 	_, err := load(env{"PATCHBAY_CONFIG": "/etc/pb.yaml", "PATCHBAY_START_TRIGGERS": "maybe"}, files{"/etc/pb.yaml": file})
 	checkProblems(t, err,
@@ -81,6 +82,7 @@ inbox: { reclaimAfter: 1ms, maxDeliveries: -1 }
 		want{"connections.cr.cron.schedule", "timezone, not a TZ= prefix"},
 		want{"connections.cr.cron.timezone", "not a known IANA time zone"},
 		want{"connections.cr.webhooks", "cannot be set on a cron connection"},
+		want{"connections.demo.mcp.subscribe[0].event", "must be an event type"},
 		want{"connections.every.cron.schedule", "@every has no fixed slots"},
 		want{"connections.src.source.events.9bad", "event type must be a letter"},
 		want{"connections.src.source.events.ok", "not a valid JSON Schema"},
@@ -89,6 +91,8 @@ inbox: { reclaimAfter: 1ms, maxDeliveries: -1 }
 		want{"connections.src.webhooks.secrets[1]", `must start with "whsec_"`},
 		want{"connections.src.webhooks.secrets[2]", "standard base64"},
 		want{"inbox.maxDeliveries", "between 1 and 100"},
+		want{"inbox.pollFloor", "at least 10ms"},
+		want{"inbox.pollLease", "at least 1s"},
 		want{"inbox.reclaimAfter", "at least 1s"},
 		want{"triggers[0].filter", "does not compile"},
 		want{"triggers[0].workflow", "cannot read the workflow file"},
@@ -96,9 +100,10 @@ inbox: { reclaimAfter: 1ms, maxDeliveries: -1 }
 		want{"triggers[1].id", `"a" is already the id of triggers[0]`},
 		want{"triggers[1].input.x.$expr", "non-empty expression"},
 		want{"triggers[1].workflow", "is required"},
-		want{"triggers[2].connection", `"demo" has no events`},
+		want{"triggers[2].event", "must be an event type"},
 		want{"triggers[2].workflow", "must be a file path or a workflow document"},
 		want{"triggers[3].connection", `no connection named "ghost"`},
+		want{"triggers[4].arguments", "only for a trigger on an mcp connection"},
 	)
 	if strings.Contains(err.Error(), "not-a-secret") || strings.Contains(err.Error(), "c2hvcnQ") {
 		t.Errorf("a problem quotes a secret:\n%v", err)

@@ -428,6 +428,11 @@ func (m *MCP) validate(ps *problems, path, key string) {
 	if m.TimeoutMs < 0 {
 		ps.add(path+".timeoutMs", "must not be negative")
 	}
+	for i, sub := range m.Subscribe {
+		if !ValidEventType(sub.Event) {
+			ps.add(fmt.Sprintf("%s.subscribe[%d].event", path, i), "must be an event type")
+		}
+	}
 	if m.RequestTimeoutMs < 0 {
 		ps.add(path+".requestTimeoutMs", "must not be negative")
 	}

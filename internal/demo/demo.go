@@ -1,6 +1,8 @@
 // Package demo owns the tools of patchbay's demo MCP server: echo, add,
 // note_put, note_get and fail, and slow_job, which Jobs runs as a task of
-// the MCP Tasks extension over HTTP. cmd/demo-mcp serves them over stdio or
+// the MCP Tasks extension over HTTP, and open_ticket, which raises the
+// event ticket.created that Events serves by poll (MCP Events) over HTTP.
+// cmd/demo-mcp serves them over stdio or
 // Streamable HTTP, and the tests of internal/mcp serve them in-process, so
 // both exercise the same server.
 //

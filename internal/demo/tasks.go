@@ -137,6 +137,12 @@ func jobResult(id string, seconds float64, key string) *mcp.CallToolResult {
 // declare the extension, and hands everything else to next (mcp-go's
 // Streamable HTTP handler).
 func (j *Jobs) Handler(next http.Handler) http.Handler {
+	return rpcHandler(next, j.handle)
+}
+
+// rpcHandler answers the JSON-RPC requests handle takes (ok true) and
+// hands every other message to next, with its body intact.
+func rpcHandler(next http.Handler, handle func(method string, params json.RawMessage) (result any, rpcErr *mcp.JSONRPCErrorDetails, ok bool)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
@@ -146,7 +152,7 @@ func (j *Jobs) Handler(next http.Handler) http.Handler {
 		// mcp-go reads the request as it was, whatever was peeked at.
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 		if err != nil || len(body) > maxRequestBytes {
-			next.ServeHTTP(w, r) // no task request is that large
+			next.ServeHTTP(w, r) // no extension request is that large
 			return
 		}
 		var msg struct {
@@ -158,7 +164,7 @@ func (j *Jobs) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		result, rpcErr, ok := j.handle(msg.Method, msg.Params)
+		result, rpcErr, ok := handle(msg.Method, msg.Params)
 		if !ok {
 			next.ServeHTTP(w, r)
 			return

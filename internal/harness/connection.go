@@ -54,6 +54,9 @@ type Manifest struct {
 	// Profiles are the profiles the server declares it speaks, name →
 	// version (see package profiles).
 	Profiles map[string]string `json:"profiles,omitempty"`
+	// Events are the event types the server offers (MCP events/list),
+	// which triggers and wait nodes may name; empty for most connections.
+	Events []EventType `json:"events,omitempty"`
 }
 
 // Operation returns the named operation and whether it exists.

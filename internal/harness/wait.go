@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +83,12 @@ func (p *parser) wait(obj map[string]any, at string) *Node {
 		p.fail(at+"/event", CodeValidationFailed, "is required and must be an event type")
 	} else if p.declared[n.Connection] && !matchAny(p.events[n.Connection], n.Event) {
 		p.fail(at+"/event", CodeValidationFailed, "event %q is not declared in the events of connection %q's entry", n.Event, n.Connection)
+	} else if c, err := p.reg.Get(n.Connection); err == nil && len(c.EventTypes()) > 0 {
+		// A server that lists its events (MCP events/list) is held to
+		// them; one that lists none (a source, a webhook) is not.
+		if !slices.ContainsFunc(c.EventTypes(), func(t EventType) bool { return t.Name == n.Event }) {
+			p.fail(at+"/event", CodeValidationFailed, "connection %q's server offers no event %q", n.Connection, n.Event)
+		}
 	}
 	n.Timeout = p.millis(obj, "timeoutMs", at, defaultWaitTimeout, maxWaitTimeout)
 	if f, ok := obj["filter"]; ok {

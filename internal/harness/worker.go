@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
 // Run claims work items from the shared stream with n workers until ctx is
@@ -241,13 +243,6 @@ local epoch = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return epoch
-`)
-
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
 `)
 
 // releaseScript drops the claim and reports (2) whether another claim
@@ -569,7 +564,7 @@ func (e *Executions) renew(ctx context.Context, cancel context.CancelCauseFunc, 
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				n, err := renewScript.Run(ctx, e.store.Client, []string{e.ownerKey(id)}, token, e.visibility.Milliseconds()).Int()
+				n, err := store.RenewScript.Run(ctx, e.store.Client, []string{e.ownerKey(id)}, token, e.visibility.Milliseconds()).Int()
 				if err == nil && n == 0 {
 					cancel(ErrFenced)
 					return

@@ -45,6 +45,16 @@ type capture struct {
 
 	mu      sync.Mutex
 	schemas map[string]json.RawMessage
+	// server is the raw result of the last initialize or server/discover,
+	// for the capabilities mcp-go's struct does not keep (events).
+	server json.RawMessage
+}
+
+// serverResult is the raw result of the handshake.
+func (c *capture) serverResult() json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.server
 }
 
 // maxReissues bounds how often a request whose 2026-07-28 response stream
@@ -100,6 +110,10 @@ func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest)
 	}
 	if err == nil && resp != nil && resp.Error == nil {
 		switch req.Method {
+		case string(mcp.MethodInitialize), string(mcp.MethodServerDiscover):
+			c.mu.Lock()
+			c.server = resp.Result
+			c.mu.Unlock()
 		case string(mcp.MethodToolsList):
 			c.note(resp.Result)
 		case string(mcp.MethodToolsCall):

@@ -58,6 +58,7 @@ type conn struct {
 	identity harness.Identity
 
 	taskWake taskWakes // waits on tasks, woken by notifications/tasks
+	events   serverEvents
 
 	fault    once
 	done     chan struct{}
@@ -68,7 +69,10 @@ type conn struct {
 	closeErr  error
 }
 
-var _ harness.Conn = (*conn)(nil)
+var (
+	_ harness.Conn        = (*conn)(nil)
+	_ harness.EventPoller = (*conn)(nil)
+)
 
 func (c *conn) Manifest() harness.Manifest { return c.manifest }
 
@@ -109,6 +113,12 @@ func (c *conn) Info() map[string]any {
 	}
 	if len(c.invalid) > 0 {
 		info["invalidTools"] = c.invalid
+	}
+	if n := len(c.events.get()); n > 0 {
+		info["events"] = n
+	}
+	if e := c.events.lastErr(); e != "" {
+		info["eventsError"] = e
 	}
 	switch c.kind {
 	case "http", "sse":

@@ -295,6 +295,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 	c.client = client.NewClient(trans, p.clientOptions(legacyOnly, p.opts.ProtocolVersion)...)
 	c.own = &session{client: c.client, capture: c.capture, wire: c.wire}
 	c.client.OnNotification(c.taskWake.notified)
+	c.client.OnNotification(c.refreshEvents)
 	if kind != "stdio" {
 		c.openTenant = func(ctx context.Context, headers map[string]string) (*session, error) {
 			return p.openTenant(ctx, c, headers)
@@ -607,7 +608,7 @@ func (c *conn) connect(ctx context.Context, clientVersion string) error {
 	if err != nil {
 		return err
 	}
-	c.manifest = harness.Manifest{Operations: ops, Profiles: declared}
+	c.manifest = harness.Manifest{Operations: ops, Profiles: declared, Events: c.loadEvents(ctx)}
 	c.invalid = invalid
 	if init.Capabilities.Resources != nil {
 		n, err := c.listResources(ctx)

@@ -299,6 +299,9 @@ type source struct {
 	triggers []*trigger
 	inbox    *inbox
 	dedupe   time.Duration
+	// server: the events come from an MCP server's subscriptions, never
+	// through Emit.
+	server bool
 }
 
 // validate checks ev against the declared events of s.

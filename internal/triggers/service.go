@@ -70,10 +70,13 @@ type Service struct {
 	maxDeliveries int64
 	logSize       int
 	maxInFlight   int
+	pollFloor     time.Duration
+	pollLease     time.Duration
 
 	sources  map[string]*source // by connection: every source, cron and webhook connection
 	crons    map[string]*cronSource
 	triggers map[string]*trigger // by id
+	subs     []*subscription     // MCP event subscriptions, in config order
 
 	mu      sync.Mutex
 	started bool
@@ -103,8 +106,8 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		st: o.Store, execs: o.Executions, reg: o.Registry, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
 		reclaimAfter: config.DefaultReclaimAfter, maxDeliveries: config.DefaultMaxDeliveries, logSize: config.DefaultLogSize,
-		maxInFlight: o.MaxInFlight,
-		sources:     map[string]*source{}, crons: map[string]*cronSource{}, triggers: map[string]*trigger{},
+		maxInFlight: o.MaxInFlight, pollFloor: config.DefaultPollFloor, pollLease: config.DefaultPollLease,
+		sources: map[string]*source{}, crons: map[string]*cronSource{}, triggers: map[string]*trigger{},
 	}
 	if s.now = o.Now; s.now == nil {
 		s.now = func(ctx context.Context) (time.Time, error) { return s.st.Client.Time(ctx).Result() }
@@ -118,6 +121,12 @@ func New(o Options) (*Service, error) {
 		}
 		if in.LogSize > 0 {
 			s.logSize = in.LogSize
+		}
+		if in.PollFloor > 0 {
+			s.pollFloor = in.PollFloor
+		}
+		if in.PollLease > 0 {
+			s.pollLease = in.PollLease
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
@@ -149,6 +158,7 @@ func New(o Options) (*Service, error) {
 		}
 		s.sources[name] = src
 	}
+	s.mcpSources(f)
 	for _, t := range f.Triggers {
 		src, ok := s.sources[t.Connection]
 		if !ok {
@@ -160,6 +170,10 @@ func New(o Options) (*Service, error) {
 		}
 		s.triggers[t.ID] = c
 		src.triggers = append(src.triggers, c)
+		if src.server {
+			sb := s.addSubscription(src, t.Event, t.Arguments)
+			sb.triggers = append(sb.triggers, c)
+		}
 	}
 	return s, nil
 }
@@ -194,7 +208,7 @@ func (s *Service) HasSource(connection string) bool {
 // bad event, ErrUnknownSource for a connection that takes no events.
 func (s *Service) Emit(ctx context.Context, connection string, ev Event, via Via) (Result, error) {
 	src, ok := s.sources[connection]
-	if !ok || (via.Kind != "cron" && s.crons[connection] != nil) {
+	if !ok || src.server || (via.Kind != "cron" && s.crons[connection] != nil) {
 		return Result{}, fmt.Errorf("%w: %q", ErrUnknownSource, connection)
 	}
 	if !ValidEventID(ev.ID) {
@@ -318,6 +332,9 @@ func (s *Service) Start(ctx context.Context) error {
 		c := s.crons[name]
 		s.wg.Go(func() { s.runCron(runCtx, c) })
 	}
+	for _, sb := range s.subs {
+		s.wg.Go(func() { s.runSubscription(runCtx, sb) })
+	}
 	s.started, s.cancel = true, cancel
 	s.logger.Info("triggers started", "triggers", len(s.triggers), "sources", len(s.sources), "consumer", s.consumer)
 	return nil
@@ -413,7 +430,9 @@ type Status struct {
 	Connections []harness.Status `json:"connections"`
 	Triggers    []TriggerStatus  `json:"triggers"`
 	Inboxes     []InboxStatus    `json:"inboxes"`
-	LastEventAt *time.Time       `json:"lastEventAt,omitempty"`
+	// Subscriptions are the MCP event subscriptions.
+	Subscriptions []SubscriptionStatus `json:"subscriptions"`
+	LastEventAt   *time.Time           `json:"lastEventAt,omitempty"`
 }
 
 // Status reads the figures of every source and trigger.
@@ -462,6 +481,11 @@ func (s *Service) Status(ctx context.Context) (*Status, error) {
 			},
 		})
 	}
+	subs, err := s.subscriptionStatuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out.Subscriptions = subs
 	return out, nil
 }
 

@@ -67,8 +67,12 @@ type connectionData struct {
 	Policy     harness.Policy
 	Deliveries []triggers.Receipt
 	HasSource  bool
-	SignIn     *signInPanel
-	Profiles   []harness.SpokenProfile
+	// Events are the event types an MCP server offers; Subscriptions
+	// patchbay's subscriptions to them.
+	Events        []harness.EventType
+	Subscriptions []triggers.SubscriptionStatus
+	SignIn        *signInPanel
+	Profiles      []harness.SpokenProfile
 }
 
 func (h *handler) connection(c echo.Context) error {
@@ -78,9 +82,13 @@ func (h *handler) connection(c echo.Context) error {
 	}
 	d := connectionData{Status: conn.Status(), Operations: conn.Manifest().Operations, Policy: conn.Policy(), SignIn: h.signInPanel(c, conn),
 		Profiles: conn.Profiles()}
+	d.Events = conn.EventTypes()
 	if h.Triggers != nil && h.Triggers.HasSource(conn.Name()) {
 		d.HasSource = true
 		if d.Deliveries, err = h.Triggers.Deliveries(bg(c), conn.Name(), 50); err != nil {
+			return err
+		}
+		if d.Subscriptions, err = h.Triggers.Subscriptions(bg(c), conn.Name()); err != nil {
 			return err
 		}
 	}

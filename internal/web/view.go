@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/triggers"
 )
 
 func csrfHeaders(token string) string {
@@ -212,4 +213,21 @@ func compact(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+// jsonText is v as compact JSON, for small values shown inline.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "?"
+	}
+	return string(b)
+}
+
+// cursorAge says how long ago a subscription's persisted cursor moved.
+func cursorAge(s triggers.SubscriptionStatus) string {
+	if s.CursorAgeSeconds == nil {
+		return "no cursor yet"
+	}
+	return (time.Duration(*s.CursorAgeSeconds) * time.Second).String() + " ago"
 }

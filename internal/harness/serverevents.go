@@ -1,0 +1,104 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Delivery modes of a server's event type (the MCP Events extension).
+const (
+	DeliveryPoll    = "poll"
+	DeliveryPush    = "push"
+	DeliveryWebhook = "webhook"
+)
+
+// EventType is one event type a server offers: its subscription arguments
+// (InputSchema) and the shape of its payloads.
+type EventType struct {
+	Name          string          `json:"name"`
+	Description   string          `json:"description,omitempty"`
+	Delivery      []string        `json:"delivery"`
+	InputSchema   json.RawMessage `json:"inputSchema,omitempty"`
+	PayloadSchema json.RawMessage `json:"payloadSchema,omitempty"`
+}
+
+// Offers reports whether the event type can be delivered in mode.
+func (t EventType) Offers(mode string) bool { return slices.Contains(t.Delivery, mode) }
+
+// EventType returns the named event type and whether the server offers it.
+func (m Manifest) EventType(name string) (EventType, bool) {
+	for _, t := range m.Events {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return EventType{}, false
+}
+
+// EventPoll is one events/poll request: a subscription (event type and
+// arguments) and the cursor to resume from (nil: start from now).
+type EventPoll struct {
+	Name      string
+	Arguments map[string]any
+	Cursor    *string
+	MaxEvents int
+}
+
+// EventOccurrence is one event a server delivered.
+type EventOccurrence struct {
+	EventID   string         `json:"eventId"`
+	Name      string         `json:"name"`
+	Timestamp string         `json:"timestamp"`
+	Data      map[string]any `json:"data"`
+}
+
+// EventBatch is an events/poll result. Cursor nil means the event type
+// has no replay: the next poll sends nil again.
+type EventBatch struct {
+	Events     []EventOccurrence
+	Cursor     *string
+	Truncated  bool
+	HasMore    bool
+	NextPollMs int64
+}
+
+// EventPoller is a Conn whose server delivers events by poll. EventTypes
+// is the current list (refreshed when the server says it changed), which
+// may be newer than the manifest read at connect.
+type EventPoller interface {
+	EventTypes() []EventType
+	PollEvents(ctx context.Context, req EventPoll) (*EventBatch, error)
+}
+
+// ErrNoEvents: the connection's server delivers no events.
+var ErrNoEvents = errors.New("the connection's server delivers no events")
+
+// EventTypes is the live connection's current list of event types, else
+// the manifest's.
+func (c *Connection) EventTypes() []EventType {
+	c.mu.RLock()
+	conn, m := c.conn, c.manifest
+	c.mu.RUnlock()
+	if p, ok := conn.(EventPoller); ok {
+		return p.EventTypes()
+	}
+	return m.Events
+}
+
+// PollEvents sends one events/poll on the live connection.
+func (c *Connection) PollEvents(ctx context.Context, req EventPoll) (*EventBatch, error) {
+	c.mu.RLock()
+	conn, state := c.conn, c.state
+	c.mu.RUnlock()
+	if state != StateReady || conn == nil {
+		return nil, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
+	}
+	p, ok := conn.(EventPoller)
+	if !ok {
+		return nil, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
+	}
+	return p.PollEvents(ctx, req)
+}

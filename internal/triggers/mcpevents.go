@@ -1,0 +1,507 @@
+package triggers
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
+)
+
+// # Events of MCP servers
+//
+// A trigger on an mcp connection, and each entry of the connection's
+// subscribe list, subscribes to one of the server's event types (MCP Events
+// extension) with its arguments; triggers with the same event and
+// arguments share a subscription. Only poll delivery is implemented: a
+// subscription whose event type does not offer poll records why and is
+// not delivered.
+//
+// Each subscription is polled by one replica at a time: the holder of its
+// lease ({in:C}:sub:ID:lease, renewed every third of PollLease); when the
+// holder dies the lease lapses and another replica takes over. One Lua
+// script (pollScript) takes a whole events/poll batch: it refuses to run
+// for a replica that no longer holds the lease, drops events whose id this
+// subscription saw before, appends the others to the inbox (one entry per
+// matching trigger) and to the subscription's outbox, and persists the
+// cursor the batch ended at, all at once. A replica that dies before the
+// script polls again from the old cursor on takeover and gets the same
+// events; one that dies after it resumes from the new cursor. Either way
+// each event starts its turns once. The outbox feeds the connection's
+// event log that wait nodes read: it is drained after the script (and by
+// whoever takes the lease over), so an event reaches waits at least once;
+// a crash between the append and the drain can show it twice.
+
+// subscription is one MCP event subscription.
+type subscription struct {
+	id        string
+	event     string
+	arguments map[string]any
+	src       *source
+	triggers  []*trigger
+
+	schemaSrc string // the inputSchema the arguments were last judged by
+	argsErr   error
+}
+
+// subscriptionID names a subscription by its event and canonical
+// arguments (encoding/json sorts map keys).
+func subscriptionID(event string, args map[string]any) string {
+	b, _ := json.Marshal(args)
+	sum := sha256.Sum256(append([]byte(event+"\x00"), b...))
+	return hex.EncodeToString(sum[:8])
+}
+
+func (sb *subscription) key(parts ...string) string {
+	return sb.src.inbox.key(append([]string{"sub", sb.id}, parts...)...)
+}
+
+// addSubscription returns the subscription of (event, args) on src,
+// creating it.
+func (s *Service) addSubscription(src *source, event string, args map[string]any) *subscription {
+	if args == nil {
+		args = map[string]any{}
+	}
+	id := subscriptionID(event, args)
+	for _, sb := range s.subs {
+		if sb.src == src && sb.id == id {
+			return sb
+		}
+	}
+	sb := &subscription{id: id, event: event, arguments: args, src: src}
+	s.subs = append(s.subs, sb)
+	return sb
+}
+
+// pollScript ingests one events/poll batch and persists its cursor.
+//
+// KEYS: stream, state, log, lease, sub, outbox, seen keys (one per event)…
+// ARGV: holder, dedupe ttl ms, cursor JSON, now ms, log size, truncated
+// ("1"/"0"), then per event: event JSON, accepted receipt, duplicate
+// receipt, trigger count k, k trigger ids.
+//
+// It answers -1 when the lease is not the caller's, else the number of
+// events appended.
+var pollScript = redis.NewScript(`
+if redis.call('GET', KEYS[4]) ~= ARGV[1] then return -1 end
+local a, fresh, logsize = 7, 0, tonumber(ARGV[5]) - 1
+for i = 1, #KEYS - 6 do
+  local ev, acc, dup, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
+  if redis.call('EXISTS', KEYS[6 + i]) == 1 then
+    redis.call('HINCRBY', KEYS[2], 'duplicate', 1)
+    redis.call('LPUSH', KEYS[3], dup)
+  else
+    redis.call('SET', KEYS[6 + i], '1', 'PX', ARGV[2])
+    for j = 1, k do
+      local t = ARGV[a + 3 + j]
+      redis.call('XADD', KEYS[1], '*', 't', t, 'e', ev)
+      redis.call('HINCRBY', KEYS[2], 't:' .. t .. ':received', 1)
+    end
+    redis.call('HINCRBY', KEYS[2], 'accepted', 1)
+    redis.call('HSET', KEYS[2], 'lastEventAt', ARGV[4])
+    redis.call('LPUSH', KEYS[3], acc)
+    redis.call('RPUSH', KEYS[6], ev)
+    redis.call('HINCRBY', KEYS[5], 'events', 1)
+    fresh = fresh + 1
+  end
+  redis.call('LTRIM', KEYS[3], 0, logsize)
+  a = a + 4 + k
+end
+if redis.call('HGET', KEYS[5], 'cursor') ~= ARGV[3] then
+  redis.call('HSET', KEYS[5], 'cursor', ARGV[3], 'cursorAt', ARGV[4])
+end
+redis.call('HSET', KEYS[5], 'polledAt', ARGV[4], 'mode', 'poll')
+redis.call('HDEL', KEYS[5], 'lastError', 'lastErrorAt')
+if ARGV[6] == '1' then
+  redis.call('HINCRBY', KEYS[5], 'truncated', 1)
+  redis.call('HSET', KEYS[5], 'truncatedAt', ARGV[4])
+end
+return fresh
+`)
+
+// releaseScript gives the lease back when it is the caller's.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// errLeaseLost: another replica holds the subscription now.
+var errLeaseLost = errors.New("the subscription's lease passed to another replica")
+
+// runSubscription polls sb whenever this replica holds its lease.
+func (s *Service) runSubscription(ctx context.Context, sb *subscription) {
+	for ctx.Err() == nil {
+		ok, err := s.st.Client.SetNX(ctx, sb.key("lease"), s.consumer, s.pollLease).Result()
+		if err != nil && ctx.Err() == nil {
+			s.logger.Warn("subscription lease: redis failed", "connection", sb.src.name, "event", sb.event, "err", err)
+		}
+		if !ok {
+			sleep(ctx, s.pollLease/3)
+			continue
+		}
+		s.hold(ctx, sb)
+	}
+}
+
+// hold polls sb until the lease is lost or ctx ends, renewing the lease
+// meanwhile.
+func (s *Service) hold(ctx context.Context, sb *subscription) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(s.pollLease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-t.C:
+			}
+			n, err := store.RenewScript.Run(hctx, s.st.Client, []string{sb.key("lease")}, s.consumer, s.pollLease.Milliseconds()).Int()
+			if err == nil && n == 0 {
+				cancel(errLeaseLost)
+				return
+			}
+		}
+	}()
+	defer func() {
+		// Given back on a clean stop, so another replica need not wait for
+		// the lease to lapse.
+		rctx, rc := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer rc()
+		_ = releaseScript.Run(rctx, s.st.Client, []string{sb.key("lease")}, s.consumer).Err()
+	}()
+	s.drainOutbox(hctx, sb)
+	for hctx.Err() == nil {
+		wait, err := s.pollOnce(hctx, sb)
+		if errors.Is(err, errLeaseLost) {
+			return
+		}
+		if err != nil && hctx.Err() == nil {
+			s.recordError(hctx, sb, err)
+		}
+		sleep(hctx, wait)
+	}
+}
+
+// pollOnce sends one events/poll and ingests its batch. It returns how
+// long to wait before the next.
+func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration, error) {
+	retry := max(s.pollFloor, time.Second)
+	c, err := s.reg.Get(sb.src.name)
+	if err != nil {
+		return retry, err
+	}
+	if err := sb.check(c.EventTypes()); err != nil {
+		return retry, err
+	}
+	cursor, err := s.cursorOf(ctx, sb)
+	if err != nil {
+		return retry, err
+	}
+	batch, err := c.PollEvents(ctx, harness.EventPoll{Name: sb.event, Arguments: sb.arguments, Cursor: cursor})
+	if err != nil {
+		return retry, fmt.Errorf("events/poll: %w", err)
+	}
+	fresh, err := s.ingestBatch(ctx, sb, batch)
+	if err != nil {
+		return retry, err
+	}
+	if fresh > 0 {
+		s.drainOutbox(ctx, sb)
+	}
+	if batch.Truncated {
+		s.logger.Warn("server events were skipped upstream (truncated)", "connection", sb.src.name, "event", sb.event)
+	}
+	if batch.HasMore {
+		return 0, nil
+	}
+	return max(time.Duration(batch.NextPollMs)*time.Millisecond, s.pollFloor), nil
+}
+
+// check judges the subscription against the server's current event
+// types: the event is listed, offers poll, and the arguments fit its
+// inputSchema.
+func (sb *subscription) check(types []harness.EventType) error {
+	i := slices.IndexFunc(types, func(t harness.EventType) bool { return t.Name == sb.event })
+	if i < 0 {
+		return fmt.Errorf("the server offers no event %q", sb.event)
+	}
+	t := types[i]
+	if !t.Offers(harness.DeliveryPoll) {
+		return fmt.Errorf("event %q is delivered only by %v; patchbay polls (push and webhook are not implemented)", sb.event, t.Delivery)
+	}
+	if string(t.InputSchema) != sb.schemaSrc {
+		sb.schemaSrc, sb.argsErr = string(t.InputSchema), validateArguments(t.InputSchema, sb.arguments)
+	}
+	return sb.argsErr
+}
+
+// noFetch refuses every $ref outside the schema: patchbay never loads
+// schemas from the network or the disk on a server's say-so.
+type noFetch struct{}
+
+func (noFetch) Load(url string) (any, error) { return nil, fmt.Errorf("not loading %s", url) }
+
+// validateArguments checks subscription arguments against an event's
+// inputSchema (none: any object).
+func validateArguments(schema json.RawMessage, args map[string]any) error {
+	if len(schema) == 0 {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return fmt.Errorf("the event's inputSchema is not JSON: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(noFetch{})
+	if err := c.AddResource("mem://event-input.json", doc); err != nil {
+		return fmt.Errorf("the event's inputSchema: %w", err)
+	}
+	sch, err := c.Compile("mem://event-input.json")
+	if err != nil {
+		return fmt.Errorf("the event's inputSchema does not compile: %w", err)
+	}
+	// Validate the JSON form, as the server will see it.
+	b, _ := json.Marshal(args)
+	v, _ := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err := sch.Validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			ps := schemaProblems(ve)
+			msgs := make([]string, len(ps))
+			for i, p := range ps {
+				msgs[i] = "arguments" + p.Path[len("/payload"):] + ": " + p.Message
+			}
+			return fmt.Errorf("arguments do not fit the event's inputSchema: %v", msgs)
+		}
+		return fmt.Errorf("arguments do not fit the event's inputSchema: %w", err)
+	}
+	return nil
+}
+
+// cursorOf reads the persisted cursor: nil when none was persisted or the
+// server's last answer had none (no replay).
+func (s *Service) cursorOf(ctx context.Context, sb *subscription) (*string, error) {
+	v, err := s.st.Client.HGet(ctx, sb.key(), "cursor").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("subscription %s: cursor: %w", sb.id, err)
+	}
+	var c *string
+	if err := json.Unmarshal([]byte(v), &c); err != nil {
+		return nil, fmt.Errorf("subscription %s: cursor: %w", sb.id, err)
+	}
+	return c, nil
+}
+
+// ingestBatch runs pollScript for batch.
+func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harness.EventBatch) (int, error) {
+	in := sb.src.inbox
+	now := time.Now().UTC()
+	cursor, _ := json.Marshal(batch.Cursor)
+	trunc := "0"
+	if batch.Truncated {
+		trunc = "1"
+	}
+	keys := []string{in.stream(), in.state(), in.log(), sb.key("lease"), sb.key(), sb.key("outbox")}
+	argv := []any{s.consumer, sb.src.dedupe.Milliseconds(), cursor, now.UnixMilli(), s.logSize, trunc}
+	for _, occ := range batch.Events {
+		ev := Event{Connection: sb.src.name, Type: occ.Name, ID: occurrenceID(occ.EventID), Payload: occ.Data, ReceivedAt: now}
+		matched := s.match(sb, ev)
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return 0, fmt.Errorf("subscription %s: encode event: %w", sb.id, err)
+		}
+		r := Receipt{At: now, Via: "mcp", Outcome: "accepted", EventID: ev.ID, Type: ev.Type, Triggers: len(matched)}
+		acc, _ := json.Marshal(r)
+		r.Outcome, r.Triggers = "duplicate", 0
+		dup, _ := json.Marshal(r)
+		keys = append(keys, in.key("seen", sb.id, ev.ID))
+		argv = append(argv, data, acc, dup, len(matched))
+		for _, t := range matched {
+			argv = append(argv, t)
+		}
+	}
+	n, err := pollScript.Run(ctx, s.st.Client, keys, argv...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("subscription %s: ingest: %w", sb.id, err)
+	}
+	if n < 0 {
+		return 0, errLeaseLost
+	}
+	return n, nil
+}
+
+// occurrenceID is the server's eventId, or its digest when it cannot be a
+// key (too long, unprintable).
+func occurrenceID(id string) string {
+	if ValidEventID(id) {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// match returns the ids of sb's triggers whose filter ev passes.
+func (s *Service) match(sb *subscription, ev Event) []string {
+	var out []string
+	env := envOf(ev)
+	for _, t := range sb.triggers {
+		ok, err := t.matches(env)
+		if err != nil {
+			s.logger.Warn("trigger filter failed; event not delivered to it", "trigger", t.ID, "event", ev.ID, "err", err)
+			sb.src.inbox.count(context.Background(), "t:"+t.ID+":filterErrors")
+			continue
+		}
+		if ok {
+			out = append(out, t.ID)
+		}
+	}
+	return out
+}
+
+// drainOutbox moves the subscription's accepted events to the
+// connection's event log, oldest first.
+func (s *Service) drainOutbox(ctx context.Context, sb *subscription) {
+	if s.execs == nil {
+		return
+	}
+	for ctx.Err() == nil {
+		raw, err := s.st.Client.LIndex(ctx, sb.key("outbox"), 0).Result()
+		if err != nil {
+			return // empty (redis.Nil), or tried again after the next poll
+		}
+		var ev Event
+		if json.Unmarshal([]byte(raw), &ev) == nil {
+			err := s.execs.AppendEvent(ctx, harness.ConnEvent{Connection: ev.Connection, Type: ev.Type, ID: ev.ID, Payload: ev.Payload, ReceivedAt: ev.ReceivedAt})
+			if err != nil {
+				s.logger.Warn("server event not recorded for waits yet", "connection", ev.Connection, "event", ev.ID, "err", err)
+				return
+			}
+		}
+		s.st.Client.LPop(ctx, sb.key("outbox"))
+	}
+}
+
+// recordError keeps the subscription's last error for status.
+func (s *Service) recordError(ctx context.Context, sb *subscription, err error) {
+	s.logger.Warn("server event subscription failed", "connection", sb.src.name, "event", sb.event, "err", err)
+	msg := harness.Excerpt(err.Error(), 500)
+	s.st.Client.HSet(ctx, sb.key(), "lastError", msg, "lastErrorAt", time.Now().UnixMilli(), "mode", "poll")
+}
+
+// SubscriptionStatus is one MCP event subscription as status shows it.
+type SubscriptionStatus struct {
+	Connection string         `json:"connection"`
+	Event      string         `json:"event"`
+	Arguments  map[string]any `json:"arguments"`
+	// Mode is how events are delivered: poll (push and webhook are not
+	// implemented).
+	Mode string `json:"mode"`
+	// Triggers are the ids of the triggers it feeds.
+	Triggers []string `json:"triggers"`
+	// Holder is the replica polling it now, if any.
+	Holder string `json:"holder,omitempty"`
+	// HasCursor: a cursor is persisted (the server replays from it).
+	HasCursor bool `json:"hasCursor"`
+	// CursorAt is when the persisted cursor last moved.
+	CursorAt *time.Time `json:"cursorAt,omitempty"`
+	// CursorAgeSeconds is the time since CursorAt.
+	CursorAgeSeconds *float64   `json:"cursorAgeSeconds,omitempty"`
+	LastPollAt       *time.Time `json:"lastPollAt,omitempty"`
+	Events           int64      `json:"events"`
+	// Truncated counts the answers that said events were skipped
+	// upstream; TruncatedAt is the last.
+	Truncated   int64      `json:"truncated"`
+	TruncatedAt *time.Time `json:"truncatedAt,omitempty"`
+	LastError   string     `json:"lastError,omitempty"`
+	LastErrorAt *time.Time `json:"lastErrorAt,omitempty"`
+}
+
+// subscriptionStatus reads sb's figures.
+func (s *Service) subscriptionStatus(ctx context.Context, sb *subscription) (SubscriptionStatus, error) {
+	st := SubscriptionStatus{Connection: sb.src.name, Event: sb.event, Arguments: sb.arguments, Mode: harness.DeliveryPoll, Triggers: []string{}}
+	for _, t := range sb.triggers {
+		st.Triggers = append(st.Triggers, t.ID)
+	}
+	m, err := s.st.Client.HGetAll(ctx, sb.key()).Result()
+	if err != nil {
+		return st, fmt.Errorf("subscription %s: status: %w", sb.id, err)
+	}
+	if h, err := s.st.Client.Get(ctx, sb.key("lease")).Result(); err == nil {
+		st.Holder = h
+	}
+	st.HasCursor = m["cursor"] != "" && m["cursor"] != "null"
+	st.CursorAt, st.LastPollAt, st.TruncatedAt, st.LastErrorAt = msTime(m["cursorAt"]), msTime(m["polledAt"]), msTime(m["truncatedAt"]), msTime(m["lastErrorAt"])
+	if st.CursorAt != nil {
+		age := time.Since(*st.CursorAt).Seconds()
+		st.CursorAgeSeconds = &age
+	}
+	st.Events, st.Truncated, st.LastError = num(m, "events"), num(m, "truncated"), m["lastError"]
+	return st, nil
+}
+
+// mcpSources adds a source for each mcp connection with triggers or
+// subscriptions, and the subscriptions.
+func (s *Service) mcpSources(f *config.File) {
+	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
+		c := f.Connections[name]
+		if c.MCP == nil || c.Webhooks != nil {
+			continue
+		}
+		wanted := len(c.MCP.Subscribe) > 0 || slices.ContainsFunc(f.Triggers, func(t config.Trigger) bool { return t.Connection == name })
+		if !wanted {
+			continue
+		}
+		src := &source{name: name, inbox: newInbox(s.st, name), dedupe: config.DefaultDedupeFor, server: true}
+		s.sources[name] = src
+		for _, sub := range c.MCP.Subscribe {
+			s.addSubscription(src, sub.Event, sub.Arguments)
+		}
+	}
+}
+
+// subscriptionStatuses reads every subscription's figures.
+func (s *Service) subscriptionStatuses(ctx context.Context) ([]SubscriptionStatus, error) {
+	out := []SubscriptionStatus{}
+	for _, sb := range s.subs {
+		st, err := s.subscriptionStatus(ctx, sb)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Subscriptions lists connection's MCP event subscriptions with their
+// figures (the admin connection page shows them).
+func (s *Service) Subscriptions(ctx context.Context, connection string) ([]SubscriptionStatus, error) {
+	out := []SubscriptionStatus{}
+	for _, sb := range s.subs {
+		if sb.src.name != connection {
+			continue
+		}
+		st, err := s.subscriptionStatus(ctx, sb)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
