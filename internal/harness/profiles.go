@@ -84,6 +84,18 @@ func bound(b *profiles.Binding) SpokenProfile {
 	return SpokenProfile{Profile: b.Profile, Name: b.Profile.Name, Version: b.Profile.Version.String(), Binding: b.Name}
 }
 
+// speak gives conn — the connection's live Conn, or for a pool a lease's —
+// the profiles the connection speaks: its catalog's, its binding's.
+func (c *Connection) speak(conn Conn) (Conn, []SpokenProfile, error) {
+	c.mu.RLock()
+	cat, b := c.catalog, c.binding
+	c.mu.RUnlock()
+	if cat == nil {
+		cat = builtinProfiles()
+	}
+	return speak(conn, cat, b)
+}
+
 // speak checks a fresh Conn against the profiles it claims to speak: each
 // one its server declares that the catalog knows must not be contradicted
 // by its tools, and each tool a binding uses must exist. A declared
@@ -183,9 +195,10 @@ func (c *boundConn) Err() error {
 }
 
 // profileOf resolves a manifest entry's "name@range" against what the
-// connection speaks (or, for a server the document brings or a pool
-// handle, against the catalog: what it speaks is known only once it is
-// attached). It returns the profile the entry's steps are typed by.
+// connection speaks — for a handle, what its pool speaks, which every
+// lease's server is bound to or checked against — or, for a server the
+// document brings, against the catalog (what it speaks is known only once
+// it is attached). It returns the profile the entry's steps are typed by.
 func (p *parser) profileOf(name string, e map[string]any, s string, at string) *profiles.Profile {
 	pname, cons, err := profiles.ParseRef(s)
 	if err != nil {
@@ -198,9 +211,11 @@ func (p *parser) profileOf(name string, e map[string]any, s string, at string) *
 		return nil
 	}
 	_, attaches := e["mcp"]
-	_, leases := e["from"]
+	if pool, ok := e["from"].(string); ok {
+		name = pool
+	}
 	conn, err := p.reg.Get(name)
-	if attaches || leases || err != nil {
+	if attaches || err != nil {
 		prof, ok := cat.Match(pname, cons)
 		if !ok {
 			p.fail(at, CodeValidationFailed, "no version of profile %s is within %s (known: %s)", pname, rangeOf(s), strings.Join(cat.Names(), ", "))
