@@ -50,6 +50,13 @@ func baseFile() *config.File {
 // connection "mem" and two execution workers.
 func setup(t *testing.T, st *store.Store, f *config.File, now func(context.Context) (time.Time, error)) *bundle {
 	t.Helper()
+	return setupWith(t, st, f, now, nil)
+}
+
+// setupWith is setup whose connections named in providers are served by
+// those rather than by triggers.NewProvider.
+func setupWith(t *testing.T, st *store.Store, f *config.File, now func(context.Context) (time.Time, error), providers map[string]harness.Provider) *bundle {
+	t.Helper()
 	if st == nil {
 		st = storetest.New(t)
 	}
@@ -59,7 +66,11 @@ func setup(t *testing.T, st *store.Store, f *config.File, now func(context.Conte
 		t.Fatal(err)
 	}
 	for name, c := range f.Connections {
-		if err := reg.Add(name, triggers.NewProvider(name, c)); err != nil {
+		p := providers[name]
+		if p == nil {
+			p = triggers.NewProvider(name, c)
+		}
+		if err := reg.Add(name, p); err != nil {
 			t.Fatal(err)
 		}
 	}
