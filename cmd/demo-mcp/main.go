@@ -2,7 +2,7 @@
 // tests. It serves the tools of internal/demo (echo, add, note_put, note_get,
 // fail) over stdio by default, or over Streamable HTTP at /mcp with
 // -http ADDR. With -profile chat it also declares profile chat@1 and serves
-// chat.post and chat.reply. It stops cleanly on SIGINT or SIGTERM, and in stdio mode also
+// chat.post, chat.reply and the read chat.thread.recent. It stops cleanly on SIGINT or SIGTERM, and in stdio mode also
 // when its input is closed.
 //
 //	demo-mcp                      # stdio, as a patchbay connection command
@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo-mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	httpAddr := fs.String("http", "", "serve Streamable HTTP at http://`ADDR`/mcp instead of stdio (port 0 picks a free port)")
-	profile := fs.String("profile", "", "also speak `PROFILE`: chat declares chat@1 and serves chat.post and chat.reply")
+	profile := fs.String("profile", "", "also speak `PROFILE`: chat declares chat@1 and serves chat.post, chat.reply and the read chat.thread.recent")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil

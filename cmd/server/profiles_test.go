@@ -59,6 +59,13 @@ allowlists:
 	if out, _ := ex["output"].(map[string]any); !strings.HasPrefix(fmt.Sprint(out["thread"]), "#general/") {
 		t.Fatalf("output = %v", ex["output"])
 	}
+	// The read chat.thread.recent, served as a tool of its name, verified
+	// over MCP.
+	ex = post(t, srv.url, "k1", []byte(`{"wait":"10s","workflow":{"version":1,"connections":{"chat":{}},
+		"root":{"kind":"verify","id":"seen","connection":"chat","read":"chat.thread.recent","claims":[{"expr":"any($subject.messages, .text == 'hello')"}]}}}`))
+	if ex["status"] != "succeeded" {
+		t.Fatalf("verify read: %v", ex)
+	}
 	ex = postAny(t, srv.url, "k1", typedChat(`{"profile":"chat@^1"}`, `{"channel":"#broken","text":"hello"}`))
 	errObj, _ := ex["error"].(map[string]any)
 	if ex["status"] != "failed" || errObj["code"] != "step_failed" || !strings.Contains(fmt.Sprint(errObj["message"]), "contradicts chat@1.0.0") {

@@ -24,6 +24,8 @@ type Metrics struct {
 	calls      *prometheus.CounterVec
 	callTime   *prometheus.HistogramVec
 	tokens     *prometheus.CounterVec
+	looks      *prometheus.CounterVec
+	lookTokens *prometheus.CounterVec
 	// models bounds the model label: names come from documents, so past
 	// maxModelLabels distinct ones the rest count as "other".
 	modelsMu sync.Mutex
@@ -58,9 +60,15 @@ func NewMetrics() *Metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "patchbay_model_tokens_total", Help: "Model tokens by provider, model and direction (input, output).",
 		}, []string{"provider", "model", "direction"}),
+		looks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "patchbay_looks_total", Help: "Profile reads shown to models, by read and form (full, diff, unchanged, failed).",
+		}, []string{"read", "form"}),
+		lookTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "patchbay_look_tokens_total", Help: "Estimated tokens (bytes/4) of profile reads shown to models, by read and form.",
+		}, []string{"read", "form"}),
 		models: map[string]bool{},
 	}
-	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime, m.tokens,
+	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime, m.tokens, m.looks, m.lookTokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -94,9 +102,17 @@ func (m *Metrics) ModelTokens(provider, model, direction string, tokens int64) {
 	m.tokens.WithLabelValues(provider, model, direction).Add(float64(tokens))
 }
 
+// LookTokens counts one profile read shown to a model. Read names come
+// from the loaded profiles, so the label set is bounded by the catalog.
+func (m *Metrics) LookTokens(read, form string, tokens int) {
+	m.looks.WithLabelValues(read, form).Inc()
+	m.lookTokens.WithLabelValues(read, form).Add(float64(tokens))
+}
+
 var (
 	_ harness.Observer      = (*Metrics)(nil)
 	_ harness.TokenObserver = (*Metrics)(nil)
+	_ harness.LookObserver  = (*Metrics)(nil)
 )
 
 func (m *Metrics) handler() echo.HandlerFunc {

@@ -25,7 +25,8 @@ const GuardedChannel = "#guarded"
 
 // NewChatServer is NewServer that also speaks chat@1: it declares the
 // profile under the io.patchbay/profiles capability and serves chat.post
-// and chat.reply over an in-memory channel list.
+// and chat.reply over an in-memory channel list, and the read
+// chat.thread.recent as a tool of that name.
 func NewChatServer(opts ...server.ServerOption) *server.MCPServer {
 	opts = append(opts, server.WithExperimental(map[string]any{
 		profiles.DeclarationKey: map[string]any{"chat": ChatVersion},
@@ -35,6 +36,7 @@ func NewChatServer(opts ...server.ServerOption) *server.MCPServer {
 	s.AddTools(
 		server.ServerTool{Tool: chatPostTool, Handler: c.post},
 		server.ServerTool{Tool: chatReplyTool, Handler: c.reply},
+		server.ServerTool{Tool: chatRecentTool, Handler: c.recent},
 	)
 	return s
 }
@@ -52,19 +54,47 @@ var (
 		mcp.WithString("text", mcp.Required(), mcp.Description("The message.")),
 		hints("Reply", false, false, false),
 	)
+	// chatRecentTool is chat@1's read chat.thread.recent, served as a
+	// tool of the read's name: patchbay's convention for declaring
+	// servers.
+	chatRecentTool = mcp.NewTool("chat.thread.recent",
+		mcp.WithDescription("The last few messages posted (chat@1 read)."),
+		hints("Recent messages", true, false, true),
+	)
 )
+
+// recentMessages is how many messages chat.thread.recent answers with.
+const recentMessages = 5
 
 // chat numbers messages; a thread is named by its first message.
 type chat struct {
 	mu   sync.Mutex
 	next int
+	log  []map[string]any // the messages posted, oldest first
 }
 
-func (c *chat) id() string {
+// add numbers a message and logs it; a first message (no thread) starts
+// the thread "<channel>/<id>".
+func (c *chat) add(channel, thread, text string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++
-	return fmt.Sprintf("m%d", c.next)
+	id := fmt.Sprintf("m%d", c.next)
+	if thread == "" {
+		thread = channel + "/" + id
+	}
+	c.log = append(c.log, map[string]any{"message": id, "thread": thread, "author": "patchbay", "text": text})
+	return id
+}
+
+func (c *chat) recent(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msgs := []any{}
+	for _, m := range c.log[max(0, len(c.log)-recentMessages):] {
+		msgs = append(msgs, m)
+	}
+	return structured(map[string]any{"messages": msgs}), nil
 }
 
 func (c *chat) post(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -80,7 +110,7 @@ func (c *chat) post(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolRe
 		res.IsError = true
 		return res, nil
 	}
-	id := c.id()
+	id := c.add(args.Channel, "", args.Text)
 	if args.Channel == BrokenChannel {
 		return structured(map[string]any{"message": id}), nil
 	}
@@ -95,7 +125,7 @@ func (c *chat) reply(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	if res := bind(req, &args); res != nil {
 		return res, nil
 	}
-	return structured(map[string]any{"message": c.id(), "thread": args.Thread}), nil
+	return structured(map[string]any{"message": c.add("", args.Thread, args.Text), "thread": args.Thread}), nil
 }
 
 // approved reports whether a call carries an approval's id.

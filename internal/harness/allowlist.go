@@ -232,6 +232,18 @@ func (al *Allowlist) check(doc *Document, base string) []FieldError {
 			c.Connection = h.Pool
 			n = &c
 		}
+		if n.Kind == kindRead {
+			// A verify's profile read: its name is granted like an
+			// operation's.
+			if spec, ok := doc.Attached[n.Connection]; ok {
+				if g, ok := al.mcpGrant(spec); ok && !matchOp(g.Ops, n.Op) {
+					deny(n.Path+"/read", "the allowlist does not grant read %q of server %q (step %s)", n.Op, n.Connection, n.ID)
+				}
+			} else if granted(n.Connection) && !al.allows(n.Connection, n.Op) {
+				deny(n.Path+"/read", "the allowlist does not grant read %q of connection %q (step %s)", n.Op, n.Connection, n.ID)
+			}
+			return
+		}
 		if spec, ok := doc.Attached[n.Connection]; ok && n.Kind == KindCall {
 			if g, ok := al.mcpGrant(spec); ok && !matchOp(g.Ops, n.Op) {
 				deny(n.Path+"/op", "the allowlist does not grant operation %q of server %q (step %s)", n.Op, n.Connection, n.ID)

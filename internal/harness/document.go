@@ -32,6 +32,9 @@ type Document struct {
 	// Handles are the entries that lease a connection of their own from
 	// a pool, by name (see handles.go).
 	Handles map[string]Handle
+	// Looks are the manifest entries' look timings, connection → read →
+	// turn|effect|ask (see look.go).
+	Looks map[string]map[string]string
 }
 
 // Node is one step of a document.
@@ -139,6 +142,7 @@ type parser struct {
 	over          []string                     // the fan-out's connections while parsing its steps
 	stepSpecs     map[string]AttachSpec        // servers model nodes attach for themselves
 	entryProfiles map[string]*profiles.Profile // the profile each manifest entry names
+	looks         map[string]map[string]string // each manifest entry's look timings
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -167,6 +171,7 @@ func (p *parser) document(v any, path string) *Document {
 	p.declaredList = d.Connections
 	d.Attached = p.attachedSpecs
 	d.Handles = p.handles
+	d.Looks = p.looks
 	if obj["root"] == nil {
 		p.fail(path+"/root", CodeValidationFailed, "is required")
 		return d
@@ -202,6 +207,9 @@ func (p *parser) connections(v any, path string) []string {
 			continue
 		}
 		p.entry(name, entry, at)
+		if v, ok := entry["look"]; ok {
+			p.parseLook(name, v, at+"/look")
+		}
 	}
 	return names
 }

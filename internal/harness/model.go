@@ -777,6 +777,13 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	layer, err := r.lookLayer(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := layer.addLookTools(ts); err != nil {
+		return nil, &stepError{step: n.ID, code: string(CodeToolIDCollision), err: err}
+	}
 	if err := ts.checkChoice(spec.ToolChoice); err != nil {
 		return nil, &stepError{step: n.ID, code: string(CodeUnknownToolChoice), err: err}
 	}
@@ -791,11 +798,20 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 		limit = defaultModelRounds
 	}
 	corrections := 0
+	effected := map[string]bool{} // connections the last round's calls may have changed
 	for round := 1; ; round++ {
+		seen, err := r.look(ctx, f, n, round, layer, effected)
+		if err != nil {
+			return nil, err
+		}
+		if seen != "" {
+			req.Messages = append(req.Messages, ModelMessage{Role: RoleUser, Text: seen})
+		}
 		resp, err := r.round(ctx, f, n, round, req)
 		if err != nil {
 			return nil, err
 		}
+		effected = map[string]bool{}
 		req.Messages = append(req.Messages, ModelMessage{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
 			if spec.Output == nil {
@@ -830,9 +846,15 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 		}
 		results := make([]ModelToolResult, 0, len(resp.ToolCalls))
 		for _, call := range resp.ToolCalls {
-			res, err := r.toolCall(ctx, f, n, round, ts, call)
+			res, isLook, err := r.lookCall(ctx, f, n, round, layer, call)
+			if !isLook {
+				res, err = r.toolCall(ctx, f, n, round, ts, call)
+			}
 			if err != nil {
 				return nil, err
+			}
+			if c := effectOf(ts, call); c != "" {
+				effected[c] = true
 			}
 			results = append(results, res)
 		}

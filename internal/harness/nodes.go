@@ -151,13 +151,19 @@ type claim struct {
 }
 
 func (p *parser) verify(obj map[string]any, path string) *Node {
-	p.checkFields(obj, path, "kind", "id", "read", "of", "claims", "timeoutMs", "intervalMs")
+	p.checkFields(obj, path, "kind", "id", "read", "of", "claims", "timeoutMs", "intervalMs", "connection")
 	n := &Node{Kind: KindVerify, ID: p.id(obj["id"], path), Path: path, Timeout: defaultVerifyTimeout, Every: defaultVerifyEvery}
 	read, hasRead := obj["read"].(map[string]any)
+	readName, hasReadName := obj["read"].(string)
 	of, hasOf := obj["of"].(string)
+	if _, ok := obj["connection"]; ok && !hasReadName {
+		p.fail(path+"/connection", CodeValidationFailed, "goes with a profile read's name in read (\"read\": \"browser.page.summary\")")
+	}
 	switch {
-	case hasRead == hasOf:
-		p.fail(path, CodeValidationFailed, "needs exactly one subject: read (a call) or of (an earlier step's id)")
+	case (hasRead || hasReadName) == hasOf:
+		p.fail(path, CodeValidationFailed, "needs exactly one subject: read (a profile read's name with connection, or a call) or of (an earlier step's id)")
+	case hasReadName:
+		n.Subject = p.readSubject(obj, readName, n.ID, path)
 	case hasRead:
 		call := map[string]any{"kind": KindCall, "id": n.ID + "#read"}
 		for k, v := range read {
@@ -564,6 +570,13 @@ func (r *run) subject(ctx context.Context, f *frame, n *Node) (any, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return f.steps[n.Of], nil
+	}
+	if n.Subject.Kind == kindRead {
+		rd, err := r.takeRead(ctx, f, n.ID, n.Subject.Connection, n.Subject.Op)
+		if err != nil {
+			return nil, err
+		}
+		return rd.Value, nil
 	}
 	out, _, err := r.send(ctx, f, n.Subject, nil)
 	return out, err

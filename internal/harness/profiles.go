@@ -72,6 +72,14 @@ func (c *Connection) Profiles() []SpokenProfile {
 	return c.profilesLocked()
 }
 
+// bindingOf is the binding that maps the connection onto a profile; nil
+// when it has none.
+func (c *Connection) bindingOf() *profiles.Binding {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.binding
+}
+
 // profilesLocked is Profiles for callers holding c.mu.
 func (c *Connection) profilesLocked() []SpokenProfile {
 	if c.spoken == nil && c.binding != nil {

@@ -150,6 +150,28 @@ type Read struct {
 // CheckOutput validates a read's value against its output schema.
 func (r *Read) CheckOutput(v any) error { return validate(r.output, v) }
 
+// Text is the brief text of a read's value the model is shown: the render
+// expression's result (a string as is, anything else as JSON), or the
+// value as JSON when the read has no render. Callers withhold sensitive
+// fields from v first; the expression sees only what it is given.
+func (r *Read) Text(ctx context.Context, v any) (string, error) {
+	out := v
+	if r.render != nil {
+		var err error
+		if out, err = r.render.Run(ctx, map[string]any{"value": v}); err != nil {
+			return "", fmt.Errorf("render: %w", err)
+		}
+	}
+	if s, ok := out.(string); ok {
+		return s, nil
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return "", fmt.Errorf("render: %w", err)
+	}
+	return string(b), nil
+}
+
 // Event is something a connection of the profile reports.
 type Event struct {
 	Description string          `json:"description,omitempty"`

@@ -48,6 +48,35 @@ func TestBuiltinProfiles(t *testing.T) {
 	}
 }
 
+// TestBuiltinReadsRender renders each shipped read from a value its
+// schema allows: a render that does not run would fail every look.
+func TestBuiltinReadsRender(t *testing.T) {
+	cat := profiles.Builtin()
+	browser, _ := cat.Match("browser", nil)
+	chat, _ := cat.Match("chat", nil)
+	cases := []struct {
+		read  *profiles.Read
+		value map[string]any
+		want  string
+	}{
+		{browser.Reads["browser.page.summary"], map[string]any{"url": "http://a.test/", "title": "Home"}, "http://a.test/ — Home"},
+		{browser.Reads["browser.page.summary"], map[string]any{"url": "http://a.test/"}, "http://a.test/"},
+		{browser.Reads["browser.page.summary"], map[string]any{"url": "http://a.test/", "title": ""}, "http://a.test/"},
+		{browser.Reads["ui.tree"], map[string]any{"tree": "- button \"Go\""}, "- button \"Go\""},
+		{browser.Reads["screen.current"], map[string]any{"data": "[sensitive blob withheld]", "mimeType": "image/png"}, "[screenshot image/png]"},
+		{chat.Reads["chat.thread.recent"], map[string]any{"messages": []any{map[string]any{"author": "ann", "text": "hi"}, map[string]any{"text": "yo"}}}, "ann: hi\n?: yo"},
+	}
+	for _, tc := range cases {
+		if err := tc.read.CheckOutput(tc.value); err != nil {
+			t.Fatalf("%v does not match the read's schema: %v", tc.value, err)
+		}
+		got, err := tc.read.Text(context.Background(), tc.value)
+		if err != nil || got != tc.want {
+			t.Errorf("render of %v = %q, %v; want %q", tc.value, got, err, tc.want)
+		}
+	}
+}
+
 func TestBadProfileFile(t *testing.T) {
 	cases := []struct {
 		name, body, pointer string

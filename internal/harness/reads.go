@@ -1,0 +1,373 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/patchbay-dev/patchbay/internal/profiles"
+)
+
+// # Profile reads
+//
+// A read is a piece of state a profile names (browser.page.summary,
+// ui.tree, screen.current): what a model is shown of a connection
+// (looking, look.go) and what a verify node with a read name judges. A run
+// takes one with run.takeRead; nothing else reaches a read.
+//
+// Where a read comes from:
+//   - a connection bound to the profile (a binding in config): the bound
+//     tool, called with the binding's arguments, or the bound resource,
+//     then the binding's projection;
+//   - a server that declares the profile itself: the tool named after the
+//     read ("browser.page.summary"), called with no arguments. This is
+//     patchbay's convention for declaring servers (README "Profiles"): a
+//     tool passes every gate and rides every session, lease and tenant a
+//     call does, where MCP resources would need a second path through
+//     each of them.
+//
+// The gates, as for a call: (1) the read is in a profile the connection
+// speaks and the allowlist grants its name on the connection (a grant's
+// ops globs match operations and reads alike), and the tool that takes it
+// exists; (2) the tool's arguments match its schema; (3) no refs are sent;
+// (4) the policy: a deny glob matching the read or its tool refuses it,
+// and so does an approve glob, since a read is read-only and nothing that
+// looks can wait for a person; (6) the principal's credentials go with it.
+//
+// The answer is checked against the read's output schema (a server that
+// answers otherwise contradicts its profile, an error), then presented as
+// a call's result is (refs sealed to the run's thread, sensitive blobs
+// withheld, secrets redacted), and the fields the read marks sensitive are
+// replaced by "[sensitive blob withheld]" before it is rendered, stored or
+// shown.
+
+// Reading is one profile read taken for a run.
+type Reading struct {
+	Connection string `json:"connection"`
+	Read       string `json:"read"`
+	// Profile is the profile it was read by, "name@version".
+	Profile string `json:"profile"`
+	// Value is what the claims of a verify judge and what is stored:
+	// checked against the read's output schema, refs sealed, sensitive
+	// fields withheld, secrets redacted.
+	Value any `json:"value"`
+	// Text is Value rendered by the read's render expression: what a model
+	// is shown. Redacted and bounded like a tool result.
+	Text string `json:"text"`
+	// Identity is the identity of the connection it was read from.
+	Identity Identity `json:"identity"`
+}
+
+// ResourceReader is implemented by a Conn that can read a resource by
+// URI, for bindings whose reads name a resource. headers are the
+// principal's credentials, as CallRequest.Headers.
+type ResourceReader interface {
+	ReadResource(ctx context.Context, uri string, headers map[string]string) (any, error)
+}
+
+// readSource is where one read of a connection comes from.
+type readSource struct {
+	profile *profiles.Profile
+	read    *profiles.Read
+	// bound is the binding's way to take it; nil for a declaring server.
+	bound   *profiles.BoundRead
+	binding string
+}
+
+// readsOf lists, by read name, the reads of every profile conn speaks
+// with a definition (the first profile wins a name two of them define).
+func readsOf(conn *Connection) map[string]readSource {
+	b := conn.bindingOf()
+	out := map[string]readSource{}
+	for _, sp := range conn.Profiles() {
+		if sp.Profile == nil {
+			continue
+		}
+		for name, rd := range sp.Profile.Reads {
+			if _, seen := out[name]; seen {
+				continue
+			}
+			src := readSource{profile: sp.Profile, read: rd}
+			if sp.Binding != "" && b != nil && b.Name == sp.Binding {
+				src.binding = b.Name
+				src.bound = b.Reads[name]
+			}
+			out[name] = src
+		}
+	}
+	return out
+}
+
+// findRead is gate 1 of a read: the read is in a profile conn speaks and
+// conn has a way to take it.
+func findRead(conn *Connection, name string) (readSource, error) {
+	src, ok := readsOf(conn)[name]
+	if !ok {
+		var speaks []string
+		for _, sp := range conn.Profiles() {
+			speaks = append(speaks, sp.Name+"@"+sp.Version)
+		}
+		return src, &denied{GateDeclared, fmt.Sprintf("connection %s speaks no profile with read %q (it speaks: %s)", conn.Name(), name, orNone(speaks))}
+	}
+	switch {
+	case src.binding != "" && src.bound == nil:
+		return src, &denied{GateDeclared, fmt.Sprintf("binding %s of connection %s does not bind read %s of %s", src.binding, conn.Name(), name, src.profile.ID())}
+	case src.binding == "":
+		if _, ok := conn.Manifest().Operation(name); !ok {
+			return src, &denied{GateDeclared, fmt.Sprintf("connection %s declares %s but has no tool %q to take that read", conn.Name(), src.profile.ID(), name)}
+		}
+	}
+	return src, nil
+}
+
+// takeRead takes read of the connection the run knows as name (a handle
+// is leased on first use, as for a call; step names the step asking, for
+// a lease that times out) through the gates, and presents it. It writes
+// no ledger entry: callers that must replay what they saw record the
+// Reading themselves.
+func (r *run) takeRead(ctx context.Context, f *frame, step, name, read string) (*Reading, error) {
+	if err := r.readGranted(ctx, name, read); err != nil {
+		return nil, err
+	}
+	conn, err := r.connFor(ctx, f, step, name)
+	if err != nil {
+		return nil, err
+	}
+	if conn.Access().ActsAsUser() && forNoOne(r.rec.Principal) {
+		return nil, &denied{GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name())}
+	}
+	if st := conn.State(); st != StateReady {
+		return nil, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
+	}
+	src, err := findRead(conn, read)
+	if err != nil {
+		return nil, err
+	}
+	if err := readPolicy(conn, read); err != nil {
+		return nil, err
+	}
+	id := conn.Identity()
+	var out any
+	if src.bound != nil && src.bound.Resource != "" {
+		out, err = r.readResource(ctx, conn, src.bound.Resource)
+	} else {
+		out, err = r.readTool(ctx, conn, src, read)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.reading(ctx, conn, src, read, id, out)
+}
+
+// readTool takes a read through a tool: the bound one, or the one named
+// after the read. Gates 1–4 run on the tool as on any call.
+func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, read string) (any, error) {
+	op, args := read, map[string]any{}
+	if src.bound != nil {
+		var err error
+		op = src.bound.Tool
+		if args, err = src.bound.MapArgs(ctx); err != nil {
+			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
+		}
+	}
+	verdict, args, err := r.e.gates(ctx, conn, op, false, args, r.rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	if verdict == needsApproval {
+		return nil, &denied{GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s (read %s)", conn.Name(), op, read)}
+	}
+	out, err := r.deliver(ctx, conn, CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
+	if err != nil {
+		return nil, err
+	}
+	if src.bound != nil {
+		if out, err = src.bound.Value(ctx, out); err != nil {
+			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
+		}
+	}
+	return out, nil
+}
+
+// readResource takes a bound read from a resource, when the connection's
+// provider can read resources.
+func (r *run) readResource(ctx context.Context, conn *Connection, uri string) (any, error) {
+	rr, ok := resourceReader(conn)
+	if !ok {
+		return nil, &denied{GateDeclared, fmt.Sprintf("connection %s cannot read resources (its binding reads %s)", conn.Name(), uri)}
+	}
+	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
+	if err != nil {
+		return nil, err
+	}
+	return rr.ReadResource(ctx, uri, headers)
+}
+
+// resourceReader finds a ResourceReader under the wrappers the harness
+// puts around a provider's Conn.
+func resourceReader(c *Connection) (ResourceReader, bool) {
+	c.mu.RLock()
+	conn := c.conn
+	c.mu.RUnlock()
+	for conn != nil {
+		if rr, ok := conn.(ResourceReader); ok {
+			return rr, true
+		}
+		switch w := conn.(type) {
+		case *boundConn:
+			conn = w.Conn
+		case *leasedConn:
+			conn = w.Conn
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// readPolicy is gate 4 for the read's own name (its tool's name passes
+// the gates as a call's): a deny refuses, and so does an approve, since
+// nothing that looks can wait for a person.
+func readPolicy(conn *Connection, read string) error {
+	pol := conn.Policy()
+	switch {
+	case matchOp(pol.Deny, read):
+		return &denied{GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), read)}
+	case matchOp(pol.Approve, read):
+		return &denied{GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s", conn.Name(), read)}
+	}
+	return nil
+}
+
+// readGranted checks the execution's allowlist grants read on the
+// connection the run knows as name (a handle: its pool's grant; a server
+// the document brings: its server grant). Host documents are trusted.
+func (r *run) readGranted(ctx context.Context, name, read string) error {
+	al, trusted, err := r.grants(ctx)
+	if err != nil || trusted {
+		return err
+	}
+	grant, spec := name, (*AttachSpec)(nil)
+	if r.doc != nil {
+		if h, ok := r.doc.Handles[name]; ok {
+			grant = h.Pool
+		}
+		if s, ok := r.doc.Attached[name]; ok {
+			spec = &s
+		}
+	}
+	if len(grantedOps(al, false, grant, spec, []Operation{{Name: read}})) == 0 {
+		return &denied{GateDeclared, fmt.Sprintf("the allowlist does not grant read %s of connection %s", read, name)}
+	}
+	return nil
+}
+
+// reading checks a read's value against the profile and presents it.
+func (r *run) reading(ctx context.Context, conn *Connection, src readSource, read string, id Identity, out any) (*Reading, error) {
+	if err := src.read.CheckOutput(jsonValue(out)); err != nil {
+		return nil, fmt.Errorf("read %s of %s contradicts %s: %s", read, conn.Name(), src.profile.ID(), oneLine(err))
+	}
+	shown, err := r.e.present(ctx, out, conn, r.rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	shown = withholdFields(shown, src.read.Sensitive)
+	text, err := src.read.Text(ctx, shown)
+	if err != nil {
+		return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
+	}
+	text = r.e.redactor.String(text)
+	if len(text) > maxToolResult {
+		text = cutOnRune(text, maxToolResult) + fmt.Sprintf("… [cut: %d bytes in all]", len(text))
+	}
+	return &Reading{Connection: conn.Name(), Read: read, Profile: src.profile.ID(), Value: shown, Text: text, Identity: id}, nil
+}
+
+// withholdFields replaces the top-level fields of v that ptrs name (JSON
+// Pointers, checked to be top-level when the profile was loaded) by the
+// withheld marker.
+func withholdFields(v any, ptrs []string) any {
+	m, ok := v.(map[string]any)
+	if !ok || len(ptrs) == 0 {
+		return v
+	}
+	out := make(map[string]any, len(m))
+	for k, x := range m {
+		out[k] = x
+	}
+	for _, p := range ptrs {
+		field := strings.NewReplacer("~1", "/", "~0", "~").Replace(strings.TrimPrefix(p, "/"))
+		if _, ok := out[field]; ok {
+			out[field] = sensitiveBlob
+		}
+	}
+	return out
+}
+
+// readFailure is the text a model is shown in place of a read that could
+// not be taken; interruptions are not failures and stop the turn.
+func readFailure(err error) string {
+	var d *denied
+	if errors.As(err, &d) {
+		return "steering_denied: " + d.reason
+	}
+	return err.Error()
+}
+
+// kindRead is a verify's subject when it is a profile read: Connection
+// and Op (the read's name) say which.
+const kindRead = "read"
+
+// readSubject parses a verify's {"connection": c, "read": "<read>"}: c is
+// a connection the document declares, and the read is one its profile
+// has. The profile is the entry's ({"profile": …}) or what the connection
+// speaks; a server the document brings is known only once attached, so
+// its reads are checked when the verify runs. The node's Path is the
+// verify's, so the allowlist names /read.
+func (p *parser) readSubject(obj map[string]any, read, verifyID, path string) *Node {
+	name, _ := obj["connection"].(string)
+	sub := &Node{Kind: kindRead, ID: verifyID + "#read", Path: path, Connection: name, Op: read}
+	switch {
+	case name == "":
+		p.fail(path+"/connection", CodeValidationFailed, "is required with a read name: the connection whose profile read is judged")
+		return nil
+	case !p.declared[name]:
+		p.fail(path+"/connection", CodeValidationFailed, "connection %q is not declared in the document's connections", name)
+		return nil
+	}
+	reads, known := p.readsFor(name)
+	switch {
+	case !known:
+	case len(reads) == 0:
+		p.fail(path+"/connection", CodeValidationFailed, "connection %q speaks no profile with reads, so there is nothing named %q to read", name, read)
+	case reads[read] == nil:
+		p.fail(path+"/read", CodeValidationFailed, "connection %q has no read %q (its profile reads: %s)", name, read, strings.Join(sortedKeys(reads), ", "))
+	}
+	return sub
+}
+
+// readsFor lists the reads a document's connection name offers, by its
+// entry's profile or by what it (a handle: its pool) speaks; known is
+// false when that cannot be told before the run.
+func (p *parser) readsFor(name string) (reads map[string]*profiles.Read, known bool) {
+	if prof := p.entryProfiles[name]; prof != nil {
+		return prof.Reads, true
+	}
+	if _, ok := p.attachedSpecs[name]; ok {
+		return nil, false
+	}
+	conn := name
+	if h, ok := p.handles[name]; ok {
+		conn = h.Pool
+	}
+	c, err := p.reg.Get(conn)
+	if err != nil || (c.State() != StateReady && len(c.Profiles()) == 0) {
+		return nil, false
+	}
+	reads = map[string]*profiles.Read{}
+	for rname, src := range readsOf(c) {
+		reads[rname] = src.read
+	}
+	return reads, true
+}
