@@ -8,14 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
 
 // greeterPage is a form: a name field and a button that greets by
@@ -105,12 +102,7 @@ func (f *browserLLM) serve(w http.ResponseWriter, r *http.Request) {
 // ui.tree through app_look, and fills and taps by the refs it read.
 func TestBrowserProfileOverThePlaywrightPool(t *testing.T) {
 	t.Parallel()
-	chromium := "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		npmtest.Missing(t, "%s is missing: %v", chromium, err)
-	}
-	node := npmtest.Node(t)
-	cli := filepath.Join(npmtest.Require(t, "playwright", playwrightMCP), "cli.js")
+	node, cli, chromium := playwrightParts(t)
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, greeterPage)
