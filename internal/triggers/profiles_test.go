@@ -33,13 +33,15 @@ func message(id, thread string) triggers.Event {
 // the profile refuses is refused at the door.
 func TestProfileEventsCarryTheirThread(t *testing.T) {
 	t.Parallel()
-	// A turn waits for the next message on its thread: one that joins it.
+	// A turn waits for "bye" on its thread; "bye" starts no turn, so
+	// every other message on the thread joins the running one.
 	doc := `{"version":1,"connections":{"chat":{"events":["chat.message.created"]}},
 		"root":{"kind":"wait","id":"w","connection":"chat","event":"chat.message.created",
-			"filter":"$event.payload.thread == $input.connection_event.thread && $event.id != $input.connection_event.id","timeoutMs":10000}}`
+			"filter":"$event.payload.thread == $input.connection_event.thread && $event.payload.text == 'bye'","timeoutMs":30000}}`
 	f := &config.File{
 		Connections: map[string]config.Connection{"chat": {Webhooks: &config.Webhooks{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}}},
-		Triggers:    []config.Trigger{{ID: "mentions", Connection: "chat", Event: "chat.message.created", Document: json.RawMessage(doc)}},
+		Triggers: []config.Trigger{{ID: "mentions", Connection: "chat", Event: "chat.message.created",
+			Filter: `event.payload.text != "bye"`, Document: json.RawMessage(doc)}},
 	}
 	server := chatServer{harness.NewMemory(
 		harness.MemoryOp{Operation: harness.Operation{Name: "chat.post"}},
@@ -55,14 +57,33 @@ func TestProfileEventsCarryTheirThread(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Problems[0].Path != "/payload" {
 		t.Fatalf("a payload chat@1 refuses: %v", err)
 	}
-	// Each thread's second message comes once the first one's turn
-	// listens (a wait hears events after it starts).
-	for i, pair := range [][2]triggers.Event{{message("m1", "#a/m1"), message("m2", "#a/m1")}, {message("m9", "#b/m9"), message("m10", "#b/m9")}} {
-		emit(t, b, pair[0])
-		waitFor(t, "the turn of "+pair[0].ID+" to listen", func() bool { return listening(t, b) == i+1 })
-		emit(t, b, pair[1])
+	// Per thread: a first message starts a turn; a second one, sent once
+	// the turn listens, joins it (counted in the inbox's state); "bye"
+	// ends the turn.
+	for i, thread := range []string{"#a/m1", "#b/m9"} {
+		first, second := message(thread+"-1", thread), message(thread+"-2", thread)
+		emit(t, b, first)
+		waitFor(t, "the turn of "+first.ID+" to listen", func() bool { return listening(t, b, first.ID) })
+		emit(t, b, second)
+		waitFor(t, second.ID+" to join the turn", func() bool {
+			n, _ := b.st.Client.HGet(ctx, b.st.Key("{in:chat}", "state"), "t:mentions:joined").Int()
+			return n == i+1
+		})
+		bye := message(thread+"-bye", thread)
+		bye.Payload.(map[string]any)["text"] = "bye"
+		emit(t, b, bye)
+		waitFor(t, "the turn on "+thread+" to end", func() bool {
+			c := trigger(status(t, b), "mentions").Counts
+			if c.Failed > 0 {
+				for _, ex := range allExecutions(t, b.execs) {
+					full, _ := b.execs.Get(context.Background(), ex.ID)
+					t.Logf("%s %s %+v steps %+v", eventID(ex), full.Status, full.Error, full.Steps)
+				}
+				t.Fatalf("a turn failed: %+v", c)
+			}
+			return c.Succeeded == int64(2*(i+1))
+		})
 	}
-	waitFor(t, "every message done", func() bool { return trigger(status(t, b), "mentions").Counts.Succeeded == 4 })
 	threads := map[string]string{}
 	for _, ex := range allExecutions(t, b.execs) {
 		if ex.Status != harness.ExecSucceeded {
@@ -70,8 +91,8 @@ func TestProfileEventsCarryTheirThread(t *testing.T) {
 		}
 		threads[eventID(ex)] = ex.Input.(map[string]any)["connection_event"].(map[string]any)["thread"].(string)
 	}
-	if len(threads) != 2 || threads["m1"] != "#a/m1" || threads["m9"] != "#b/m9" {
-		t.Fatalf("turns by event and thread = %v, want m1 on #a/m1 and m9 on #b/m9 (m2 and m10 joined them)", threads)
+	if len(threads) != 2 || threads["#a/m1-1"] != "#a/m1" || threads["#b/m9-1"] != "#b/m9" {
+		t.Fatalf("turns by event and thread = %v, want one per thread, started by its first message (the second joined it)", threads)
 	}
 }
 
@@ -82,19 +103,21 @@ func emit(t *testing.T, b *bundle, ev triggers.Event) {
 	}
 }
 
-// listening counts the executions whose wait has started.
-func listening(t *testing.T, b *bundle) int {
-	n := 0
+// listening reports whether the turn of event id has started its wait.
+func listening(t *testing.T, b *bundle, id string) bool {
 	for _, ex := range allExecutions(t, b.execs) {
+		if eventID(ex) != id {
+			continue
+		}
 		full, err := b.execs.Get(context.Background(), ex.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, st := range full.Steps {
 			if st.Cursor != "" {
-				n++
+				return true
 			}
 		}
 	}
-	return n
+	return false
 }
