@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
@@ -33,19 +34,28 @@ type appConn struct {
 	discovery          githubapp.Scope
 }
 
+// gitHubAppSet is what the config's githubApp entries became: the MCP
+// and OpenAPI connections, whose calls the harness gives a token for the
+// configured scope, and the provider connections, whose code asks the
+// App's source for the tokens it needs (see providerKind.gitHubApp).
+type gitHubAppSet struct {
+	conns  appConns
+	tokens map[string]*lazySource
+}
+
 // gitHubApps builds one githubapp.Source per App (app id and API base
-// URL) of the githubApp connections, sharing the store, and returns the
-// connections by name. Tokens are sealed under PATCHBAY_SECRET_KEY, which
-// a shared Redis requires (see sealKey).
-func gitHubApps(cfg *config.Config, st *store.Store, secrets harness.SecretStore, redactor harness.Redactor, logger *slog.Logger) (appConns, error) {
+// URL) of the githubApp entries, sharing the store, so every connection
+// of one App shares its token cache and its exchanges. Tokens are sealed
+// under PATCHBAY_SECRET_KEY, which a shared Redis requires (see sealKey).
+func gitHubApps(cfg *config.Config, st *store.Store, secrets harness.SecretStore, redactor harness.Redactor, logger *slog.Logger) (gitHubAppSet, error) {
 	if !slices.ContainsFunc(slices.Collect(maps.Values(cfg.File.Connections)), usesGitHubApp) {
-		return nil, nil
+		return gitHubAppSet{}, nil
 	}
 	keyID, key, err := sealKey(cfg, st, logger, "auth: githubApp", "GitHub App tokens")
 	if err != nil {
-		return nil, err
+		return gitHubAppSet{}, err
 	}
-	conns := appConns{}
+	set := gitHubAppSet{conns: appConns{}, tokens: map[string]*lazySource{}}
 	sources := map[[2]string]*lazySource{}
 	for _, name := range sortedNames(cfg.File.Connections) {
 		spec := cfg.File.Connections[name]
@@ -53,7 +63,8 @@ func gitHubApps(cfg *config.Config, st *store.Store, secrets harness.SecretStore
 			continue
 		}
 		g := spec.Auth.GitHubApp
-		id := [2]string{g.AppID, g.APIBaseURL}
+		path := "connections." + name + ".auth.githubApp"
+		id := [2]string{g.AppID, apiBaseURL(g.APIBaseURL)}
 		src, ok := sources[id]
 		switch {
 		case !ok:
@@ -65,20 +76,59 @@ func gitHubApps(cfg *config.Config, st *store.Store, secrets harness.SecretStore
 			}}
 			sources[id] = src
 		case src.keyRef != g.PrivateKey:
-			return nil, &config.ValidationError{Problems: []config.Problem{{Path: "connections." + name + ".auth.githubApp.privateKey",
+			return gitHubAppSet{}, &config.ValidationError{Problems: []config.Problem{{Path: path + ".privateKey",
 				Message: "differs from another connection's for the same appId and apiBaseUrl: one App has one key"}}}
+		}
+		if spec.MCP == nil && spec.OpenAPI == nil {
+			// A provider entry: config refuses githubApp on the kinds
+			// it knows take no tokens (drive), newProvider on any kind
+			// that does not declare it takes them.
+			if err := g.CheckSource(path); err != nil {
+				return gitHubAppSet{}, err
+			}
+			set.tokens[name] = src
+			continue
 		}
 		c, err := newAppConn(name, g, src)
 		if err != nil {
-			return nil, err
+			return gitHubAppSet{}, err
 		}
-		conns[name] = c
+		set.conns[name] = c
 	}
-	return conns, nil
+	return set, nil
 }
 
 func usesGitHubApp(spec config.Connection) bool {
-	return (spec.MCP != nil || spec.OpenAPI != nil) && spec.Auth != nil && spec.Auth.GitHubApp != nil
+	return spec.Auth != nil && spec.Auth.GitHubApp != nil
+}
+
+// gitHubAppAuth is how the entry authenticates with a GitHub App, for its
+// status, or nil: the App and the scope as configured, never the key.
+func gitHubAppAuth(spec config.Connection) *harness.GitHubAppAuth {
+	if !usesGitHubApp(spec) {
+		return nil
+	}
+	g := spec.Auth.GitHubApp
+	a := &harness.GitHubAppAuth{AppID: g.AppID, APIBaseURL: apiBaseURL(g.APIBaseURL)}
+	if spec.MCP == nil && spec.OpenAPI == nil {
+		return a // a provider's code names each token's scope
+	}
+	a.Owner, a.OwnerExpr = g.Owner.Literal, g.Owner.Expr
+	a.Repo, a.RepoExpr = g.Repo.Literal, g.Repo.Expr
+	if a.PermissionsExpr = g.Permissions.Expr(); a.PermissionsExpr == "" {
+		a.Permissions = g.Permissions
+	}
+	d := g.DiscoveryScope()
+	a.Discovery = &harness.GitHubAppScope{Owner: d.Owner, Repo: d.Repo, Permissions: d.Permissions}
+	return a
+}
+
+// apiBaseURL is the REST API root a configured apiBaseUrl names.
+func apiBaseURL(v string) string {
+	if v == "" {
+		return githubapp.DefaultAPIBaseURL
+	}
+	return strings.TrimRight(v, "/")
 }
 
 func newAppConn(name string, g *config.GitHubApp, src *lazySource) (*appConn, error) {
@@ -208,6 +258,41 @@ type lazySource struct {
 	mu  sync.Mutex
 	src *githubapp.Source
 }
+
+// Token is an installation token for owner/repo narrowed to
+// permissions: what a provider's code asks for, at each call, naming the
+// scope that call needs. The token is registered with the redactor, and
+// goes only to APIBaseURL, from patchbay's own process.
+func (l *lazySource) Token(ctx context.Context, owner, repo string, permissions map[string]string) (string, error) {
+	src, err := l.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	scope := githubapp.Scope{Owner: owner, Repo: repo, Permissions: permissions}
+	tok, err := src.Token(ctx, scope)
+	if err != nil {
+		return "", appError(scope, err)
+	}
+	return tok, nil
+}
+
+// Invalidate drops rejected, a token for the scope GitHub answered 401 to
+// before its expiry, so the next Token mints a fresh one.
+func (l *lazySource) Invalidate(ctx context.Context, owner, repo string, permissions map[string]string, rejected string) error {
+	src, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	scope := githubapp.Scope{Owner: owner, Repo: repo, Permissions: permissions}
+	if err := src.Invalidate(ctx, scope, rejected); err != nil {
+		return appError(scope, err)
+	}
+	return nil
+}
+
+// APIBaseURL is the REST API root of the App's GitHub: the only place
+// its tokens may go.
+func (l *lazySource) APIBaseURL() string { return apiBaseURL(l.opts.APIBaseURL) }
 
 func (l *lazySource) get(ctx context.Context) (*githubapp.Source, error) {
 	l.mu.Lock()

@@ -186,12 +186,18 @@ func TestGitHubAppOpenAPI(t *testing.T) {
 				"REDIS_URL":           redisURL, "PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
 			})
 			var conn struct {
-				State string   `json:"state"`
-				Tools []string `json:"tools"`
+				State     string                 `json:"state"`
+				Tools     []string               `json:"tools"`
+				GitHubApp *harness.GitHubAppAuth `json:"githubApp"`
 			}
 			getJSONAs(t, srv.url+"/v1/connections/gh", "k-alice", &conn)
 			if conn.State != "ready" || strings.Join(conn.Tools, " ") != "gh_issues_create gh_issues_get" {
 				t.Fatalf("connection = %+v", conn)
+			}
+			// Status names the App and the scope as configured.
+			if a := conn.GitHubApp; a == nil || a.AppID != gh.AppID || a.APIBaseURL != gh.URL || a.Owner != "" || a.OwnerExpr != "principal + '-org'" ||
+				a.Repo != "widgets" || a.Permissions["issues"] != "write" || a.Discovery == nil || a.Discovery.Owner != "acme" {
+				t.Fatalf("status githubApp = %+v", conn.GitHubApp)
 			}
 			api.mu.Lock()
 			doc := api.doc[len(api.doc)-1]
@@ -330,7 +336,7 @@ func TestGitHubAppCredentialsForNoOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds := callCredentials(apps, nil)
+	creds := callCredentials(apps.conns, nil)
 	for _, principal := range []string{"", harness.HostPrincipal} {
 		if _, _, err := creds.Headers(context.Background(), "gh", principal); err == nil || !strings.Contains(err.Error(), "runs for no one") {
 			t.Fatalf("principal %q: err = %v", principal, err)
@@ -506,7 +512,7 @@ func TestGitHubAppKeyResolvedOnFirstUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds := callCredentials(apps, nil)
+	creds := callCredentials(apps.conns, nil)
 	if _, _, err := creds.Headers(context.Background(), "gh", "alice"); err == nil || !strings.Contains(err.Error(), "${secret:gh-app-key}") {
 		t.Fatalf("without the key: err = %v", err)
 	}

@@ -48,10 +48,10 @@ func (f *fakeLLM) count(wire string, round int) int {
 	return f.rounds[fmt.Sprintf("%s %d", wire, round)]
 }
 
-func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
-	raw, _ := io.ReadAll(r.Body)
+// requestRound is the round of a turn a model request is: one more than
+// the assistant messages in its transcript (either wire format).
+func requestRound(raw []byte) int {
 	var body struct {
-		Stream   bool `json:"stream"`
 		Messages []struct {
 			Role string `json:"role"`
 		} `json:"messages"`
@@ -63,6 +63,25 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 			round++
 		}
 	}
+	return round
+}
+
+// openaiChunk is one Chat Completions stream frame carrying delta.
+func openaiChunk(delta, finish string) string {
+	fin := "null"
+	if finish != "" {
+		fin = `"` + finish + `"`
+	}
+	return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1694268190,"model":"llama3","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + fin + `}]}`
+}
+
+func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	var body struct {
+		Stream bool `json:"stream"`
+	}
+	_ = json.Unmarshal(raw, &body)
+	round := requestRound(raw)
 	wire := "openai"
 	if r.URL.Path == "/v1/messages" {
 		wire = "anthropic"
@@ -99,13 +118,7 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeLLM) frames(wire string, round int) []string {
 	ev := func(typ, data string) string { return "event: " + typ + "\ndata: " + data }
-	chunk := func(delta, finish string) string {
-		fin := "null"
-		if finish != "" {
-			fin = `"` + finish + `"`
-		}
-		return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1694268190,"model":"llama3","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + fin + `}]}`
-	}
+	chunk := openaiChunk
 	usage := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1694268190,"model":"llama3","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":9,"total_tokens":59}}`
 	switch {
 	case wire == "anthropic" && round == 1:

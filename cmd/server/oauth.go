@@ -112,7 +112,7 @@ func credentials(svc *oauth.Service) harness.Credentials {
 
 // access is whom a configured connection acts for.
 func access(spec config.Connection) harness.Access {
-	a := harness.Access{RequiresPrincipal: spec.RequiresPrincipal}
+	a := harness.Access{RequiresPrincipal: spec.RequiresPrincipal, GitHubApp: gitHubAppAuth(spec)}
 	if usesOAuth(spec) {
 		a.SignIn = harness.SignInShared
 		if spec.Auth.PerUser {

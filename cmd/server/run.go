@@ -25,7 +25,6 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
@@ -98,7 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			if usesOAuth(spec) {
 				opts.HTTPClient = oauthClient(oauthSvc, name)
 			}
-			if c := apps[name]; c != nil {
+			if c := apps.conns[name]; c != nil {
 				opts.HTTPClient = c.client(spec.MCP.URL)
 			}
 			p = mcp.New(name, *spec.MCP, opts)
@@ -109,16 +108,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			if usesOAuth(spec) {
 				opts.Shared, opts.SharedOnly = oauthSvc, !spec.Auth.PerUser
 			}
-			if c := apps[name]; c != nil {
+			if c := apps.conns[name]; c != nil {
 				opts.Shared = c
 			}
 			p = openapi.New(name, *spec.OpenAPI, opts)
 			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)
 		}
-		if spec.Drive != nil {
-			p = drive.New(name, *spec.Drive, &drive.Options{
-				Logger: logger, ServiceAccount: serviceAccount(spec), Secrets: secrets, Redactor: redactor,
-			})
+		if k, ok := providerKinds[spec.Kind()]; ok {
+			d := providerDeps{logger: logger, secrets: secrets, redactor: redactor, tokens: apps.tokens[name]}
+			if p, err = newProvider(name, spec, k, d); err != nil {
+				return err
+			}
 		}
 		if spec.Pool != nil {
 			if p, err = poolProvider(st, name, spec, cfg.PoolReclaimAfter, logger, redactor); err != nil {
@@ -165,7 +165,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{
 		Retention: cfg.Retention, Logger: logger, Observer: metrics, Allowlists: als,
 		Secrets: secrets, Redactor: redactor, Visibility: cfg.ClaimTimeout,
-		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: callCredentials(apps, credentials(oauthSvc)),
+		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: callCredentials(apps.conns, credentials(oauthSvc)),
 		Models: newModels(cfg.File.Models, secrets, redactor),
 	})
 	keys := apiKeys(cfg, stdout)

@@ -126,6 +126,32 @@ func (g *GitHubApp) substitute(path string, getenv func(string) string, ps *prob
 
 // validate checks the App's fields; c is the entry it belongs to.
 func (g *GitHubApp) validate(ps *problems, path string, c Connection) {
+	g.validateApp(ps, path)
+	g.validateScope(ps, path, c)
+}
+
+// CheckSource checks the App of a provider entry (one of a kind whose Go
+// code asks for tokens itself): the App as on any entry, and no owner,
+// repo, permissions or discovery — the provider's code names the scope of
+// each token it asks for, so a scope here would say nothing. path is the
+// App's own, connections.<name>.auth.githubApp.
+func (g *GitHubApp) CheckSource(path string) error {
+	var ps problems
+	g.validateApp(&ps, path)
+	for field, set := range map[string]bool{
+		"owner": g.Owner != (ScopeString{}), "repo": g.Repo != (ScopeString{}),
+		"permissions": len(g.Permissions) > 0, "discovery": g.Discovery != nil,
+	} {
+		if set {
+			ps.add(path+"."+field, "is not taken on a provider connection: its code names the repository and permissions of each token it asks for")
+		}
+	}
+	return ps.err()
+}
+
+// validateApp checks which App on which GitHub: appId, privateKey and
+// apiBaseUrl.
+func (g *GitHubApp) validateApp(ps *problems, path string) {
 	if strings.TrimSpace(g.AppID) == "" {
 		ps.add(path+".appId", "is required: the App's id (or client id)")
 	}
@@ -144,6 +170,11 @@ func (g *GitHubApp) validate(ps *problems, path string, c Connection) {
 			ps.add(path+".apiBaseUrl", "must be an http or https URL without credentials, such as https://github.example.com/api/v3")
 		}
 	}
+}
+
+// validateScope checks the scope of an MCP or OpenAPI entry's calls and of
+// its discovery.
+func (g *GitHubApp) validateScope(ps *problems, path string, c Connection) {
 	validateScopeString(ps, path+".owner", g.Owner, true)
 	validateScopeString(ps, path+".repo", g.Repo, false)
 	if src := g.Permissions.Expr(); src != "" {

@@ -142,3 +142,46 @@ func TestLoadGitHubApp(t *testing.T) {
 		})
 	}
 }
+
+// CheckSource: a provider entry's App names which App on which GitHub,
+// and no scope, which the provider's code chooses per token.
+func TestGitHubAppCheckSource(t *testing.T) {
+	t.Parallel()
+	const path = "connections.tool.auth.githubApp"
+	tests := []struct {
+		name string
+		app  config.GitHubApp
+		want []string // problem paths
+	}{
+		{name: "the App only", app: config.GitHubApp{AppID: "1", PrivateKey: "${secret:k}", APIBaseURL: "https://ghe.example.com/api/v3"}},
+		{
+			name: "a scope too",
+			app: config.GitHubApp{AppID: "1", PrivateKey: "${secret:k}", Owner: config.ScopeString{Literal: "acme"},
+				Repo: config.ScopeString{Expr: "'w'"}, Permissions: config.Permissions{"issues": "write"},
+				Discovery: &config.GitHubAppScope{Owner: "acme", Repo: "w", Permissions: map[string]string{"metadata": "read"}}},
+			want: []string{path + ".discovery", path + ".owner", path + ".permissions", path + ".repo"},
+		},
+		{
+			name: "no App",
+			app:  config.GitHubApp{PrivateKey: "", APIBaseURL: "ftp://x"},
+			want: []string{path + ".apiBaseUrl", path + ".appId", path + ".privateKey"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.app.CheckSource(path)
+			var got []string
+			if ve, ok := err.(*config.ValidationError); ok {
+				for _, p := range ve.Problems {
+					got = append(got, p.Path)
+				}
+			} else if err != nil {
+				t.Fatalf("err = %v", err)
+			}
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Fatalf("problems at %v, want %v (%v)", got, tt.want, err)
+			}
+		})
+	}
+}

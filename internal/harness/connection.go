@@ -208,6 +208,9 @@ type Status struct {
 	SignIn string `json:"signIn,omitempty"`
 	// SignInURL is where a browser signs in to it, set with SignIn.
 	SignInURL string `json:"signInUrl,omitempty"`
+	// GitHubApp is set for a connection whose calls carry GitHub App
+	// installation tokens (see Access).
+	GitHubApp *GitHubAppAuth `json:"githubApp,omitempty"`
 	// Pool is the usage of a pool connection; nil for others.
 	Pool *PoolStatus `json:"pool,omitempty"`
 	// Profiles are the profiles it speaks, declared by its server or

@@ -35,6 +35,9 @@ type Document struct {
 	// Looks are the manifest entries' look timings, connection → read →
 	// turn|effect|ask (see look.go).
 	Looks map[string]map[string]string
+	// Expose is how each entry's operations reach a model, by name, for
+	// entries that are not eager (see expose.go).
+	Expose map[string]exposure
 }
 
 // Node is one step of a document.
@@ -143,6 +146,7 @@ type parser struct {
 	stepSpecs     map[string]AttachSpec        // servers model nodes attach for themselves
 	entryProfiles map[string]*profiles.Profile // the profile each manifest entry names
 	looks         map[string]map[string]string // each manifest entry's look timings
+	exposures     map[string]exposure          // each entry's expose, when not eager
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -172,6 +176,7 @@ func (p *parser) document(v any, path string) *Document {
 	d.Attached = p.attachedSpecs
 	d.Handles = p.handles
 	d.Looks = p.looks
+	d.Expose = p.exposures
 	if obj["root"] == nil {
 		p.fail(path+"/root", CodeValidationFailed, "is required")
 		return d

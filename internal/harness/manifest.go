@@ -11,7 +11,7 @@ import (
 // entry validates one manifest entry of a document: what the document says
 // it needs of a connection.
 func (p *parser) entry(name string, e map[string]any, at string) {
-	p.checkFields(e, at, "profile", "extensions", "events", "from", "fresh", "setup", "mcp", "look")
+	p.checkFields(e, at, "profile", "expose", "extensions", "events", "from", "fresh", "setup", "mcp", "look")
 	if v, ok := e["profile"]; ok {
 		s, _ := v.(string)
 		if prof := p.profileOf(name, e, s, at+"/profile"); prof != nil {
@@ -21,6 +21,7 @@ func (p *parser) entry(name string, e map[string]any, at string) {
 			p.entryProfiles[name] = prof
 		}
 	}
+	p.exposure(name, e, at)
 	if v, ok := e["extensions"]; ok {
 		exts, isObj := v.(map[string]any)
 		if !isObj {

@@ -20,9 +20,12 @@ import (
 //     approvals, secrets and presentation as a call node). A refusal or a
 //     failure goes back to the model as an error result (steering_denied
 //     names the gate); only waiting, fencing and storage stop the turn.
-//   - No profiles are installed yet, so "the same profile operation" of two
-//     connections is read as an operation of equal name and input schema;
-//     such operations become one tool with a required "target" enum.
+//   - The same operation of one profile (by the connections' entries), or
+//     outside profiles an operation of equal name and input schema, on
+//     two connections becomes one tool with a required "target" enum.
+//   - A connection's entry may keep operations from tools of their own
+//     ("expose"); those are reached through <connection>_ops/_call (see
+//     expose.go).
 //   - A node without tools is offered the document's connections (never a
 //     server another node attaches), each cut at run time to what the
 //     execution's allowlist grants now (host documents: everything).
@@ -684,7 +687,7 @@ func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted 
 		if err != nil || conn.State() != StateReady {
 			return nil, false, nil
 		}
-		turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, src, nil, conn.Manifest().Operations)})
+		turn = append(turn, doc.source(name, grantedOps(al, trusted, src, nil, conn.Manifest().Operations)))
 	}
 	for _, pick := range n.Model.Picks {
 		if pick.Attach != nil {
@@ -1015,6 +1018,9 @@ func (r *run) toolCall(ctx context.Context, f *frame, n *Node, round int, ts *to
 	if args == nil {
 		args = map[string]any{}
 	}
+	if t := ts.byName[call.Name]; t != nil && t.Lists {
+		return r.listOps(t.Pair, res, args), nil
+	}
 	conn, op, rest, rerr := ts.resolve(call.Name, args)
 	tn.Connection, tn.Op = conn, op
 	var out any
@@ -1105,7 +1111,7 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 			if err != nil {
 				return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
 			}
-			turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, pool, nil, conn.Manifest().Operations)})
+			turn = append(turn, r.doc.source(name, grantedOps(al, trusted, pool, nil, conn.Manifest().Operations)))
 			continue
 		}
 		attach, isAttached := r.doc.Attached[name]
@@ -1120,7 +1126,7 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 		if isAttached {
 			as = &attach
 		}
-		turn = append(turn, toolSource{Name: name, Ops: grantedOps(al, trusted, name, as, conn.Manifest().Operations)})
+		turn = append(turn, r.doc.source(name, grantedOps(al, trusted, name, as, conn.Manifest().Operations)))
 	}
 	for _, p := range spec.Picks {
 		if p.Attach == nil {

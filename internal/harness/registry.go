@@ -166,6 +166,37 @@ type Access struct {
 	// no principal (trusted host runs such as cron triggers): it acts as a
 	// user, and there is none.
 	RequiresPrincipal bool
+	// GitHubApp is the GitHub App whose installation tokens the
+	// connection's calls carry, as configured; nil for none.
+	GitHubApp *GitHubAppAuth
+}
+
+// GitHubAppAuth says how a connection authenticates with a GitHub App,
+// for status: which App, on which GitHub, and the scope of a call as
+// configured. It never holds the private key or a token.
+type GitHubAppAuth struct {
+	AppID      string `json:"appId"`
+	APIBaseURL string `json:"apiBaseUrl"`
+	// Owner, Repo and Permissions are an MCP or OpenAPI connection's scope
+	// of a call: a literal, or the expression over principal as written
+	// (OwnerExpr, RepoExpr, PermissionsExpr). All are empty for a provider
+	// connection, whose code names the scope of each token it asks for.
+	Owner           string            `json:"owner,omitempty"`
+	OwnerExpr       string            `json:"ownerExpr,omitempty"`
+	Repo            string            `json:"repo,omitempty"`
+	RepoExpr        string            `json:"repoExpr,omitempty"`
+	Permissions     map[string]string `json:"permissions,omitempty"`
+	PermissionsExpr string            `json:"permissionsExpr,omitempty"`
+	// Discovery is the scope of requests made for no one (an MCP or
+	// OpenAPI connection's tools/list or document request).
+	Discovery *GitHubAppScope `json:"discovery,omitempty"`
+}
+
+// GitHubAppScope is a literal scope: one repository, the permissions.
+type GitHubAppScope struct {
+	Owner       string            `json:"owner"`
+	Repo        string            `json:"repo"`
+	Permissions map[string]string `json:"permissions"`
 }
 
 // ActsAsUser reports whether the connection must be hidden from
@@ -275,7 +306,7 @@ func (c *Connection) Status() Status {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	s := Status{Name: c.name, Kind: c.kind, URL: c.url, State: c.state, Operations: len(c.manifest.Operations), LastError: c.lastErr, Since: c.since,
-		SignIn: c.access.SignIn, Pool: c.poolStatus(), Tools: []string{}, Profiles: c.profilesLocked()}
+		SignIn: c.access.SignIn, GitHubApp: c.access.GitHubApp, Pool: c.poolStatus(), Tools: []string{}, Profiles: c.profilesLocked()}
 	if s.SignIn != "" {
 		s.SignInURL = "/oauth/" + c.name + "/start"
 	}

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
 // toolSource is one connection whose operations a model turn may be
@@ -16,6 +18,10 @@ type toolSource struct {
 	// Step: attached by this model node ({"mcp": …} in its tools), so only
 	// the node that lists it is offered its tools.
 	Step bool
+	// Expose and Profile come from the connection's manifest entry (see
+	// expose.go); "" is eager.
+	Expose  string
+	Profile *profiles.Profile
 }
 
 // toolPick is one {"connection": name, "ops"?: [globs]} or {"mcp": …}
@@ -36,6 +42,10 @@ type modelTool struct {
 	// its "target" argument, whose enum is exactly Targets.
 	Targets []string
 	Merged  bool
+	// Pair is set on the _ops (Lists) and _call tools of the operations
+	// reached by name (see expose.go).
+	Pair  *callPair
+	Lists bool
 }
 
 // toolSet is the tools of one model turn, by the names the model calls.
@@ -53,10 +63,11 @@ const targetArg = "target"
 //
 // Names are worked out over the whole turn, so a pick keeps the names the
 // unpicked set would have: "<connection>_<op>", or for an operation that
-// several connections offer alike (same name, same schema) one merged tool
-// named after the operation, whose target enum is cut to the picked
-// connections. This build has no profiles, so "the same profile operation"
-// is read as an operation of equal name and input schema.
+// several connections offer alike (the same operation of one profile, or
+// outside profiles the same name and input schema) one merged tool named
+// after the operation, whose target enum is cut to the picked connections.
+// Operations a connection's expose setting keeps from tools of their own
+// are reached through an _ops/_call pair (see expose.go).
 //
 // Within one connection, reduced names that collide are suffixed (see
 // ToolIDs). Across connections a shared name is an error naming both
@@ -64,7 +75,8 @@ const targetArg = "target"
 // connections a turn has, so the model would call one operation by
 // another's name from one turn to the next, and an overwrite would send
 // one connection's calls to the other.
-func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) (*toolSet, error) {
+func buildToolSet(all []toolSource, picks []toolPick, hasPicks bool) (*toolSet, error) {
+	turn, called := splitExposure(all)
 	merged := mergedOps(turn)
 	owner := map[string]string{} // tool name → "connection.op" it names
 	claim := func(ids map[string]string, who func(op string) string) error {
@@ -81,7 +93,7 @@ func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) (*toolSet,
 	for _, src := range turn {
 		var own []string
 		for _, op := range src.Ops {
-			if !isMerged(merged, op) {
+			if !isMerged(merged, src, op) {
 				own = append(own, op.Name)
 			}
 		}
@@ -94,6 +106,10 @@ func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) (*toolSet,
 	if err := claim(mergedNames, func(op string) string {
 		return "operation " + op + " merged across connections " + strings.Join(mergedSources(turn, merged, op), ", ")
 	}); err != nil {
+		return nil, err
+	}
+	pair, err := claimPair(called, claim)
+	if err != nil {
 		return nil, err
 	}
 
@@ -114,7 +130,7 @@ func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) (*toolSet,
 			if !offered(src, op.Name) {
 				continue
 			}
-			if !isMerged(merged, op) {
+			if !isMerged(merged, src, op) {
 				t := &modelTool{Op: op.Name, Targets: []string{src.Name}}
 				t.ModelTool = ModelTool{Name: names[src.Name][op.Name], Description: describe([]string{src.Name}, op),
 					InputSchema: op.InputSchema, Annotations: op.Annotations}
@@ -127,9 +143,10 @@ func buildToolSet(turn []toolSource, picks []toolPick, hasPicks bool) (*toolSet,
 				continue
 			}
 			ts.add(&modelTool{Op: op.Name, Targets: []string{src.Name}, Merged: true,
-				ModelTool: ModelTool{Name: name, InputSchema: op.InputSchema, Annotations: op.Annotations, Description: op.Description}})
+				ModelTool: ModelTool{Name: name, InputSchema: mergedSchema(src, op), Annotations: op.Annotations, Description: op.Description}})
 		}
 	}
+	ts.addPair(pair, called, offered)
 	for _, t := range ts.tools {
 		if t.Merged {
 			op := Operation{Name: t.Op, Description: t.Description, Annotations: t.Annotations}
@@ -145,7 +162,7 @@ func mergedSources(turn []toolSource, merged map[string]string, op string) []str
 	var out []string
 	for _, src := range turn {
 		for _, o := range src.Ops {
-			if o.Name == op && isMerged(merged, o) {
+			if o.Name == op && isMerged(merged, src, o) {
 				out = append(out, src.Name)
 				break
 			}
@@ -154,9 +171,9 @@ func mergedSources(turn []toolSource, merged map[string]string, op string) []str
 	return out
 }
 
-func isMerged(merged map[string]string, op Operation) bool {
+func isMerged(merged map[string]string, src toolSource, op Operation) bool {
 	key, ok := merged[op.Name]
-	return ok && key == schemaKey(op)
+	return ok && key == mergeKey(src, op)
 }
 
 func (ts *toolSet) add(t *modelTool) {
@@ -194,8 +211,11 @@ func (ts *toolSet) checkChoice(choice string) error {
 // tool does not reach is refused at gate 1, before anything else.
 func (ts *toolSet) resolve(name string, args map[string]any) (conn, op string, rest map[string]any, err error) {
 	t, ok := ts.byName[name]
-	if !ok {
+	if !ok || t.Lists {
 		return "", "", nil, &denied{GateDeclared, fmt.Sprintf("no tool named %q is offered in this turn", name)}
+	}
+	if t.Pair != nil {
+		return t.Pair.resolve(ts, args)
 	}
 	if !t.Merged {
 		return t.Targets[0], t.Op, args, nil
@@ -214,20 +234,19 @@ func (ts *toolSet) resolve(name string, args map[string]any) (conn, op string, r
 }
 
 // mergedOps returns the operations that two or more connections of the
-// turn offer alike: the same name and the same input schema (with no
-// argument of its own called "target"). The value is the schema's key; a
-// connection whose operation of that name has another schema keeps its
-// own tool.
+// turn offer alike (see mergeKey), with no argument of their own called
+// "target". The value is the merge key; a connection whose operation of
+// that name has another key keeps its own tool.
 func mergedOps(turn []toolSource) map[string]string {
-	count := map[string]int{} // name + schema key → connections
+	count := map[string]int{} // name + merge key → connections
 	var order []string
 	for _, src := range turn {
 		for _, op := range src.Ops {
-			schema := decodeSchema(op.InputSchema)
+			schema := decodeSchema(mergedSchema(src, op))
 			if hasProperty(schema, targetArg) {
 				continue
 			}
-			k := op.Name + "\x00" + schemaKey(op)
+			k := op.Name + "\x00" + mergeKey(src, op)
 			if count[k] == 0 {
 				order = append(order, k)
 			}
@@ -242,6 +261,33 @@ func mergedOps(turn []toolSource) map[string]string {
 		}
 	}
 	return out
+}
+
+// mergeKey is what makes two connections' operations one tool: being the
+// same operation of one profile (its name and major version, and the
+// input schema the profile gives it) when the connection's entry names a
+// profile that has it; else the same name and input schema.
+func mergeKey(src toolSource, op Operation) string {
+	if pop := entryProfileOp(src, op.Name); pop != nil {
+		return fmt.Sprintf("profile %s@%d %s", src.Profile.Name, src.Profile.Version.Major(), schemaKey(Operation{InputSchema: pop.Input}))
+	}
+	return schemaKey(op)
+}
+
+// mergedSchema is the input schema of op's merged tool: the profile's,
+// which every connection speaking it takes, or the operation's own.
+func mergedSchema(src toolSource, op Operation) json.RawMessage {
+	if pop := entryProfileOp(src, op.Name); pop != nil {
+		return pop.Input
+	}
+	return op.InputSchema
+}
+
+func entryProfileOp(src toolSource, name string) *profiles.Operation {
+	if src.Profile == nil {
+		return nil
+	}
+	return src.Profile.Operations[name]
 }
 
 // schemaKey is an operation's input schema in a canonical form.
@@ -298,18 +344,26 @@ func withTarget(raw json.RawMessage, targets []string) json.RawMessage {
 // reaches in brackets, the operation's title and description, and its
 // behaviour hints, which the model APIs have no field for.
 func describe(conns []string, op Operation) string {
-	var b strings.Builder
-	b.WriteString("[" + strings.Join(conns, ", ") + "]")
+	text := opText(op)
+	if text == "" {
+		return "[" + strings.Join(conns, ", ") + "]"
+	}
+	return "[" + strings.Join(conns, ", ") + "] " + text
+}
+
+// opText is an operation's title, description and behaviour hints.
+func opText(op Operation) string {
+	var parts []string
 	if t := op.Annotations.Title; t != "" && t != op.Name {
-		b.WriteString(" " + t + ".")
+		parts = append(parts, t+".")
 	}
 	if op.Description != "" {
-		b.WriteString(" " + op.Description)
+		parts = append(parts, op.Description)
 	}
 	if hints := hintWords(op.Annotations); len(hints) > 0 {
-		b.WriteString(" (" + strings.Join(hints, ", ") + ")")
+		parts = append(parts, "("+strings.Join(hints, ", ")+")")
 	}
-	return b.String()
+	return strings.Join(parts, " ")
 }
 
 func hintWords(a Annotations) []string {

@@ -25,6 +25,9 @@
 //	    guarded: false            # needs approval unless the connection's policy allows it
 //	    readOnly: false
 //	    optional: false           # a declaring server may leave it out
+//	eager: [chat.post, chat.reply] # the common operations: a model is given each as a tool of
+//	                              # its own; the rest it reaches through <connection>_call (absent:
+//	                              # every operation; []: none). See Profile.IsEager.
 //	reads:                        # state worth showing the model
 //	  chat.thread.recent:
 //	    output: { JSON Schema }
@@ -99,6 +102,10 @@ type Profile struct {
 	Reads       map[string]*Read
 	Events      map[string]*Event
 	Setup       *Setup
+	// Eager lists the operations a model is offered as tools of their own
+	// by default (a connection's expose setting left out); nil means every
+	// operation. See IsEager.
+	Eager []string
 	// Source is the file it was loaded from ("builtin/chat.yaml" for the
 	// shipped ones), for errors and the admin UI.
 	Source string
@@ -109,6 +116,17 @@ func (p *Profile) ID() string { return p.Name + "@" + p.Version.String() }
 
 // OperationNames lists the operations in name order.
 func (p *Profile) OperationNames() []string { return sortedKeys(p.Operations) }
+
+// IsEager reports whether op is in the profile's eager set: its common
+// operations, which a model gets as tools of their own while the rest wait
+// behind <connection>_call. A profile that lists no eager set has every
+// operation eager, so a small profile needs no list.
+func (p *Profile) IsEager(op string) bool {
+	if _, ok := p.Operations[op]; !ok {
+		return false
+	}
+	return p.Eager == nil || slices.Contains(p.Eager, op)
+}
 
 // Ref is a kind of opaque handle the profile's values carry.
 type Ref struct {
@@ -219,6 +237,7 @@ type file struct {
 	Reads       map[string]*Read      `json:"reads,omitempty"`
 	Events      map[string]*Event     `json:"events,omitempty"`
 	Setup       *Setup                `json:"setup,omitempty"`
+	Eager       []string              `json:"eager,omitempty"`
 }
 
 // Problem is one thing wrong with a file, at a JSON Pointer.
@@ -293,7 +312,7 @@ func (c *checker) fail(ptr, format string, args ...any) {
 
 func (c *checker) profile(f *file) *Profile {
 	p := &Profile{Name: f.Profile, Description: f.Description, Determinism: f.Determinism, Refs: f.Refs,
-		Operations: f.Operations, Reads: f.Reads, Events: f.Events, Setup: f.Setup}
+		Operations: f.Operations, Reads: f.Reads, Events: f.Events, Setup: f.Setup, Eager: f.Eager}
 	if !profileName.MatchString(f.Profile) {
 		c.fail("/profile", "must be a lower-case name (letters, digits, '-'), got %q", f.Profile)
 	}
@@ -330,6 +349,7 @@ func (c *checker) profile(f *file) *Profile {
 	if f.Setup != nil {
 		c.setup(f.Setup)
 	}
+	c.eager(f.Eager, f.Operations)
 	return p
 }
 
@@ -353,6 +373,20 @@ func (c *checker) operation(name string, op *Operation) {
 	op.output = c.schema(at+"/output", op.Output, false)
 	if op.ReadOnly && (op.Effects || op.Once) {
 		c.fail(at+"/readOnly", "a read-only operation has no effects and nothing to do once")
+	}
+}
+
+// eager checks the eager set: operations of the profile, each once.
+func (c *checker) eager(names []string, ops map[string]*Operation) {
+	seen := map[string]bool{}
+	for i, name := range names {
+		at := fmt.Sprintf("/eager/%d", i)
+		if _, ok := ops[name]; !ok {
+			c.fail(at, "%q is not an operation of this profile", name)
+		} else if seen[name] {
+			c.fail(at, "%q is listed twice", name)
+		}
+		seen[name] = true
 	}
 }
 

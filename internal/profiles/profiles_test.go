@@ -77,6 +77,43 @@ func TestBuiltinReadsRender(t *testing.T) {
 	}
 }
 
+// TestEagerSets: the shipped profiles list their common operations; a
+// profile without a list has every operation eager, an empty list none.
+func TestEagerSets(t *testing.T) {
+	cat := profiles.Builtin()
+	browser, _ := cat.Match("browser", nil)
+	chat, _ := cat.Match("chat", nil)
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"all.yaml":  "profile: all\nversion: 1.0.0\noperations: {a.b: {input: {type: object}}, a.c: {input: {type: object}}}",
+		"none.yaml": "profile: none\nversion: 1.0.0\neager: []\noperations: {a.b: {input: {type: object}}}",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cat.LoadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := cat.Match("all", nil)
+	none, _ := cat.Match("none", nil)
+	for _, tc := range []struct {
+		p    *profiles.Profile
+		op   string
+		want bool
+	}{
+		{browser, "navigate", true}, {browser, "ui.click", true}, {browser, "ui.fill", true}, {browser, "ui.press", true},
+		{browser, "navigate.back", false}, {browser, "ui.hover", false}, {browser, "ui.select", false},
+		{chat, "chat.post", true}, {chat, "chat.reply", true}, {chat, "chat.history", false},
+		{all, "a.b", true}, {all, "a.c", true}, {all, "a.d", false},
+		{none, "a.b", false},
+	} {
+		if got := tc.p.IsEager(tc.op); got != tc.want {
+			t.Errorf("%s IsEager(%s) = %v, want %v", tc.p.ID(), tc.op, got, tc.want)
+		}
+	}
+}
+
 func TestBadProfileFile(t *testing.T) {
 	cases := []struct {
 		name, body, pointer string
@@ -92,6 +129,8 @@ func TestBadProfileFile(t *testing.T) {
 		{"sensitive not a property", "profile: x\nversion: 1.0.0\noperations: {a.b: {input: {type: object}}}\nreads: {r: {look: ask, output: {type: object, properties: {a: {}}}, sensitive: [/b]}}", "/reads/r/sensitive/0"},
 		{"hostOnly not a property", "profile: x\nversion: 1.0.0\noperations: {a.b: {input: {type: object}}}\nsetup: {schema: {type: object}, hostOnly: [exe]}", "/setup/hostOnly/0"},
 		{"unknown field", "profile: x\nversion: 1.0.0\nopertions: {}", ""},
+		{"eager names no operation", "profile: x\nversion: 1.0.0\noperations: {a.b: {input: {type: object}}}\neager: [a.b, a.c]", "/eager/1"},
+		{"eager lists one twice", "profile: x\nversion: 1.0.0\noperations: {a.b: {input: {type: object}}}\neager: [a.b, a.b]", "/eager/1"},
 		{"read-only with effects", "profile: x\nversion: 1.0.0\noperations: {a.b: {input: {type: object}, readOnly: true, effects: true}}", "/operations/a.b/readOnly"},
 	}
 	for _, tc := range cases {

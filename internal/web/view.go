@@ -144,6 +144,28 @@ func shortID(s string) string {
 	return s
 }
 
+// scopeText is an owner or repository of a GitHub App scope as
+// configured: the name, or the expression over principal.
+func scopeText(literal, expr string) string {
+	if expr != "" {
+		return "$expr: " + expr
+	}
+	return literal
+}
+
+// permissionsText is a GitHub App scope's permissions, sorted by name
+// ("contents: read, issues: write"), or the expression returning them.
+func permissionsText(perms map[string]string, expr string) string {
+	if expr != "" {
+		return "$expr: " + expr
+	}
+	parts := make([]string, 0, len(perms))
+	for _, name := range slices.Sorted(maps.Keys(perms)) {
+		parts = append(parts, name+": "+perms[name])
+	}
+	return joinList(parts)
+}
+
 func joinList(s []string) string {
 	out := ""
 	for i, v := range s {
