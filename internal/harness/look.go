@@ -457,8 +457,9 @@ func isStepFailure(err error) bool {
 	return errors.As(err, &se)
 }
 
-// effectOf is the connection a tool call may have changed: its target,
-// unless the tool is read-only (or a look); "" for none.
+// effectOf is the connection a tool call may have changed: its target
+// (for a _call tool, the target it names), unless the tool is read-only,
+// a look or an _ops listing; "" for none.
 func effectOf(ts *toolSet, call ModelToolCall) string {
 	t, ok := ts.byName[call.Name]
 	if !ok || t.Op == "$look" {
@@ -467,11 +468,25 @@ func effectOf(ts *toolSet, call ModelToolCall) string {
 	if ro := t.Annotations.ReadOnlyHint; ro != nil && *ro {
 		return ""
 	}
+	var args map[string]any
+	_ = json.Unmarshal(call.Args, &args)
+	if t.Pair != nil {
+		// _ops only lists; _call runs an operation on its target.
+		if call.Name != t.Pair.Call {
+			return ""
+		}
+		target, err := t.Pair.target(call.Name, args, false)
+		if err != nil {
+			return ""
+		}
+		return target
+	}
+	if len(t.Targets) == 0 {
+		return ""
+	}
 	if !t.Merged {
 		return t.Targets[0]
 	}
-	var args map[string]any
-	_ = json.Unmarshal(call.Args, &args)
 	target, _ := args[targetArg].(string)
 	if slices.Contains(t.Targets, target) {
 		return target
