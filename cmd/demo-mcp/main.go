@@ -1,8 +1,11 @@
 // Command demo-mcp is a small MCP server for trying patchbay and for its
 // tests. It serves the tools of internal/demo (echo, add, note_put, note_get,
-// fail) over stdio by default, or over Streamable HTTP at /mcp with
-// -http ADDR. With -profile chat it also declares profile chat@1 and serves
-// chat.post, chat.reply and the read chat.thread.recent. It stops cleanly on SIGINT or SIGTERM, and in stdio mode also
+// fail, slow_job) over stdio by default, or over Streamable HTTP at /mcp with
+// -http ADDR. Over HTTP, slow_job runs as a task of the MCP Tasks extension
+// for a client that declares it (patchbay does); elsewhere it blocks. With
+// -profile chat it also declares profile chat@1 and serves chat.post,
+// chat.reply and the read chat.thread.recent. It stops cleanly on SIGINT or
+// SIGTERM, and in stdio mode also
 // when its input is closed.
 //
 //	demo-mcp                      # stdio, as a patchbay connection command
@@ -70,10 +73,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("-profile %q: the demo speaks only chat", *profile)
 	}
+	jobs := demo.NewJobs()
+	srv.AddTools(jobs.Tool())
 	if *httpAddr == "" {
 		return serveStdio(ctx, srv, stderr)
 	}
-	return serveHTTP(ctx, srv, *httpAddr, stderr)
+	return serveHTTP(ctx, srv, jobs, *httpAddr, stderr)
 }
 
 func serveStdio(ctx context.Context, srv *server.MCPServer, stderr io.Writer) error {
@@ -86,7 +91,7 @@ func serveStdio(ctx context.Context, srv *server.MCPServer, stderr io.Writer) er
 	return err
 }
 
-func serveHTTP(ctx context.Context, srv *server.MCPServer, addr string, stderr io.Writer) error {
+func serveHTTP(ctx context.Context, srv *server.MCPServer, jobs *demo.Jobs, addr string, stderr io.Writer) error {
 	// Listen before announcing, so the printed address is the real one (port
 	// 0) and a client reading it can connect at once.
 	ln, err := net.Listen("tcp", addr)
@@ -96,7 +101,7 @@ func serveHTTP(ctx context.Context, srv *server.MCPServer, addr string, stderr i
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	mcpHandler := server.NewStreamableHTTPServer(srv, server.WithStreamableHTTPLogger(logger))
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcpHandler)
+	mux.Handle("/mcp", jobs.Handler(mcpHandler))
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -46,7 +46,7 @@ func TestRunHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
-	if err != nil || len(tools.Tools) != 5 {
+	if err != nil || len(tools.Tools) != 6 {
 		t.Fatalf("ListTools: %v, %v", tools, err)
 	}
 	var call mcp.CallToolRequest

@@ -21,6 +21,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -81,6 +82,24 @@ func (r *replica) kill() {
 	}
 	_ = cmd.Process.Kill()
 	<-exited
+}
+
+// oneReplica starts one server process with cfg on st's Redis (a real
+// one, which outlives the process) and a 2 s claim timeout, so a run it
+// was killed in is taken over soon after it restarts.
+func oneReplica(t *testing.T, st *store.Store, cfg string) *replica {
+	t.Helper()
+	addr := freeAddr(t)
+	srv := &replica{bin: serverBin, addr: addr, logPath: filepath.Join(t.TempDir(), "server.log"), env: []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
+		"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=k1", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_CLAIM_TIMEOUT=2s",
+	}}
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.kill)
+	return srv
 }
 
 func freeAddr(t testing.TB) string {

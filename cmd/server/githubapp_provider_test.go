@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -149,24 +148,6 @@ func reposGitHub(t *testing.T) (*githubapptest.Server, func() []githubapptest.Gr
 	}
 }
 
-// lockedBuffer is a log sink several goroutines write.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestGitHubAppProviderSource: a provider entry's
 // auth: {githubApp: {appId, privateKey, apiBaseUrl}} hands its kind's
 // code the App's source — the very one the App's OpenAPI connection uses
@@ -190,7 +171,7 @@ func TestGitHubAppProviderSource(t *testing.T) {
 	spec := config.Connection{RequiresPrincipal: true, Auth: &config.Auth{GitHubApp: &config.GitHubApp{
 		AppID: gh.AppID, PrivateKey: "${secret:gh-app-key}", APIBaseURL: gh.URL + "/"}}}
 	cfg.File.Connections["tool"] = spec
-	var logs lockedBuffer
+	var logs syncBuffer
 	redactor := harness.NewSecretRedactor()
 	logger := slog.New(redactor.Handler(slog.NewTextHandler(&logs, nil)))
 	st := storetest.NewEmbedded(t)

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +33,9 @@ type fakeLLM struct {
 	// the client goes away; held is signalled for each one held.
 	hold chan struct{}
 	held chan struct{}
+	// tool and args, when set, are the tool call of an OpenAI round 1
+	// instead of counter_effect {"step": "one"}.
+	tool, args string
 }
 
 func newFakeLLM(t *testing.T, key string) *fakeLLM {
@@ -143,6 +146,15 @@ func (f *fakeLLM) frames(wire string, round int) []string {
 			ev("content_block_stop", `{"type":"content_block_stop","index":0}`),
 			ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}`),
 			ev("message_stop", `{"type":"message_stop"}`),
+		}
+	case round == 1 && f.tool != "":
+		return []string{
+			chunk(`{"role":"assistant","content":"Running it."}`, ""),
+			chunk(`{"tool_calls":[{"index":0,"id":"call_01","type":"function","function":{"name":"`+f.tool+`","arguments":""}}]}`, ""),
+			chunk(`{"tool_calls":[{"index":0,"function":{"arguments":`+strconv.Quote(f.args)+`}}]}`, ""),
+			chunk(`{}`, "tool_calls"),
+			usage,
+			"data: [DONE]",
 		}
 	case round == 1:
 		return []string{
@@ -293,16 +305,8 @@ models:
 allowlists:
   default: { connections: { counter: { ops: ["*"] } } }
 `, mcpSrv.URL+"/mcp", llm.URL+"/v1"))
-	addr := freeAddr(t)
-	srv := &replica{bin: serverBin, addr: addr, logPath: filepath.Join(t.TempDir(), "server.log"), env: []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
-		"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=k1", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_CLAIM_TIMEOUT=2s",
-	}}
-	if err := srv.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.kill)
+	srv := oneReplica(t, st, cfg)
+	addr := srv.addr
 
 	status, ex := post2(addr, "k1", []byte(`{"agent":{"model":"local/llama3","tools":[{"connection":"counter"}]},"input":"go"}`))
 	if status != http.StatusAccepted {

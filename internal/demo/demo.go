@@ -1,5 +1,6 @@
 // Package demo owns the tools of patchbay's demo MCP server: echo, add,
-// note_put, note_get and fail. cmd/demo-mcp serves them over stdio or
+// note_put, note_get and fail, and slow_job, which Jobs runs as a task of
+// the MCP Tasks extension over HTTP. cmd/demo-mcp serves them over stdio or
 // Streamable HTTP, and the tests of internal/mcp serve them in-process, so
 // both exercise the same server.
 //

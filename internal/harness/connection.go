@@ -92,6 +92,38 @@ type CallRequest struct {
 	// distinct set, so one tenant never rides on another's session. Nil:
 	// the connection's own configured credentials.
 	Headers map[string]string
+	// Task ties the call to the long-running task a server may answer it
+	// with (the MCP Tasks extension). Nil: a task is waited for but
+	// neither recorded nor resumed.
+	Task *TaskWatch
+}
+
+// TaskWatch is how a provider whose server answers a call with a task
+// (an id to poll instead of a result) hands that task to the harness, so
+// a runner that dies mid-task leaves the id in the step's pending ledger
+// entry and the run that resumes it waits on the same task instead of
+// calling again.
+type TaskWatch struct {
+	// Resume is the id of the task an earlier run of this call started:
+	// the provider waits on it and sends no call.
+	Resume string
+	// Started records a new task before the provider waits on it. On an
+	// error the provider cancels the task (nobody will wait on it) and
+	// fails the call with that error.
+	Started func(ctx context.Context, id string) error
+	// Progress reports each change of the task's status or message.
+	Progress func(t TaskProgress)
+	// Cancels reports whether a call whose context ended should cancel
+	// its task upstream: yes when the execution was cancelled, no when
+	// the runner stops (the task is resumed, not abandoned).
+	Cancels func(ctx context.Context) bool
+}
+
+// TaskProgress is one observed state of a server task.
+type TaskProgress struct {
+	ID      string
+	Status  string // working, input_required, completed, failed, cancelled
+	Message string
 }
 
 // CallError is a call the remote side answered with an error of its own

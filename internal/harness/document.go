@@ -32,12 +32,12 @@ type Document struct {
 	// Handles are the entries that lease a connection of their own from
 	// a pool, by name (see handles.go).
 	Handles map[string]Handle
-	// Looks are the manifest entries' look timings, connection → read →
-	// turn|effect|ask (see look.go).
-	Looks map[string]map[string]string
 	// Expose is how each entry's operations reach a model, by name, for
 	// entries that are not eager (see expose.go).
 	Expose map[string]exposure
+	// Looks are the manifest entries' look timings, connection → read →
+	// turn|effect|ask (see look.go).
+	Looks map[string]map[string]string
 }
 
 // Node is one step of a document.
@@ -145,8 +145,8 @@ type parser struct {
 	over          []string                     // the fan-out's connections while parsing its steps
 	stepSpecs     map[string]AttachSpec        // servers model nodes attach for themselves
 	entryProfiles map[string]*profiles.Profile // the profile each manifest entry names
-	looks         map[string]map[string]string // each manifest entry's look timings
 	exposures     map[string]exposure          // each entry's expose, when not eager
+	looks         map[string]map[string]string // each manifest entry's look timings
 }
 
 func (p *parser) fail(path string, code Code, format string, args ...any) {
@@ -175,8 +175,8 @@ func (p *parser) document(v any, path string) *Document {
 	p.declaredList = d.Connections
 	d.Attached = p.attachedSpecs
 	d.Handles = p.handles
-	d.Looks = p.looks
 	d.Expose = p.exposures
+	d.Looks = p.looks
 	if obj["root"] == nil {
 		p.fail(path+"/root", CodeValidationFailed, "is required")
 		return d

@@ -20,6 +20,10 @@ const (
 	EventApprovalRequest  = "approval.requested" // {approval, step, op}
 	EventApprovalDecision = "approval.decided"   // {approval, state, by}
 	EventFinished         = "execution.finished" // {status, error?}: the last event
+	// EventStepTask reports a call the server runs as a task (MCP Tasks):
+	// once when the task starts, then on each change of its status or
+	// message.
+	EventStepTask = "step.task" // {key, id, task, status, message?}
 )
 
 // maxEvents bounds an execution's event stream (approximate trimming).

@@ -91,6 +91,9 @@ type StepRecord struct {
 	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
 	Identity       *Identity `json:"identity,omitempty"`
 	ApprovalID     string    `json:"approval,omitempty"`
+	// Task is the id of the task the server runs a pending call as: a
+	// resumed run waits on it instead of calling again.
+	Task string `json:"task,omitempty"`
 	// Cursor and Deadline of a wait: a resumed run listens again from the
 	// cursor until the deadline.
 	Cursor     string     `json:"cursor,omitempty"`

@@ -52,6 +52,9 @@ const EventLook = "look"
 // kindLook marks the ledger entry of a round's context layer.
 const kindLook = "look"
 
+// lookOp is the Op of "<connection>_look" tools, which no connection has.
+const lookOp = "$look"
+
 // Look forms: how a read was shown.
 const (
 	lookFull      = "full"
@@ -204,18 +207,15 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 
 // lookConn is the connection that says what a document's connection name
 // speaks (a handle: its pool, so naming reads takes no lease), and the
-// name and server its allowlist grant is under.
+// name and server its allowlist grant is under (a server the node
+// attaches for itself its toolSet has attached already).
 func (r *run) lookConn(ctx context.Context, name string) (*Connection, string, *AttachSpec, error) {
 	if _, ok := r.doc.Handles[name]; ok {
 		grant, conn, err := r.e.toolConn(r.doc, name)
 		return conn, grant, nil, err
 	}
-	var as *AttachSpec
-	if s, ok := r.doc.Attached[name]; ok {
-		as = &s
-	}
 	conn, err := r.conn(ctx, name)
-	return conn, name, as, err
+	return conn, name, attachSpecOf(r.doc, name), err
 }
 
 // addLookTools offers "<connection>_look" for each connection of the layer
@@ -241,7 +241,7 @@ func (l *lookLayer) addLookTools(ts *toolSet) error {
 			"full": map[string]any{"type": "boolean", "description": "Show it whole rather than as changes since you last saw it."},
 		}})
 		ro := true
-		ts.add(&modelTool{Op: "$look", Targets: []string{c.Name}, ModelTool: ModelTool{Name: name, InputSchema: schema,
+		ts.add(&modelTool{Op: lookOp, Targets: []string{c.Name}, ModelTool: ModelTool{Name: name, InputSchema: schema,
 			Description: "[" + c.Name + "] Look at the connection's state: " + strings.Join(asks, ", ") + ". (read-only)",
 			Annotations: Annotations{ReadOnlyHint: &ro}}})
 		l.ask[name] = c.Name
@@ -392,7 +392,7 @@ func (r *run) lookCall(ctx context.Context, f *frame, n *Node, round int, l *loo
 		return ModelToolResult{}, false, nil
 	}
 	res := ModelToolResult{CallID: call.ID}
-	tn := &Node{Kind: kindLook, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID), Connection: conn, Op: "$look"}
+	tn := &Node{Kind: kindLook, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID), Connection: conn, Op: lookOp}
 	key := tn.ID + f.suffix
 	if out, err, ok := r.replayed(key, tn); ok {
 		if err != nil {
@@ -457,41 +457,33 @@ func isStepFailure(err error) bool {
 	return errors.As(err, &se)
 }
 
-// effectOf is the connection a tool call may have changed: its target
-// (for a _call tool, the target it names), unless the tool is read-only,
-// a look or an _ops listing; "" for none.
-func effectOf(ts *toolSet, call ModelToolCall) string {
-	t, ok := ts.byName[call.Name]
-	if !ok || t.Op == "$look" {
-		return ""
-	}
-	if ro := t.Annotations.ReadOnlyHint; ro != nil && *ro {
+// effectOf is the connection a tool call may have changed: the one it
+// resolves to (through a merged tool's target or a _call pair), unless
+// its operation is read-only there (the server's annotation, or a
+// profile's readOnly mark); "" for none, a look, a listing or a refusal.
+func (r *run) effectOf(ctx context.Context, ts *toolSet, call ModelToolCall) string {
+	if t, ok := ts.byName[call.Name]; !ok || t.Op == lookOp || t.Lists {
 		return ""
 	}
 	var args map[string]any
 	_ = json.Unmarshal(call.Args, &args)
-	if t.Pair != nil {
-		// _ops only lists; _call runs an operation on its target.
-		if call.Name != t.Pair.Call {
-			return ""
-		}
-		target, err := t.Pair.target(call.Name, args, false)
-		if err != nil {
-			return ""
-		}
-		return target
-	}
-	if len(t.Targets) == 0 {
+	name, op, _, err := ts.resolve(call.Name, args)
+	if err != nil {
 		return ""
 	}
-	if !t.Merged {
-		return t.Targets[0]
+	conn, _, _, err := r.lookConn(ctx, name)
+	if err != nil {
+		return name // cannot tell: assume it acted
 	}
-	target, _ := args[targetArg].(string)
-	if slices.Contains(t.Targets, target) {
-		return target
+	if o, ok := conn.Manifest().Operation(op); ok && o.Annotations.ReadOnlyHint != nil && *o.Annotations.ReadOnlyHint {
+		return ""
 	}
-	return ""
+	for _, sp := range conn.Profiles() {
+		if sp.Profile != nil && sp.Profile.Operations[op] != nil && sp.Profile.Operations[op].ReadOnly {
+			return ""
+		}
+	}
+	return name
 }
 
 func decodeLook(out any) (*lookRecord, error) {

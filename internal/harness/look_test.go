@@ -73,11 +73,13 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 		ctx := context.Background()
 		page := newPage()
 		page.titles = []string{"Sign in", "Sign in"}
-		reg := startRegistry(t, map[string]harness.Provider{"web": browserServer(page)}, nil)
+		srv := pageServer(page)
+		reg := startRegistry(t, map[string]harness.Provider{"web": srv}, nil)
 		models := &scriptModels{rounds: []harness.ModelResponse{
-			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_ui_hover", `{"element":"button \"Sign in\""}`)}},
+			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_call", `{"op":"ui.hover","args":{"element":"button \"Sign in\""}}`)}},
 			{ToolCalls: []harness.ModelToolCall{toolCall("c2", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
-			{ToolCalls: []harness.ModelToolCall{toolCall("c3", "web_look", `{"read":"screen.current"}`), toolCall("c4", "web_look", `{"read":"ui.tree"}`)}},
+			{ToolCalls: []harness.ModelToolCall{toolCall("c3", "web_look", `{"read":"screen.current"}`), toolCall("c4", "web_look", `{"read":"ui.tree"}`),
+				toolCall("c5", "web_call", `{"op":"screen.current","args":{}}`)}},
 			{Text: "Signed in."},
 		}}
 		red := harness.NewSecretRedactor()
@@ -127,11 +129,18 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 				}
 			}
 		}
+		var ops []string
+		for _, c := range srv.Calls() {
+			ops = append(ops, c.Op)
+		}
+		if !strings.Contains(strings.Join(ops, ","), "ui.hover,browser.page.summary,ui.click") {
+			t.Errorf("server calls = %v, want the read-only hover (through web_call) and then the click", ops)
+		}
 		if n := page.count("ui.tree"); n != 2 {
 			t.Errorf("ui.tree read %d times, want 2 (before round 1, after the click)", n)
 		}
-		if n := page.count("screen.current"); n != 1 {
-			t.Errorf("screen.current read %d times, want 1 (asked for once)", n)
+		if n := page.count("screen.current"); n != 2 {
+			t.Errorf("screen.current read %d times, want 2 (asked for once, called once)", n)
 		}
 
 		// The look tool: offered with the ask reads only, answering the
@@ -146,8 +155,9 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 			t.Fatalf("web_look tool = %+v", lookTool)
 		}
 		results := reqs[3].Messages[len(reqs[3].Messages)-2].ToolResults
-		if len(results) != 2 || results[0].Content != "[web screen.current]\n[screenshot image/png]" || results[0].IsError ||
-			!results[1].IsError || !strings.Contains(results[1].Content, `"ui.tree" is not a read this step may ask for`) {
+		if len(results) != 3 || results[0].Content != "[web screen.current]\n[screenshot image/png]" || results[0].IsError ||
+			!results[1].IsError || !strings.Contains(results[1].Content, `"ui.tree" is not a read this step may ask for`) ||
+			results[2].Content != `{"data":"[sensitive blob withheld]","mimeType":"image/png"}` {
 			t.Fatalf("look results = %+v", results)
 		}
 		data, _ := json.Marshal(reqs)
@@ -184,7 +194,7 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		page := newPage()
-		reg := startRegistry(t, map[string]harness.Provider{"web": browserServer(page)}, nil)
+		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(page)}, nil)
 		must(t, reg.SetPolicy("web", harness.Policy{Approve: []string{"ui.click"}}))
 		models := &scriptModels{rounds: []harness.ModelResponse{
 			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
@@ -224,7 +234,7 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 func TestLookValidation(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		reg := startRegistry(t, map[string]harness.Provider{"web": browserServer(newPage())}, nil)
+		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(newPage())}, nil)
 		execs := startWorkers(t, st, reg, 1, "agents", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: &scriptModels{}})
 		for entry, pointer := range map[string]string{
 			`{"look":{"ui.tree":"always"}}`:                       "/workflow/connections/web/look/ui.tree",
@@ -257,7 +267,7 @@ func TestReadsOnAPoolHandle(t *testing.T) {
 				mu.Lock()
 				pages = append(pages, p)
 				mu.Unlock()
-				return browserServer(p), nil
+				return pageServer(p), nil
 			}})
 		must(t, err)
 		reg := startRegistry(t, map[string]harness.Provider{"browsers": prov}, nil)

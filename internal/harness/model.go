@@ -856,7 +856,7 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			if c := effectOf(ts, call); c != "" {
+			if c := r.effectOf(ctx, ts, call); c != "" {
 				effected[c] = true
 			}
 			results = append(results, res)

@@ -196,7 +196,12 @@ func loadBinding(t *testing.T, body string) *profiles.Binding {
 	if err := cat.LoadDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := cat.Binding("memo-chat")
+	// The binding is named by the file's first line.
+	name := strings.TrimPrefix(strings.SplitN(body, "\n", 2)[0], "binding: ")
+	b, ok := cat.Binding(name)
+	if !ok {
+		t.Fatalf("binding %q did not load", name)
+	}
 	return b
 }
 

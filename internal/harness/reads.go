@@ -24,8 +24,8 @@ import (
 //     read ("browser.page.summary"), called with no arguments. This is
 //     patchbay's convention for declaring servers (README "Profiles"): a
 //     tool passes every gate and rides every session, lease and tenant a
-//     call does, where MCP resources would need a second path through
-//     each of them.
+//     call does; MCP resources (ResourceReader) ride the connection's own
+//     session only.
 //
 // The gates, as for a call: (1) the read is in a profile the connection
 // speaks and the allowlist grants its name on the connection (a grant's
@@ -157,6 +157,11 @@ func (r *run) takeRead(ctx context.Context, f *frame, step, name, read string) (
 	if err != nil {
 		return nil, err
 	}
+	if src.bound != nil {
+		if out, err = src.bound.Value(ctx, out); err != nil {
+			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
+		}
+	}
 	return r.reading(ctx, conn, src, read, id, out)
 }
 
@@ -178,16 +183,7 @@ func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, re
 	if verdict == needsApproval {
 		return nil, &denied{GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s (read %s)", conn.Name(), op, read)}
 	}
-	out, err := r.deliver(ctx, conn, CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
-	if err != nil {
-		return nil, err
-	}
-	if src.bound != nil {
-		if out, err = src.bound.Value(ctx, out); err != nil {
-			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
-		}
-	}
-	return out, nil
+	return r.deliver(ctx, conn, CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
 }
 
 // readResource takes a bound read from a resource, when the connection's
@@ -253,14 +249,34 @@ func (r *run) readGranted(ctx context.Context, name, read string) error {
 		if h, ok := r.doc.Handles[name]; ok {
 			grant = h.Pool
 		}
-		if s, ok := r.doc.Attached[name]; ok {
-			spec = &s
-		}
+		spec = attachSpecOf(r.doc, name)
 	}
 	if len(grantedOps(al, false, grant, spec, []Operation{{Name: read}})) == 0 {
 		return &denied{GateDeclared, fmt.Sprintf("the allowlist does not grant read %s of connection %s", read, name)}
 	}
 	return nil
+}
+
+// attachSpecOf is the server a document, or one of its model nodes,
+// brings under name (every node that attaches a name attaches the same
+// server); nil for none.
+func attachSpecOf(doc *Document, name string) *AttachSpec {
+	if s, ok := doc.Attached[name]; ok {
+		return &s
+	}
+	var spec *AttachSpec
+	doc.walk(func(n *Node) {
+		if n.Model == nil || spec != nil {
+			return
+		}
+		for _, p := range n.Model.Picks {
+			if p.Attach != nil && p.Connection == name {
+				spec = p.Attach
+				return
+			}
+		}
+	})
+	return spec
 }
 
 // reading checks a read's value against the profile and presents it.
@@ -282,6 +298,17 @@ func (r *run) reading(ctx context.Context, conn *Connection, src readSource, rea
 		text = cutOnRune(text, maxToolResult) + fmt.Sprintf("… [cut: %d bytes in all]", len(text))
 	}
 	return &Reading{Connection: conn.Name(), Read: read, Profile: src.profile.ID(), Value: shown, Text: text, Identity: id}, nil
+}
+
+// withholdReadTool withholds the sensitive fields of a call's result
+// when the call is a declaring server's tool for a read (screen.current
+// called as a tool by a step or a model): the read's marks hold however
+// it is taken.
+func withholdReadTool(conn *Connection, op string, out any) any {
+	if src, ok := readsOf(conn)[op]; ok && src.binding == "" {
+		return withholdFields(out, src.read.Sensitive)
+	}
+	return out
 }
 
 // withholdFields replaces the top-level fields of v that ptrs name (JSON

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -85,9 +83,9 @@ func obj(props ...string) json.RawMessage {
 	return b
 }
 
-// browserServer is a server declaring browser@1: its operations, and by
+// pageServer is a server declaring browser@1: its operations, and by
 // patchbay's convention a read-only tool named after each read.
-func browserServer(p *fakePage) *declaring {
+func pageServer(p *fakePage) *declaring {
 	ro := harness.Annotations{ReadOnlyHint: ptr(true)}
 	ops := []harness.MemoryOp{
 		{Operation: harness.Operation{Name: "navigate", InputSchema: obj("url")}},
@@ -139,7 +137,7 @@ func TestVerifyReadRetriesUntilTheClaimsHold(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		page := newPage()
 		page.titles = []string{"Loading", "Loading", "Dashboard " + leaked}
-		reg := startRegistry(t, map[string]harness.Provider{"web": browserServer(page)}, nil)
+		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(page)}, nil)
 		red := harness.NewSecretRedactor()
 		red.Add(leaked)
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Redactor: red})
@@ -170,7 +168,7 @@ func TestVerifyReadValidation(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		reg := startRegistry(t, map[string]harness.Provider{
-			"web":   browserServer(newPage()),
+			"web":   pageServer(newPage()),
 			"plain": harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "ping"}}),
 		}, nil)
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["ui.*","navigate"]},"plain":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
@@ -208,7 +206,7 @@ func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 					return map[string]any{"location": "http://app.test/", "heading": "Start"}, nil
 				}},
 		)
-		b := loadBrowserBinding(t, snapBinding)
+		b := loadBinding(t, snapBinding)
 		reg := startRegistry(t, map[string]harness.Provider{"web": mem, "locked": mem, "held": mem}, map[string]*profiles.Binding{"web": b, "locked": b, "held": b})
 		if err := reg.SetPolicy("locked", harness.Policy{Deny: []string{"snapshot"}}); err != nil {
 			t.Fatal(err)
@@ -237,19 +235,35 @@ func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 	})
 }
 
-func loadBrowserBinding(t *testing.T, body string) *profiles.Binding {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "b.yaml"), []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cat := profiles.Builtin()
-	if err := cat.LoadDir(dir); err != nil {
-		t.Fatal(err)
-	}
-	b, ok := cat.Binding("memo-browser")
-	if !ok {
-		t.Fatal("binding did not load")
-	}
-	return b
+// resourceful is a Memory connection that can also read resources.
+type resourceful struct {
+	*harness.Memory
+	mu   sync.Mutex
+	uris []string
+}
+
+func (r *resourceful) Connect(context.Context) (harness.Conn, error) { return r, nil }
+
+func (r *resourceful) ReadResource(_ context.Context, uri string, _ map[string]string) (any, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.uris = append(r.uris, uri)
+	return "- button \"Go\" [ref=e1]", nil
+}
+
+func TestBoundReadFromAResource(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		mem := &resourceful{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "go"}},
+			harness.MemoryOp{Operation: harness.Operation{Name: "click"}}, harness.MemoryOp{Operation: harness.Operation{Name: "snapshot"}})}
+		b := loadBinding(t, snapBinding+"  ui.tree:\n    resource: page://tree\n    project: '{\"tree\": result}'\n")
+		reg := startRegistry(t, map[string]harness.Provider{"web": mem}, map[string]*profiles.Binding{"web": b})
+		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
+		ex := runRead(t, execs, verifyDoc("web", `{}`, "ui.tree", `[{"at":"tree","contains":"Go"}]`))
+		mem.mu.Lock()
+		defer mem.mu.Unlock()
+		if ex.Status != harness.ExecSucceeded || len(mem.uris) != 1 || mem.uris[0] != "page://tree" {
+			t.Fatalf("resource read: %s %+v %v, uris %v", ex.Status, ex.Error, ex.Output, mem.uris)
+		}
+	})
 }

@@ -1197,14 +1197,19 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 		}
 	}
 	req := CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Approval: approval}
+	if key != nil {
+		req.Task = r.taskWatch(ctx, n, *key, true)
+	}
 	out, err := r.deliver(ctx, conn, req)
 	if guardedRefusal(err) && approval == "" && key != nil {
 		// The server guards this target: a person decides, and the call
-		// is sent again, once, with the approval.
+		// is sent again, once, with the approval (a new call, so a new
+		// task if the server makes one).
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
 			return nil, id, err
 		}
 		req.Approval = approvalID(r.rec.ID, *key)
+		req.Task = r.taskWatch(ctx, n, *key, false)
 		out, err = r.deliver(ctx, conn, req)
 	}
 	if once != "" && recordable(err) {
@@ -1235,7 +1240,7 @@ func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id Identi
 		return nil, id, err
 	}
 	out, err = r.e.present(ctx, out, conn, r.rec.ID)
-	return out, id, err
+	return withholdReadTool(conn, n.Op, out), id, err
 }
 
 // deliver sends req with the principal's credentials (gate 6's last
@@ -1355,7 +1360,9 @@ func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[s
 	case ApprovalApproved:
 		return nil
 	case ApprovalPending:
-		r.update(key, func(st *StepRecord) { st.Status, st.ApprovalID = StepWaiting, ap.ID })
+		// The task that answered with the refusal is over: the approved
+		// call is a new one.
+		r.update(key, func(st *StepRecord) { st.Status, st.ApprovalID, st.Task = StepWaiting, ap.ID, "" })
 		if err := r.save(ctx); err != nil {
 			return err
 		}

@@ -85,6 +85,9 @@ func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest)
 	if req.Method == string(mcp.MethodToolsCall) && c.tools != nil {
 		req.Header = c.paramHeaders(req)
 	}
+	if c.wire != nil && taskMethod(req.Method) {
+		req.Header = taskHeaders(req)
+	}
 	resp, err := c.send(ctx, req)
 	if err == nil && req.Method == string(mcp.MethodServerDiscover) && rejectsButSupports(resp) {
 		// The server refused the version it says it supports: a modern
@@ -96,8 +99,11 @@ func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest)
 		resp, err = c.send(ctx, retry)
 	}
 	if err == nil && resp != nil && resp.Error == nil {
-		if req.Method == string(mcp.MethodToolsList) {
+		switch req.Method {
+		case string(mcp.MethodToolsList):
 			c.note(resp.Result)
+		case string(mcp.MethodToolsCall):
+			resp.Result = takeTask(ctx, resp.Result)
 		}
 		if pg != nil {
 			pg.raw = resp.Result
@@ -263,4 +269,31 @@ func (h *httpCapture) SetConnectionLostHandler(f func(error)) {
 	if s, ok := h.http.(interface{ SetConnectionLostHandler(func(error)) }); ok {
 		s.SetConnectionLostHandler(f)
 	}
+}
+
+func taskMethod(m string) bool {
+	return m == string(mcp.MethodTasksGet) || m == string(mcp.MethodTasksCancel) || m == "tasks/update"
+}
+
+// taskHeaders adds the Mcp-Name header the Tasks extension asks for on
+// tasks/* over Streamable HTTP (the task id), so a load balancer can route
+// the request to the instance holding the task; mcp-go sets it only for
+// tools, prompts and resources.
+func taskHeaders(req transport.JSONRPCRequest) http.Header {
+	params, err := json.Marshal(req.Params)
+	if err != nil {
+		return req.Header
+	}
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.TaskID == "" {
+		return req.Header
+	}
+	h := req.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set(mcp.HeaderName, p.TaskID)
+	return h
 }

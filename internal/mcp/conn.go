@@ -57,6 +57,8 @@ type conn struct {
 	mu       sync.Mutex // identity
 	identity harness.Identity
 
+	taskWake taskWakes // waits on tasks, woken by notifications/tasks
+
 	fault    once
 	done     chan struct{}
 	doneOnce sync.Once
@@ -214,10 +216,30 @@ func tenantErr(err error) error {
 	return err
 }
 
-// callOn sends a call on session s. When the server expired a 2025
+// callOn sends a call on session s and, when the server answers with a
+// task, waits for the task on the same session (a task is bound to the
+// credentials that made it); a call resuming a task sends no call and
+// waits on it.
+func (c *conn) callOn(ctx context.Context, s *session, req harness.CallRequest) (*mcp.CallToolResult, error) {
+	w := req.Task
+	if w == nil {
+		w = noWatch
+	}
+	if w.Resume != "" {
+		return c.await(ctx, s, req, w, nil)
+	}
+	ctx, sink := withTaskSink(ctx)
+	res, err := c.send(ctx, s, req)
+	if err != nil || sink.task == nil {
+		return res, err
+	}
+	return c.follow(ctx, s, req, w, sink.task)
+}
+
+// send sends a call on session s. When the server expired a 2025
 // session, it is re-initialized once and the call sent again; expiring
 // again straight away fails the call rather than looping.
-func (c *conn) callOn(ctx context.Context, s *session, req harness.CallRequest) (*mcp.CallToolResult, error) {
+func (c *conn) send(ctx context.Context, s *session, req harness.CallRequest) (*mcp.CallToolResult, error) {
 	gen := s.generation()
 	res, err := c.callOnce(ctx, s, req)
 	if err == nil || !errors.Is(err, transport.ErrSessionTerminated) || c.era != EraLegacy || ctx.Err() != nil {

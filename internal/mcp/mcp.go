@@ -294,6 +294,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 	}
 	c.client = client.NewClient(trans, p.clientOptions(legacyOnly, p.opts.ProtocolVersion)...)
 	c.own = &session{client: c.client, capture: c.capture, wire: c.wire}
+	c.client.OnNotification(c.taskWake.notified)
 	if kind != "stdio" {
 		c.openTenant = func(ctx context.Context, headers map[string]string) (*session, error) {
 			return p.openTenant(ctx, c, headers)
@@ -332,13 +333,14 @@ func (p *provider) clientOptions(legacyOnly bool, version string) []client.Clien
 	if version != "" {
 		copts = append(copts, client.WithProtocolVersion(version))
 	}
+	// Every session declares the Tasks extension: a server may then answer
+	// any call with a task, which the call waits on (see tasks.go).
+	caps := mcp.ClientCapabilities{Extensions: map[string]any{ExtTasks: map[string]any{}}}
 	if p.opts.Elicitation != nil {
 		copts = append(copts, client.WithElicitationHandler(p.opts.Elicitation))
-		if p.opts.ElicitationCapability != nil {
-			copts = append(copts, client.WithClientCapabilities(mcp.ClientCapabilities{Elicitation: p.opts.ElicitationCapability}))
-		}
+		caps.Elicitation = p.opts.ElicitationCapability
 	}
-	return copts
+	return append(copts, client.WithClientCapabilities(caps))
 }
 
 // openTenant opens the session of one tenant (one distinct header set) of
@@ -376,6 +378,7 @@ func (p *provider) openTenant(ctx context.Context, c *conn, headers map[string]s
 		copts = append(copts, client.WithDiscoverTimeout(-1)) // bounded by ctx
 	}
 	s.client = client.NewClient(trans, copts...)
+	s.client.OnNotification(c.taskWake.notified)
 	s.wire.startConnect()
 	err = s.client.Start(context.WithoutCancel(ctx))
 	if err == nil {

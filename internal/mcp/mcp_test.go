@@ -36,7 +36,7 @@ type target struct {
 
 var targets = []target{
 	{"stdio", func(*testing.T) config.MCP { return config.MCP{Command: demoBin} }},
-	{"http", func(t *testing.T) config.MCP { return config.MCP{URL: serve(t, demo.NewServer()) + "/mcp"} }},
+	{"http", func(t *testing.T) config.MCP { _, spec := serveJobs(t); return spec }},
 	{"http-binary", startDemoHTTP},
 }
 
@@ -120,6 +120,7 @@ func TestManifest(t *testing.T) {
 		"fail":     {nil, true, false, true},
 		"note_get": {[]string{"key"}, true, false, true},
 		"note_put": {[]string{"key", "value"}, false, false, true},
+		"slow_job": {[]string{"seconds"}, true, false, true},
 	}
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -131,7 +132,7 @@ func TestManifest(t *testing.T) {
 				names = append(names, op.Name)
 			}
 			slices.Sort(names)
-			if !slices.Equal(names, []string{"add", "echo", "fail", "note_get", "note_put"}) {
+			if !slices.Equal(names, []string{"add", "echo", "fail", "note_get", "note_put", "slow_job"}) {
 				t.Fatalf("operations = %v", names)
 			}
 			for _, op := range ops {
