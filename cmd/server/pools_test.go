@@ -42,18 +42,24 @@ func markedProcs(marker string) map[int]string {
 	return out
 }
 
+// playwrightParts returns node, the pinned @playwright/mcp's cli.js and
+// Debian's chromium, or fails (CI) or skips the test.
+func playwrightParts(t *testing.T) (node, cli, chromium string) {
+	t.Helper()
+	chromium = "/usr/bin/chromium"
+	if _, err := os.Stat(chromium); err != nil {
+		npmtest.Missing(t, "%s is missing: %v", chromium, err)
+	}
+	return npmtest.Node(t), filepath.Join(npmtest.Require(t, "playwright", playwrightMCP), "cli.js"), chromium
+}
+
 // TestBrowserPool runs an execution with two parallel paths, each with a
 // fresh browser (a @playwright/mcp server driving Debian's chromium) from
 // a pool; each navigates to its own page served on loopback and reads it.
 // Both browsers must be gone at the end.
 func TestBrowserPool(t *testing.T) {
 	t.Parallel()
-	chromium := "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		npmtest.Missing(t, "%s is missing: %v", chromium, err)
-	}
-	node := npmtest.Node(t)
-	cli := filepath.Join(npmtest.Require(t, "playwright", playwrightMCP), "cli.js")
+	node, cli, chromium := playwrightParts(t)
 
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, "/")

@@ -24,7 +24,7 @@ func TestProfilesDirAndBinding(t *testing.T) {
 		t.Fatalf("binding on a cron entry: %v", err)
 	}
 	_, err = load(env{"PATCHBAY_CONFIG": "c.yaml"}, files{"c.yaml": "connections:\n  b:\n    binding: playwright-browser\n    mcp: {command: npx}\n    pool: {max: 2}\n"})
-	if err == nil || !strings.Contains(err.Error(), "connections.b.binding") {
+	if err != nil {
 		t.Fatalf("binding on a pool: %v", err)
 	}
 }

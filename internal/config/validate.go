@@ -263,13 +263,8 @@ func (c Connection) validate(ps *problems, name string) {
 	if c.Pool != nil {
 		c.Pool.validate(ps, path+".pool", c)
 	}
-	switch {
-	case c.Binding != "" && c.MCP == nil:
+	if c.Binding != "" && c.MCP == nil {
 		ps.add(path+".binding", "maps an mcp server onto a profile; this entry has none")
-	case c.Binding != "" && c.Pool != nil:
-		// A lease's connection is not bound yet, so a typed step on a
-		// handle would find no profile operation: refused, not half done.
-		ps.add(path+".binding", "is not supported on a pool yet")
 	}
 	c.validateEvents(ps, path)
 	if c.Policy != nil {

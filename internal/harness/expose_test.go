@@ -157,9 +157,9 @@ func TestExposeCallPassesTheSameGates(t *testing.T) {
 	}
 }
 
-// browserServer declares browser@1 and implements all of it, plus a tool
+// fullBrowserServer declares browser@1 and implements all of it, plus a tool
 // of its own, snapshot.
-func browserServer(t *testing.T) *declaring {
+func fullBrowserServer(t *testing.T) *declaring {
 	t.Helper()
 	prof, ok := profiles.Builtin().Match("browser", nil)
 	if !ok {
@@ -178,7 +178,7 @@ func browserServer(t *testing.T) *declaring {
 // share merged tools with a target, and one _ops/_call pair.
 func TestExposeProfile(t *testing.T) {
 	t.Parallel()
-	a, b := browserServer(t), browserServer(t)
+	a, b := fullBrowserServer(t), fullBrowserServer(t)
 	plain := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "x"}})
 	reg := startRegistry(t, map[string]harness.Provider{"a": a, "b": b, "plain": plain}, nil)
 	models := &scriptModels{}

@@ -439,9 +439,16 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	}
 	rec := lease.Record()
 	rec.Pool, rec.Handle, rec.Holder = h.Pool, h.Name, holder
-	conn, binding, spoken := speakLeased(pc, lease.Conn())
+	// The lease's server speaks what the pool speaks: bound by the pool's
+	// binding (its reads too), or checked against what it declares, as at
+	// connect.
+	conn, spoken, err := pc.speak(lease.Conn())
+	if err != nil {
+		_ = lease.Release(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("lease from pool %s: %w", h.Pool, redactError(r.e.redactor, err))
+	}
 	c := &Connection{name: h.Name, conn: &leasedConn{Conn: conn, lease: rec.ID}, manifest: conn.Manifest(),
-		state: StateReady, since: time.Now(), policy: pc.Policy(), binding: binding, spoken: spoken}
+		state: StateReady, since: time.Now(), policy: pc.Policy(), binding: pc.bindingOf(), spoken: spoken}
 	hl.rec, hl.lease = rec, lease
 	r.mu.Lock()
 	r.rec.Leases = append(slices.DeleteFunc(r.rec.Leases, func(l LeaseRecord) bool { return l.Holder == holder }), rec)

@@ -80,20 +80,6 @@ func (c *Connection) bindingOf() *profiles.Binding {
 	return c.binding
 }
 
-// speakLeased gives a connection leased from pool what pool speaks: a
-// lease's server is another instance of the pool's probe, so it speaks
-// the same profiles, and a bound pool's lease runs the profile's
-// operations through the binding as the pool's manifest promises.
-func speakLeased(pool *Connection, conn Conn) (Conn, *profiles.Binding, []SpokenProfile) {
-	pool.mu.RLock()
-	b, spoken := pool.binding, slices.Clone(pool.spoken)
-	pool.mu.RUnlock()
-	if b != nil {
-		conn = &boundConn{Conn: conn, b: b}
-	}
-	return conn, b, spoken
-}
-
 // profilesLocked is Profiles for callers holding c.mu.
 func (c *Connection) profilesLocked() []SpokenProfile {
 	if c.spoken == nil && c.binding != nil {
@@ -104,6 +90,18 @@ func (c *Connection) profilesLocked() []SpokenProfile {
 
 func bound(b *profiles.Binding) SpokenProfile {
 	return SpokenProfile{Profile: b.Profile, Name: b.Profile.Name, Version: b.Profile.Version.String(), Binding: b.Name}
+}
+
+// speak gives conn — the connection's live Conn, or for a pool a lease's —
+// the profiles the connection speaks: its catalog's, its binding's.
+func (c *Connection) speak(conn Conn) (Conn, []SpokenProfile, error) {
+	c.mu.RLock()
+	cat, b := c.catalog, c.binding
+	c.mu.RUnlock()
+	if cat == nil {
+		cat = builtinProfiles()
+	}
+	return speak(conn, cat, b)
 }
 
 // speak checks a fresh Conn against the profiles it claims to speak: each
@@ -205,9 +203,10 @@ func (c *boundConn) Err() error {
 }
 
 // profileOf resolves a manifest entry's "name@range" against what the
-// connection speaks (or, for a server the document brings or a pool
-// handle, against the catalog: what it speaks is known only once it is
-// attached). It returns the profile the entry's steps are typed by.
+// connection speaks — for a handle, what its pool speaks, which every
+// lease's server is bound to or checked against — or, for a server the
+// document brings, against the catalog (what it speaks is known only once
+// it is attached). It returns the profile the entry's steps are typed by.
 func (p *parser) profileOf(name string, e map[string]any, s string, at string) *profiles.Profile {
 	pname, cons, err := profiles.ParseRef(s)
 	if err != nil {
@@ -220,9 +219,11 @@ func (p *parser) profileOf(name string, e map[string]any, s string, at string) *
 		return nil
 	}
 	_, attaches := e["mcp"]
-	_, leases := e["from"]
+	if pool, ok := e["from"].(string); ok {
+		name = pool
+	}
 	conn, err := p.reg.Get(name)
-	if attaches || leases || err != nil {
+	if attaches || err != nil {
 		prof, ok := cat.Match(pname, cons)
 		if !ok {
 			p.fail(at, CodeValidationFailed, "no version of profile %s is within %s (known: %s)", pname, rangeOf(s), strings.Join(cat.Names(), ", "))

@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -241,4 +243,82 @@ func TestBindingToAMissingToolIsUnavailable(t *testing.T) {
 	if st := c.Status(); st.State != harness.StateUnavailable || !strings.Contains(st.LastError, `binding memo-chat: the server has no tool "send"`) {
 		t.Fatalf("status = %s %q", st.State, st.LastError)
 	}
+}
+
+// memoPool is a pool "chats" whose leases are fresh Memory servers with
+// the tool "send" (memo-chat binds chat@1 onto it); each lease's server is
+// kept in servers.
+func memoPool(t *testing.T, st *store.Store, servers *[]*harness.Memory) *harness.Registry {
+	t.Helper()
+	pool, err := pools.New(st, "chats", 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: 5 * time.Second, Provision: func(context.Context, map[string]any) (harness.Conn, error) {
+		mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "send"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+			return map[string]any{"id": "x9", "to": a["to"]}, nil
+		}})
+		mu.Lock()
+		*servers = append(*servers, mem)
+		mu.Unlock()
+		return mem, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startRegistry(t, map[string]harness.Provider{"chats": prov}, map[string]*profiles.Binding{"chats": loadBinding(t, chatBinding)})
+}
+
+// TestBoundPoolLeasesSpeakTheProfile: a binding on a pool binds every
+// lease's server, so a typed step on a handle runs the profile operation
+// as the bound tool of its own fresh server, and its once record is kept.
+func TestBoundPoolLeasesSpeakTheProfile(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		var servers []*harness.Memory
+		reg := memoPool(t, st, &servers)
+		c, _ := reg.Get("chats")
+		if p := c.Profiles(); c.State() != harness.StateReady || len(p) != 1 || p[0].Binding != "memo-chat" {
+			t.Fatalf("pool: %s, profiles %+v", c.State(), p)
+		}
+		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"chats":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
+		doc := `{"version":1,"connections":{"team":{"from":"chats","profile":"chat@^1"}},
+			"root":{"kind":"call","id":"p","connection":"team","op":"chat.post","args":{"channel":"#a","text":"hi"}}}`
+		ex, err := execs.Submit(ctx, harness.Request{Workflow: json.RawMessage(doc), Principal: "tester", Allowlist: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex, err = execs.Wait(ctx, ex.ID, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if ex.Status != harness.ExecSucceeded || ex.Output.(map[string]any)["thread"] != "#a/x9" {
+			t.Fatalf("bound post on a lease: %s %+v %v", ex.Status, ex.Error, ex.Output)
+		}
+		// The probe's server answered no call; the lease's sent one.
+		var sends []harness.CallRequest
+		for _, s := range servers {
+			sends = append(sends, s.Calls()...)
+		}
+		if len(servers) != 2 || len(sends) != 1 || sends[0].Op != "send" || sends[0].Args["body"] != "hi" {
+			t.Fatalf("%d servers, calls %+v", len(servers), sends)
+		}
+		if keys, _ := st.Client.Keys(ctx, st.Key("once", "*")).Result(); len(keys) != 1 {
+			t.Fatalf("once records = %v, want the post's", keys)
+		}
+		// Checked against what the pool speaks, not just the catalog.
+		for _, tc := range []struct{ entry, op, pointer string }{
+			{`{"from":"chats","profile":"browser@^1"}`, "navigate", "/workflow/connections/team/profile"},
+			{`{"from":"chats","profile":"chat@^2"}`, "chat.post", "/workflow/connections/team/profile"},
+			{`{"from":"chats","profile":"chat@^1"}`, "chat.fax", "/workflow/root/op"},
+		} {
+			doc := `{"version":1,"connections":{"team":` + tc.entry + `},"root":{"kind":"call","id":"p","connection":"team","op":"` + tc.op + `","args":{"url":"http://x/"}}}`
+			_, err := execs.Submit(ctx, harness.Request{Workflow: json.RawMessage(doc), Principal: "tester", Allowlist: "test"})
+			var ve *harness.ValidationError
+			if !errors.As(err, &ve) || ve.Problems[0].Path != tc.pointer {
+				t.Errorf("%s %s: err = %v, want a problem at %s", tc.entry, tc.op, err, tc.pointer)
+			}
+		}
+	})
 }

@@ -391,13 +391,7 @@ func (c *Connection) attempt(ctx context.Context) error {
 		c.setState(state, err.Error())
 		return fmt.Errorf("connection %s: connect: %w", c.name, err)
 	}
-	c.mu.RLock()
-	cat, b := c.catalog, c.binding
-	c.mu.RUnlock()
-	if cat == nil {
-		cat = builtinProfiles()
-	}
-	spokenConn, spoken, err := speak(conn, cat, b)
+	spokenConn, spoken, err := c.speak(conn)
 	if err != nil {
 		// A server contradicting a profile it speaks would fail typed
 		// steps one by one; it is unavailable instead, saying why.

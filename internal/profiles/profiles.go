@@ -196,7 +196,28 @@ type Event struct {
 	Payload     json.RawMessage `json:"payload"`
 	Thread      string          `json:"thread,omitempty"`
 
-	thread *sandbox.Program
+	payload *jsonschema.Schema
+	thread  *sandbox.Program
+}
+
+// CheckPayload validates an event's payload against the payload schema.
+func (e *Event) CheckPayload(payload any) error { return validate(e.payload, payload) }
+
+// ThreadOf is the event's natural thread: its thread expression over
+// payload, as a string; "" when the event defines none or the payload
+// names none.
+func (e *Event) ThreadOf(ctx context.Context, payload any) (string, error) {
+	if e.thread == nil {
+		return "", nil
+	}
+	v, err := e.thread.Run(ctx, map[string]any{"payload": payload})
+	if err != nil {
+		return "", fmt.Errorf("thread of the event: %w", err)
+	}
+	if v == nil {
+		return "", nil
+	}
+	return fmt.Sprint(v), nil
 }
 
 // Setup describes what a pool's fresh connection is set up with.
@@ -401,7 +422,7 @@ func (c *checker) event(name string, e *Event) {
 	if len(e.Payload) == 0 {
 		c.fail(at+"/payload", "is required (a JSON Schema of the payload)")
 	}
-	c.schema(at+"/payload", e.Payload, false)
+	e.payload = c.schema(at+"/payload", e.Payload, false)
 	if e.Thread != "" {
 		e.thread = c.expr(at+"/thread", e.Thread, "payload")
 	}

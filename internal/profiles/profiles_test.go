@@ -250,7 +250,7 @@ func TestPlaywrightBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if args["ref"] != "e7" || args["text"] != "Ada" || args["element"] != "textbox \"Name\"" {
+	if args["target"] != "e7" || args["text"] != "Ada" || args["element"] != "textbox \"Name\"" {
 		t.Fatalf("args = %v", args)
 	}
 	if _, has := args["submit"]; has {

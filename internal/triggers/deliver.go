@@ -107,13 +107,18 @@ func (d *deliverer) handle(ctx context.Context, m redis.XMessage, deliveries int
 		d.bury(ctx, m.ID, tid, ev, deliveries, "", "trigger "+tid+" is no longer configured")
 		return
 	}
-	input, err := t.turnInput(ev)
+	natural, err := d.s.naturalThread(ctx, ev)
+	if err != nil {
+		d.bury(ctx, m.ID, tid, ev, deliveries, "", err.Error())
+		return
+	}
+	input, err := t.turnInput(ev, natural)
 	if err != nil {
 		d.bury(ctx, m.ID, tid, ev, deliveries, "", err.Error())
 		return
 	}
 	key := d.src.name + ":" + t.ID + ":" + ev.ID
-	thread, onThread, err := t.explicitThread(ev)
+	thread, onThread, err := t.explicitThread(ev, natural)
 	if err != nil {
 		d.bury(ctx, m.ID, tid, ev, deliveries, "", err.Error())
 		return

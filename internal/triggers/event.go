@@ -29,8 +29,9 @@ type Event struct {
 	ID         string    `json:"id"`
 	Payload    any       `json:"payload"`
 	ReceivedAt time.Time `json:"receivedAt"`
-	// Thread is the turn's thread, from the trigger's thread expression
-	// (default the trigger's id); set on the copy a turn receives.
+	// Thread is the turn's thread, from the trigger's thread expression,
+	// else the natural thread of the event in a profile its connection
+	// speaks, else the trigger's id; set on the copy a turn receives.
 	Thread string `json:"thread,omitempty"`
 }
 
@@ -250,32 +251,43 @@ func (t *trigger) matches(env map[string]any) (bool, error) {
 	return b, nil
 }
 
-// explicitThread is the thread of ev when the trigger names one; events
-// of such a trigger join the running execution on their thread. Without a
-// thread expression every event starts its own turn.
-func (t *trigger) explicitThread(ev Event) (string, bool, error) {
+// threadOf is ev's thread when it has one: the trigger's thread
+// expression, else natural, the thread the profile its connection speaks
+// gives the event ("" for none).
+func (t *trigger) threadOf(ev Event, natural string) (string, bool, error) {
 	if t.thread == nil {
-		return "", false, nil
+		return natural, natural != "", nil
 	}
 	out, err := run(t.thread, envOf(ev))
 	if err != nil {
 		return "", false, fmt.Errorf("thread: %w", err)
 	}
-	return t.Connection + ":" + fmt.Sprint(out), true, nil
+	return fmt.Sprint(out), true, nil
+}
+
+// explicitThread is the thread of ev when the trigger names one or the
+// event has a natural thread; events on such a thread join the running
+// execution on it. Otherwise every event starts its own turn.
+func (t *trigger) explicitThread(ev Event, natural string) (string, bool, error) {
+	thread, ok, err := t.threadOf(ev, natural)
+	if !ok || err != nil {
+		return "", false, err
+	}
+	return t.Connection + ":" + thread, true, nil
 }
 
 // turnInput is the input of the turn for ev: the input template's value
 // with the event as connection_event. A value that is not an object is
 // wrapped as {"input": value}.
-func (t *trigger) turnInput(ev Event) (any, error) {
+func (t *trigger) turnInput(ev Event, natural string) (any, error) {
 	env := envOf(ev)
+	thread, ok, err := t.threadOf(ev, natural)
+	if err != nil {
+		return nil, err
+	}
 	ev.Thread = t.ID
-	if t.thread != nil {
-		out, err := run(t.thread, env)
-		if err != nil {
-			return nil, fmt.Errorf("thread: %w", err)
-		}
-		ev.Thread = fmt.Sprint(out)
+	if ok {
+		ev.Thread = thread
 	}
 	v, err := t.input.eval(env)
 	if err != nil {

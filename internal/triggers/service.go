@@ -218,6 +218,9 @@ func (s *Service) Emit(ctx context.Context, connection string, ev Event, via Via
 		if err := src.validate(ev); err != nil {
 			return Result{}, err
 		}
+		if err := s.checkProfilePayload(connection, ev); err != nil {
+			return Result{}, err
+		}
 	}
 	ev.Connection = connection
 	if ev.ReceivedAt.IsZero() {

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 	"github.com/patchbay-dev/patchbay/internal/web"
@@ -26,7 +27,8 @@ func (c chatServer) Manifest() harness.Manifest {
 }
 
 // The connection page shows the profiles a connection speaks: declared by
-// its server, or given by a binding, with their versions.
+// its server, or given by a binding (a pool's too), with their versions
+// and reads.
 func TestConnectionPageShowsProfiles(t *testing.T) {
 	t.Parallel()
 	reg := harness.NewRegistry(nil)
@@ -37,8 +39,21 @@ func TestConnectionPageShowsProfiles(t *testing.T) {
 	must(t, reg.Add("plain", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
 	b, _ := profiles.Builtin().Binding("playwright-browser")
 	must(t, reg.SetBinding("web", b))
-	_ = reg.Start(context.Background()) // web lacks most playwright tools: unavailable, still bound
+	// A pool bound to browser@1, each lease a server with the bound tools.
 	st := storetest.New(t)
+	pool, err := pools.New(st, "browsers", 1, nil)
+	must(t, err)
+	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Provision: func(context.Context, map[string]any) (harness.Conn, error) {
+		var ops []harness.MemoryOp
+		for _, tool := range b.Tools() {
+			ops = append(ops, harness.MemoryOp{Operation: harness.Operation{Name: tool}})
+		}
+		return harness.NewMemory(ops...), nil
+	}})
+	must(t, err)
+	must(t, reg.Add("browsers", prov))
+	must(t, reg.SetBinding("browsers", b))
+	_ = reg.Start(context.Background()) // web lacks most playwright tools: unavailable, still bound
 	e := echo.New()
 	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: harness.NewExecutions(st, reg, nil), Registry: reg, Allowlists: harness.NewAllowlists(st)}))
 	srv := httptest.NewServer(e)
@@ -54,11 +69,15 @@ func TestConnectionPageShowsProfiles(t *testing.T) {
 		})
 		return strings.Join(out, " | ")
 	}
-	if got := rows("chat"); got != "chat 1.0.0 declared by the server" {
-		t.Errorf("chat: %q", got)
-	}
-	if got := rows("web"); got != "browser 1.0.0 binding playwright-browser" {
-		t.Errorf("web: %q", got)
+	const browserReads = "browser.page.summary (turn), screen.current (ask), ui.tree (effect)"
+	for conn, want := range map[string]string{
+		"chat":     "chat 1.0.0 declared by the server chat.thread.recent (turn)",
+		"web":      "browser 1.0.0 binding playwright-browser " + browserReads,
+		"browsers": "browser 1.0.0 binding playwright-browser " + browserReads,
+	} {
+		if got := rows(conn); got != want {
+			t.Errorf("%s: %q, want %q", conn, got, want)
+		}
 	}
 	if p := c.get("/admin/connections/plain"); p.doc.Find("#h-profiles").Length() != 0 {
 		t.Error("a connection without profiles shows a profiles panel")
