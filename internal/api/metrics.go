@@ -28,6 +28,7 @@ type Metrics struct {
 	// maxModelLabels distinct ones the rest count as "other".
 	modelsMu sync.Mutex
 	models   map[string]bool
+	health   *health
 }
 
 // maxModelLabels bounds the distinct model names patchbay_model_tokens_total
@@ -58,15 +59,18 @@ func NewMetrics() *Metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "patchbay_model_tokens_total", Help: "Model tokens by provider, model and direction (input, output).",
 		}, []string{"provider", "model", "direction"}),
-		models: map[string]bool{},
+		models: map[string]bool{}, health: newHealth(),
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime, m.tokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.health.collectors()...)
 	return m
 }
 
 // CallDone records one connection call.
 func (m *Metrics) CallDone(connection, op, outcome string, d time.Duration) {
+	connection, op = m.health.conns.value(connection), m.health.ops.value(op)
+	m.health.opCallTime.WithLabelValues(connection, op).Observe(d.Seconds())
 	m.calls.WithLabelValues(connection, op, outcome).Inc()
 	m.callTime.WithLabelValues(connection, outcome).Observe(d.Seconds())
 }
