@@ -114,3 +114,43 @@ func TestTraceparentElsewhereStartsANewTrace(t *testing.T) {
 		t.Fatalf("GET span = %+v, want a root of its own", get)
 	}
 }
+
+// TestHealthHistogramsMove: an execution run through the API moves the
+// execution and call histograms /metrics shows.
+func TestHealthHistogramsMove(t *testing.T) {
+	t.Parallel()
+	url, _ := tracedServer(t)
+	body := `{"wait":10,"workflow":{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"s","steps":[
+		{"kind":"call","id":"a","connection":"mem","op":"echo","args":{"v":1}},
+		{"kind":"call","id":"b","connection":"mem","op":"echo","args":{"v":2}}]}}}`
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/executions", strings.NewReader(body))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST = %d", resp.StatusCode)
+	}
+	want := []string{
+		`patchbay_execution_duration_seconds_count{state="succeeded"} 1`,
+		`patchbay_call_duration_seconds_count{connection="mem",op="echo"} 2`,
+	}
+	var text string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(url + "/metrics")
+		must(t, err)
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		text = string(data)
+		missing := false
+		for _, w := range want {
+			missing = missing || !strings.Contains(text, w)
+		}
+		if !missing {
+			return
+		}
+	}
+	t.Fatalf("/metrics lacks %v:\n%s", want, text)
+}
