@@ -191,3 +191,22 @@ func compact(v any) string {
 	}
 	return string(b)
 }
+
+// gateName says what each gate checks, for the step that it refused.
+func gateName(gate int) string {
+	switch gate {
+	case harness.GateDeclared:
+		return "operation declared"
+	case harness.GateSchema:
+		return "arguments match the schema"
+	case harness.GateRefs:
+		return "refs issued to this thread"
+	case harness.GatePolicy:
+		return "connection policy"
+	case harness.GateApprover:
+		return "approval"
+	case harness.GateSecrets:
+		return "secrets and credentials"
+	}
+	return "unknown"
+}
