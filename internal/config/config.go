@@ -34,7 +34,7 @@ type Config struct {
 	// TraceURL (PATCHBAY_TRACE_URL, default none) links each execution in
 	// the admin UI to its trace: a URL with {traceId} where the trace id
 	// goes, such as https://jaeger.example.com/trace/{traceId}.
-	TraceURL string
+	TraceURL  string
 	LogLevel  string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
 	LogFormat string        // PATCHBAY_LOG_FORMAT: text|json, default text
 	Workers   int           // PATCHBAY_WORKERS, default DefaultWorkers(): 32 per CPU
