@@ -121,58 +121,87 @@ func (e *Executions) traceRun(ctx context.Context, rec *record, epoch int64) (co
 	}
 }
 
+// stepSpan is a step's span and timing; a value, so that a run without
+// a tracer allocates nothing for it.
+type stepSpan struct {
+	r       *run
+	n       *Node
+	started time.Time
+	span    trace.Span // nil: not traced
+}
+
 // traceStep starts the span of a step other than a sequence (which only
 // orders its children) and a call (call makes its own, see traceCall),
 // and times the step for the metrics. end takes the step's error.
-func (r *run) traceStep(ctx context.Context, f *frame, n *Node) (context.Context, func(*error)) {
+func (r *run) traceStep(ctx context.Context, f *frame, n *Node) (context.Context, stepSpan) {
 	if n.Kind == KindSequence || n.Kind == KindCall {
-		return ctx, func(*error) {}
+		return ctx, stepSpan{}
 	}
-	started := time.Now()
-	var span trace.Span
+	s := stepSpan{r: r, n: n, started: time.Now()}
 	if r.e.tracer != nil {
-		ctx, span = r.e.tracer.Start(ctx, "step "+n.ID, trace.WithAttributes(
+		ctx, s.span = r.e.tracer.Start(ctx, "step "+n.ID, trace.WithAttributes(
 			attribute.String("patchbay.step.id", n.ID),
 			attribute.String("patchbay.step.kind", n.Kind),
 			attribute.String("patchbay.step.key", n.ID+f.suffix),
 		))
 	}
-	return ctx, func(errp *error) {
-		err := *errp
-		if !interruption(err) {
-			r.e.stepDone(n.Kind, n.Connection, n.Op, outcome(err), time.Since(started))
-		}
-		if span != nil {
-			endSpan(span, err, r.e.redactor)
-		}
+	return ctx, s
+}
+
+func (s stepSpan) end(errp *error) {
+	if s.r == nil {
+		return
 	}
+	err := *errp
+	if !interruption(err) {
+		s.r.e.stepDone(s.n.Kind, s.n.Connection, s.n.Op, outcome(err), time.Since(s.started))
+	}
+	if s.span != nil {
+		endSpan(s.span, err, s.r.e.redactor)
+	}
+}
+
+// callSpan is a call's span (nil when not traced).
+type callSpan struct {
+	r    *run
+	span trace.Span
 }
 
 // traceCall starts the client span of one connection call (a call step or
 // a model's tool call): gate decisions become its events, and the
 // provider names it and adds its protocol's attributes (MCP or HTTP).
 // end records a refusal by its gate.
-func (r *run) traceCall(ctx context.Context, n *Node, key, conn string) (context.Context, func(error)) {
-	var span trace.Span
+func (r *run) traceCall(ctx context.Context, n *Node, key, conn string) (context.Context, callSpan) {
+	c := callSpan{r: r}
 	if r.e.tracer != nil {
-		ctx, span = r.e.tracer.Start(ctx, "call "+conn+" "+n.Op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		ctx, c.span = r.e.tracer.Start(ctx, "call "+conn+" "+n.Op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 			attribute.String("patchbay.connection", conn),
 			attribute.String("patchbay.operation", n.Op),
 			attribute.String("patchbay.step.id", n.ID),
 			attribute.String("patchbay.step.key", key),
 		))
 	}
-	return ctx, func(err error) {
-		var d *denied
-		if errors.As(err, &d) {
-			r.e.gateRefused(d.gate)
-			if span != nil {
-				span.AddEvent("gate", trace.WithAttributes(attribute.Int("patchbay.gate", d.gate), attribute.String("patchbay.gate.verdict", "refused")))
-			}
-		}
-		if span != nil {
-			endSpan(span, err, r.e.redactor)
-		}
+	return ctx, c
+}
+
+func (c callSpan) end(err error) {
+	if err != nil {
+		c.refused(err) // apart: its errors.As target would be allocated on every call
+	}
+	if c.span != nil {
+		endSpan(c.span, err, c.r.e.redactor)
+	}
+}
+
+// refused records a refusal by the gate that refused.
+func (c callSpan) refused(err error) {
+	var d *denied
+	if !errors.As(err, &d) {
+		return
+	}
+	c.r.e.gateRefused(d.gate)
+	if c.span != nil {
+		c.span.AddEvent("gate", trace.WithAttributes(attribute.Int("patchbay.gate", d.gate), attribute.String("patchbay.gate.verdict", "refused")))
 	}
 }
 

@@ -905,8 +905,8 @@ func (r *run) storage(ctx context.Context, err error) error {
 func (r *run) node(ctx context.Context, f *frame, n *Node) (any, error) {
 	var out any
 	var err error
-	ctx, endStep := r.traceStep(ctx, f, n)
-	defer endStep(&err)
+	ctx, step := r.traceStep(ctx, f, n)
+	defer step.end(&err)
 	switch n.Kind {
 	case KindSequence:
 		for _, s := range n.Steps {
@@ -1104,10 +1104,10 @@ func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
 		return out, err
 	}
 	r.beginHeld(n, key, conn)
-	ctx, endCall := r.traceCall(ctx, n, key, conn)
+	ctx, span := r.traceCall(ctx, n, key, conn)
 	started := time.Now()
 	out, _, err := r.send(ctx, f, n, &key)
-	endCall(err)
+	span.end(err)
 	if interruption(err) {
 		return nil, err
 	}
