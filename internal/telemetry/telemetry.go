@@ -17,7 +17,6 @@ package telemetry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -61,10 +60,6 @@ const (
 	ProtocolHTTP = "http/protobuf"
 	ProtocolGRPC = "grpc"
 )
-
-// ErrNoGRPC is returned when the gRPC protocol is asked of a binary built
-// without its exporter (see exporter_grpc.go).
-var ErrNoGRPC = errors.New("this binary was built without the OTLP gRPC exporter (build tag otlpgrpc); use OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf or the image built with it")
 
 // Settings is what Setup reads of the environment to decide whether and
 // how to export.
@@ -114,9 +109,6 @@ func Setup(ctx context.Context, getenv func(string) string, redactor Redactor) (
 	var exp sdktrace.SpanExporter
 	switch s.Protocol {
 	case ProtocolGRPC:
-		if newGRPCExporter == nil {
-			return nil, fmt.Errorf("telemetry: %w", ErrNoGRPC)
-		}
 		exp, err = newGRPCExporter(ctx)
 	default:
 		exp, err = newHTTPExporter(ctx)
