@@ -30,6 +30,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/openapi"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store"
+	"github.com/patchbay-dev/patchbay/internal/telemetry"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/web"
@@ -60,8 +61,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// Every log line passes the redactor: a secret resolved at gate 6 or
 	// configured for a connection never reaches the log.
 	redactor := harness.NewSecretRedactor()
-	logger := slog.New(redactor.Handler(cfg.LogHandler(stdout)))
+	// Lines logged inside an execution carry its id and trace (telemetry.LogHandler).
+	logger := slog.New(redactor.Handler(telemetry.LogHandler(cfg.LogHandler(stdout))))
 	redis.SetLogger(redisLogger{logger})
+	tel, err := telemetry.Setup(ctx, getenv, redactor)
+	if err != nil {
+		return err
+	}
+	defer shutdownTelemetry(tel, logger)
 
 	st, err := store.Open(ctx, cfg.RedisURL, cfg.RedisPrefix, logger)
 	if err != nil {
@@ -166,10 +173,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Retention: cfg.Retention, Logger: logger, Observer: metrics, Allowlists: als,
 		Secrets: secrets, Redactor: redactor, Visibility: cfg.ClaimTimeout,
 		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: callCredentials(apps.conns, credentials(oauthSvc)),
-		Models: newModels(cfg.File.Models, secrets, redactor),
+		Models: newModels(cfg.File.Models, secrets, redactor), Tracer: tel.Tracer,
 	})
+	watchHealth(metrics, st, execs, cfg, logger)
 	keys := apiKeys(cfg, stdout)
-	trig, hooks, err := newTriggers(st, execs, reg, cfg, logger)
+	trig, hooks, err := newTriggers(st, execs, reg, cfg, logger, metrics)
 	if err != nil {
 		return err
 	}
@@ -183,7 +191,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	proxies := throttle.Proxies(cfg.Limits.TrustedProxies)
 	handler := api.New(api.Options{
 		Executions: execs, Registry: reg, APIKeys: keys, Allowlists: als, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
-		Triggers: trig, Webhooks: hooks, Secrets: secretWriter, Throttle: guesses, TrustedProxies: proxies,
+		Triggers: trig, Webhooks: hooks, Secrets: secretWriter, Throttle: guesses, TrustedProxies: proxies, Tracer: tel.Tracer,
 		Ready: func(ctx context.Context) error {
 			if !started.Load() {
 				return errors.New("connections are still starting")
@@ -194,7 +202,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	webOpts := web.Options{
 		AdminToken: adminToken(cfg, stdout), Store: st, Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Logger: logger,
-		Users: uiUsers(cfg), Throttle: guesses, TrustedProxies: proxies,
+		Users: uiUsers(cfg), Throttle: guesses, TrustedProxies: proxies, TraceURL: cfg.TraceURL,
 	}
 	if oauthSvc != nil {
 		webOpts.SignIns = oauthSvc

@@ -30,6 +30,7 @@ type Metrics struct {
 	// maxModelLabels distinct ones the rest count as "other".
 	modelsMu sync.Mutex
 	models   map[string]bool
+	health   *health
 }
 
 // maxModelLabels bounds the distinct model names patchbay_model_tokens_total
@@ -66,15 +67,18 @@ func NewMetrics() *Metrics {
 		lookTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "patchbay_look_tokens_total", Help: "Estimated tokens (bytes/4) of profile reads shown to models, by read and form.",
 		}, []string{"read", "form"}),
-		models: map[string]bool{},
+		models: map[string]bool{}, health: newHealth(),
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime, m.tokens, m.looks, m.lookTokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.health.collectors()...)
 	return m
 }
 
 // CallDone records one connection call.
 func (m *Metrics) CallDone(connection, op, outcome string, d time.Duration) {
+	connection, op = m.health.conns.value(connection), m.health.ops.value(op)
+	m.health.opCallTime.WithLabelValues(connection, op).Observe(d.Seconds())
 	m.calls.WithLabelValues(connection, op, outcome).Inc()
 	m.callTime.WithLabelValues(connection, outcome).Observe(d.Seconds())
 }

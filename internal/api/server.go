@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -54,6 +55,8 @@ type Options struct {
 	// the client; without them the client is the TCP peer. It is also
 	// what echo's RealIP reports, for logs.
 	TrustedProxies throttle.Proxies
+	// Tracer starts a span per request (see trace.go); nil: none.
+	Tracer trace.Tracer
 }
 
 // New returns the HTTP handler of the API.
@@ -73,6 +76,7 @@ func New(o Options) *echo.Echo {
 	// echo's default RealIP believes X-Forwarded-For from anyone.
 	e.IPExtractor = o.TrustedProxies.IP
 	e.Use(middleware.RequestID())
+	e.Use(tracing(o.Tracer))
 	e.Use(requestLogger(o.Logger))
 	e.Use(middleware.Recover())
 	e.Use(o.Metrics.middleware)

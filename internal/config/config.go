@@ -31,6 +31,10 @@ type Config struct {
 	// the endpoints can stall the process, so it must be a loopback
 	// address; reach it from elsewhere through a tunnel.
 	PprofAddr string
+	// TraceURL (PATCHBAY_TRACE_URL, default none) links each execution in
+	// the admin UI to its trace: a URL with {traceId} where the trace id
+	// goes, such as https://jaeger.example.com/trace/{traceId}.
+	TraceURL  string
 	LogLevel  string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
 	LogFormat string        // PATCHBAY_LOG_FORMAT: text|json, default text
 	Workers   int           // PATCHBAY_WORKERS, default DefaultWorkers(): 32 per CPU

@@ -188,6 +188,17 @@ func TestLoadEnv(t *testing.T) {
 			},
 		},
 		{name: "pprof on ::1", env: env{"PATCHBAY_PPROF_ADDR": "[::1]:6060"}},
+		{
+			name: "trace URL template",
+			env:  env{"PATCHBAY_TRACE_URL": "https://jaeger.example/trace/{traceId}"},
+			check: func(t *testing.T, c *config.Config) {
+				if c.TraceURL != "https://jaeger.example/trace/{traceId}" {
+					t.Errorf("TraceURL = %q", c.TraceURL)
+				}
+			},
+		},
+		{name: "trace URL without {traceId}", env: env{"PATCHBAY_TRACE_URL": "https://jaeger.example/search"}, wants: []want{{"PATCHBAY_TRACE_URL", "{traceId}"}}},
+		{name: "trace URL not http", env: env{"PATCHBAY_TRACE_URL": "javascript:alert({traceId})"}, wants: []want{{"PATCHBAY_TRACE_URL", "http or https"}}},
 		{name: "pprof on localhost", env: env{"PATCHBAY_PPROF_ADDR": "localhost:0"}},
 		{
 			name:  "pprof on every interface",

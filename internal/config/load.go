@@ -180,6 +180,7 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 	str("PATCHBAY_ADMIN_TOKEN", &c.AdminToken)
 	str("PATCHBAY_PUBLIC_URL", &c.PublicURL)
 	str("PATCHBAY_PPROF_ADDR", &c.PprofAddr)
+	str("PATCHBAY_TRACE_URL", &c.TraceURL)
 	if v := strings.TrimSpace(getenv("PATCHBAY_START_TRIGGERS")); v != "" {
 		if b, err := strconv.ParseBool(v); err != nil {
 			ps.add("PATCHBAY_START_TRIGGERS", "must be true or false, not %q", v)

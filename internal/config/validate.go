@@ -116,6 +116,11 @@ func (c *Config) validateEnv(ps *problems) {
 			ps.add("PATCHBAY_PUBLIC_URL", "must be an http or https URL such as https://patchbay.example.com, without credentials, query or fragment")
 		}
 	}
+	if c.TraceURL != "" {
+		if u, err := url.Parse(strings.ReplaceAll(c.TraceURL, "{traceId}", "0")); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(c.TraceURL, "{traceId}") {
+			ps.add("PATCHBAY_TRACE_URL", "must be an http or https URL with {traceId} where the trace id goes, such as https://jaeger.example.com/trace/{traceId}")
+		}
+	}
 	if c.RedisPrefix == "" {
 		ps.add("PATCHBAY_REDIS_PREFIX", "must not be empty")
 	} else if strings.ContainsAny(c.RedisPrefix, "{}*?[]\\ \t\r\n") {

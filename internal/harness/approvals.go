@@ -69,6 +69,8 @@ type Approvals struct {
 	// approvers returns whom a connection's policy lets decide its calls
 	// (nil: anyone with the approve role).
 	approvers func(connection string) []string
+	// decided records a decision for the metrics; nil: none.
+	decided func(ap *Approval)
 }
 
 func (a *Approvals) key(id string) string { return a.store.Key("approval", "{"+id+"}") }
@@ -241,6 +243,9 @@ func (a *Approvals) Decide(ctx context.Context, id string, state ApprovalState, 
 	}
 	a.store.Client.ZRem(ctx, a.pendingKey(), id)
 	a.emit(ctx, ap.Execution, EventApprovalDecision, map[string]any{"approval": id, "state": ap.State, "by": by, "step": ap.Step})
+	if a.decided != nil {
+		a.decided(ap)
+	}
 	if err := a.resume(ctx, ap.Execution); err != nil {
 		return ap, err
 	}

@@ -52,7 +52,7 @@ func (e *Executions) emit(ctx context.Context, exec, typ string, data map[string
 		return nil
 	})
 	if err != nil {
-		e.logger.Warn("execution event not written", "execution", exec, "type", typ, "err", err)
+		e.logger.WarnContext(ctx, "execution event not written", "execution", exec, "type", typ, "err", err)
 	}
 }
 

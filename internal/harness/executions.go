@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
@@ -59,6 +60,9 @@ type Execution struct {
 	// Rerun names the connections whose replaced identity this run may
 	// run live (POST resume); it holds for that run only.
 	Rerun []string `json:"rerun,omitempty"`
+	// TraceID is the OpenTelemetry trace the execution's runs belong to
+	// (see trace.go); empty when tracing is off.
+	TraceID string `json:"traceId,omitempty"`
 }
 
 // ExecError says why an execution or a step failed.
@@ -117,6 +121,8 @@ type record struct {
 	// against; model nodes cut their tools to it at run time. Nil for a
 	// host document (a trigger's), which no allowlist bounds.
 	Allowlist *string `json:"allowlist,omitempty"`
+	// Trace is the trace context the execution's runs continue.
+	Trace *traceRecord `json:"trace,omitempty"`
 }
 
 func marshalRecord(rec *record) ([]byte, error) {
@@ -181,6 +187,9 @@ type ExecutionsOptions struct {
 	// Models runs the rounds of model nodes; nil: documents with model
 	// nodes are refused.
 	Models Models
+	// Tracer records runs, steps, calls and model rounds as spans (see
+	// trace.go); nil: no tracing, at no cost.
+	Tracer trace.Tracer
 }
 
 // Attacher connects an MCP server a document brings, for one run. secrets
@@ -220,6 +229,7 @@ type Executions struct {
 	// leases of waiting executions) stops with it.
 	life      context.Context
 	models    Models
+	tracer    trace.Tracer
 	approvals *Approvals
 	schemas   schemas
 	// notify is the one subscription of this process to every
@@ -267,9 +277,9 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
 		repairEvery: o.RepairEvery, repairGrace: repairGrace,
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher, credentials: o.Credentials,
-		models: o.Models,
+		models: o.Models, tracer: o.Tracer,
 	}
-	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit, approvers: e.approversOf}
+	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit, approvers: e.approversOf, decided: e.approvalDecided}
 	e.notify = newNotifier(st.Client, globEscape(st.Prefix)+"{exec:*}:cancel", globEscape(st.Prefix)+"{exec:*}:done")
 	return e
 }
@@ -473,6 +483,7 @@ func (e *Executions) enqueueBound(ctx context.Context, id string, workflow json.
 		Execution: Execution{ID: id, Status: ExecQueued, Principal: principal, Input: input, Steps: []StepRecord{}, CreatedAt: now},
 		Workflow:  workflow, Allowlist: allowlist,
 	}
+	e.stampTrace(ctx, rec)
 	data, err := marshalRecord(rec)
 	if err != nil {
 		return nil, err

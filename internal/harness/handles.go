@@ -422,6 +422,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	}
 	r.mu.Unlock()
 	var waited bool
+	asked := time.Now()
 	lease, err := leaser.Lease(ctx, LeaseRequest{Holder: holder, Setup: h.Setup, Resume: prev, Waiting: func() {
 		waited = true
 		r.leaseWaiting(ctx, h, holder, true)
@@ -429,6 +430,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	if waited {
 		r.leaseWaiting(ctx, h, holder, false)
 	}
+	r.e.leaseWaited(h.Pool, time.Since(asked))
 	if errors.Is(err, ErrLeaseTimeout) {
 		return nil, &stepError{step: step, code: KindLeaseTimeout, err: fmt.Errorf("pool %s: %w", h.Pool, err)}
 	}
@@ -460,7 +462,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	resumed := prev != nil && prev.ID == rec.ID
 	r.e.emit(ctx, r.rec.ID, EventLeaseAcquired, map[string]any{"pool": h.Pool, "handle": h.Name, "holder": holder,
 		"lease": rec.ID, "slot": rec.Slot, "resumed": resumed})
-	r.e.logger.Info("lease acquired", "execution", r.rec.ID, "pool", h.Pool, "holder", holder, "lease", rec.ID, "resumed", resumed)
+	r.e.logger.InfoContext(ctx, "lease acquired", "execution", r.rec.ID, "pool", h.Pool, "holder", holder, "lease", rec.ID, "resumed", resumed)
 	hl.stop = make(chan struct{})
 	hl.wg.Go(func() { r.renewLease(hl) })
 	return c, nil
@@ -515,7 +517,7 @@ func (r *run) leaseWaiting(ctx context.Context, h Handle, holder string, waiting
 	r.rec.Status = status
 	r.mu.Unlock()
 	if err := r.save(ctx); err != nil {
-		r.e.logger.Warn("execution state not saved", "execution", r.rec.ID, "err", err)
+		r.e.logger.WarnContext(ctx, "execution state not saved", "execution", r.rec.ID, "err", err)
 	}
 	r.e.observer.ExecutionEntered(status)
 	r.e.emit(ctx, r.rec.ID, EventState, data)

@@ -918,7 +918,9 @@ func (r *run) round(ctx context.Context, f *frame, n *Node, round int, req Model
 		return nil, err
 	}
 	stream := &deltaStream{r: r, ctx: ctx, key: key, id: n.ID, round: round, last: time.Now()}
-	resp, err := r.e.models.Turn(ctx, req, stream.add)
+	tctx, endRound := r.traceRound(ctx, n.Model)
+	resp, err := r.e.models.Turn(tctx, req, stream.add)
+	endRound(resp, err)
 	stream.flush()
 	if err != nil {
 		if ctx.Err() != nil {

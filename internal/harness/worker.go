@@ -546,6 +546,8 @@ func (e *Executions) execute(ctx context.Context, id, item string) (acked bool, 
 	if c.rec.Status.Terminal() {
 		return false, nil
 	}
+	runCtx, endRun := e.traceRun(runCtx, c.rec, c.epoch)
+	defer func() { endRun(err) }()
 	return false, r.execute(runCtx)
 }
 
@@ -646,7 +648,7 @@ func (r *run) execute(ctx context.Context) error {
 		return err
 	}
 	r.e.observer.ExecutionEntered(ExecRunning)
-	r.e.logger.Info("execution running", "execution", r.rec.ID, "epoch", r.epoch)
+	r.e.logger.InfoContext(ctx, "execution running", "execution", r.rec.ID, "epoch", r.epoch)
 
 	doc, err := ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
 	if err == nil {
@@ -705,7 +707,7 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	if r.rec.StartedAt != nil {
 		started = *r.rec.StartedAt
 	}
-	r.e.logger.Info("execution finished", "execution", r.rec.ID, "status", r.rec.Status, "duration", now.Sub(started))
+	r.e.logger.InfoContext(ctx, "execution finished", "execution", r.rec.ID, "status", r.rec.Status, "duration", now.Sub(started))
 	return nil
 }
 
@@ -898,6 +900,8 @@ func (r *run) storage(ctx context.Context, err error) error {
 func (r *run) node(ctx context.Context, f *frame, n *Node) (any, error) {
 	var out any
 	var err error
+	ctx, step := r.traceStep(ctx, f, n)
+	defer step.end(&err)
 	switch n.Kind {
 	case KindSequence:
 		for _, s := range n.Steps {
@@ -1095,8 +1099,10 @@ func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
 		return out, err
 	}
 	r.beginHeld(n, key, conn)
+	ctx, span := r.traceCall(ctx, n, key, conn)
 	started := time.Now()
 	out, _, err := r.send(ctx, f, n, &key)
+	span.end(err)
 	if interruption(err) {
 		return nil, err
 	}
@@ -1133,7 +1139,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	delete(r.resets, name)
 	r.mu.Unlock()
 	if reset {
-		r.e.logger.Info("resetting a costly connection before running live", "execution", r.rec.ID, "connection", name)
+		r.e.logger.InfoContext(ctx, "resetting a costly connection before running live", "execution", r.rec.ID, "connection", name)
 		if err := conn.Reset(ctx); err != nil {
 			return nil, Identity{}, err
 		}
@@ -1147,6 +1153,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	}
 	marks := profileOp(n, conn)
 	verdict, args, err := r.e.gates(ctx, conn, n.Op, marks != nil && marks.Guarded, args, r.rec.ID)
+	traceGates(ctx, verdict, err)
 	if err != nil {
 		return nil, Identity{}, err
 	}
@@ -1351,6 +1358,7 @@ func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[s
 	if err != nil {
 		return r.storage(ctx, err)
 	}
+	r.traceApproval(ctx, ap)
 	switch ap.State {
 	case ApprovalApproved:
 		return nil

@@ -291,6 +291,7 @@ func (c *conn) callOnce(ctx context.Context, sess *session, req harness.CallRequ
 	if req.Approval != "" {
 		meta[MetaApproval] = req.Approval
 	}
+	c.traceCall(ctx, sess, req.Op, meta)
 	if len(meta) > 0 {
 		call.Params.Meta = mcp.NewMetaFromMap(meta)
 	}

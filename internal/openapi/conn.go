@@ -55,6 +55,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	if err != nil {
 		return nil, &harness.CallError{Op: req.Op, Message: err.Error()}
 	}
+	traceRequest(ctx, hreq, op)
 	resp, err := p.opts.HTTPClient.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
@@ -63,6 +64,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		return nil, fmt.Errorf("openapi %s: %s: %w", p.name, req.Op, err)
 	}
 	defer resp.Body.Close()
+	traceResponse(ctx, resp.StatusCode)
 	data, err := readBounded(resp.Body, p.maxBytes())
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %s: read response: %w", p.name, req.Op, err)

@@ -102,6 +102,7 @@ func (d *deliverer) handle(ctx context.Context, m redis.XMessage, deliveries int
 		d.bury(ctx, m.ID, tid, ev, deliveries, "", "event cannot be decoded: "+err.Error())
 		return
 	}
+	ctx = traceContext(ctx, &ev)
 	t, ok := d.s.triggers[tid]
 	if !ok || t.Connection != d.src.name {
 		d.bury(ctx, m.ID, tid, ev, deliveries, "", "trigger "+tid+" is no longer configured")
@@ -194,6 +195,7 @@ func (d *deliverer) bury(ctx context.Context, entry, tid string, ev Event, deliv
 		return
 	}
 	if ok {
+		d.s.deadLettered(d.src.name)
 		d.s.logger.Warn("event dead-lettered", "connection", d.src.name, "trigger", tid, "event", ev.ID, "reason", reason)
 	}
 }

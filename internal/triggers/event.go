@@ -33,6 +33,9 @@ type Event struct {
 	// else the natural thread of the event in a profile its connection
 	// speaks, else the trigger's id; set on the copy a turn receives.
 	Thread string `json:"thread,omitempty"`
+	// Trace is the W3C trace context of the request that brought the
+	// event, kept in the inbox only (see trace.go).
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // MaxEventIDLen bounds event ids and webhook-ids, which become Redis keys.

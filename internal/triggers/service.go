@@ -242,6 +242,7 @@ func (s *Service) Emit(ctx context.Context, connection string, ev Event, via Via
 			matched = append(matched, t.ID)
 		}
 	}
+	stampTrace(ctx, &ev)
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return Result{}, fmt.Errorf("triggers: encode event: %w", err)

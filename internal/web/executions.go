@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -44,6 +45,9 @@ type executionData struct {
 	Ex        *harness.Execution
 	Approvals []*harness.Approval // pending approvals of this execution
 	Events    []harness.Event
+	// TraceLink is the execution's trace in the tracing UI; empty without
+	// a trace or a PATCHBAY_TRACE_URL.
+	TraceLink string
 }
 
 func (d executionData) live() bool { return !d.Ex.Status.Terminal() }
@@ -74,7 +78,7 @@ func (h *handler) loadExecution(c echo.Context) (executionData, error) {
 	if err != nil {
 		return executionData{}, err
 	}
-	d := executionData{Ex: ex}
+	d := executionData{Ex: ex, TraceLink: traceLink(h.TraceURL, ex.TraceID)}
 	for _, st := range ex.Steps {
 		if st.ApprovalID == "" || st.Status != harness.StepWaiting {
 			continue
@@ -187,4 +191,13 @@ func (h *handler) resume(c echo.Context) error {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, "/admin/executions/"+id+"?flash=resumed")
+}
+
+// traceLink fills the trace URL template; the id is hex, so it needs no
+// escaping.
+func traceLink(template, traceID string) string {
+	if template == "" || traceID == "" {
+		return ""
+	}
+	return strings.ReplaceAll(template, "{traceId}", traceID)
 }

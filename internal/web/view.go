@@ -231,3 +231,22 @@ func cursorAge(s triggers.SubscriptionStatus) string {
 	}
 	return (time.Duration(*s.CursorAgeSeconds) * time.Second).String() + " ago"
 }
+
+// gateName says what each gate checks, for the step that it refused.
+func gateName(gate int) string {
+	switch gate {
+	case harness.GateDeclared:
+		return "operation declared"
+	case harness.GateSchema:
+		return "arguments match the schema"
+	case harness.GateRefs:
+		return "refs issued to this thread"
+	case harness.GatePolicy:
+		return "connection policy"
+	case harness.GateApprover:
+		return "approval"
+	case harness.GateSecrets:
+		return "secrets and credentials"
+	}
+	return "unknown"
+}

@@ -93,6 +93,10 @@ type Options struct {
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
 	// the client; without them the client is the TCP peer.
 	TrustedProxies throttle.Proxies
+	// TraceURL links an execution's page to its trace: {traceId} is
+	// replaced by the execution's trace id. Empty: the id is shown
+	// without a link.
+	TraceURL string
 }
 
 // User is an API key that may sign in to the UI as its principal. Its
