@@ -76,7 +76,11 @@ func (p *petstore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, petstoreDoc)
 		return
 	}
-	p.apiCalls.Add(1)
+	// The "gone" connection's document fetches (retried in the background)
+	// are not API calls: counting them made the gate-2 check flaky.
+	if strings.HasPrefix(r.URL.Path, "/pets") {
+		p.apiCalls.Add(1)
+	}
 	if r.Header.Get("X-Api-Key") != p.key || r.Header.Get("X-Tenant") != p.tenant {
 		http.Error(w, `{"message":"bad key"}`, http.StatusUnauthorized)
 		return
