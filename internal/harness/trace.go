@@ -246,6 +246,40 @@ func (r *run) traceApproval(ctx context.Context, ap *Approval) {
 	wait.End(trace.WithTimestamp(*ap.DecidedAt))
 }
 
+// readSpan is the span of one profile read (nil when not traced).
+type readSpan struct {
+	r    *run
+	span trace.Span
+}
+
+// traceRead starts the span of one profile read: "look <read>" for a read
+// shown to a model (under its model step), "read <read>" for one a verify
+// judges. Gates 1–4 of the read's tool are its events, as on a call.
+func (r *run) traceRead(ctx context.Context, use, conn, read string) (context.Context, readSpan) {
+	s := readSpan{r: r}
+	if r.e.tracer != nil {
+		ctx, s.span = r.e.tracer.Start(ctx, use+" "+read, trace.WithAttributes(
+			attribute.String("patchbay.connection", conn),
+			attribute.String("patchbay.read", read),
+		))
+	}
+	return ctx, s
+}
+
+// end records how the read was shown (form: full, diff, unchanged,
+// failed; "" for a verify) and its estimated tokens, bytes/4 of what the
+// model was shown (of the render, for a verify).
+func (s readSpan) end(form string, tokens int, err error) {
+	if s.span == nil {
+		return
+	}
+	if form != "" {
+		s.span.SetAttributes(attribute.String("patchbay.read.form", form))
+	}
+	s.span.SetAttributes(attribute.Int("patchbay.read.tokens_estimated", tokens))
+	endSpan(s.span, err, s.r.e.redactor)
+}
+
 // traceRound starts the GenAI client span of one model round. end adds
 // the response's model, token use and finish reason.
 func (r *run) traceRound(ctx context.Context, spec *modelSpec) (context.Context, func(*ModelResponse, error)) {
