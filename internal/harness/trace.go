@@ -193,7 +193,9 @@ func (c callSpan) end(err error) {
 	}
 }
 
-// refused records a refusal by the gate that refused.
+// refused records a refusal: the gates checked before the one that
+// refused passed (gates 1–4 are recorded only now: traceGates sees no
+// refusal), then the refusing gate.
 func (c callSpan) refused(err error) {
 	var d *denied
 	if !errors.As(err, &d) {
@@ -201,22 +203,56 @@ func (c callSpan) refused(err error) {
 	}
 	c.r.e.gateRefused(d.gate)
 	if c.span != nil {
-		c.span.AddEvent("gate", trace.WithAttributes(attribute.Int("patchbay.gate", d.gate), attribute.String("patchbay.gate.verdict", "refused")))
+		gatesRefused(c.span, d.gate)
 	}
 }
 
-// traceGates records gates 1–4's verdict on the call's span when they let
+// gateChecks is the order gates 1–4 are checked in: refs are opened
+// before the schema sees the arguments.
+var gateChecks = [...]int{GateDeclared, GateRefs, GateSchema, GatePolicy}
+
+// gateNames names the gates on span events.
+var gateNames = [...]string{GateDeclared: "declared", GateSchema: "schema", GateRefs: "refs", GatePolicy: "policy", GateApprover: "approver", GateSecrets: "secrets"}
+
+// gateEvent is one gate's verdict on span.
+func gateEvent(span trace.Span, gate int, verdict string, more ...attribute.KeyValue) {
+	name := ""
+	if gate > 0 && gate < len(gateNames) {
+		name = gateNames[gate]
+	}
+	span.AddEvent("gate", trace.WithAttributes(append([]attribute.KeyValue{attribute.Int("patchbay.gate", gate),
+		attribute.String("patchbay.gate.name", name), attribute.String("patchbay.gate.verdict", verdict)}, more...)...))
+}
+
+// gatesRefused records gate's refusal after the gates of 1–4 checked
+// before it; a refusal past gate 4 follows gates traceGates recorded.
+func gatesRefused(span trace.Span, gate int) {
+	if gate <= GatePolicy {
+		for _, g := range gateChecks {
+			if g == gate {
+				break
+			}
+			gateEvent(span, g, "pass")
+		}
+	}
+	gateEvent(span, gate, "refused")
+}
+
+// traceGates records each of gates 1–4 on the call's span when they let
 // the call on (a refusal is recorded when the call ends).
 func traceGates(ctx context.Context, v verdict, err error) {
 	span := trace.SpanFromContext(ctx)
 	if err != nil || !span.IsRecording() {
 		return
 	}
+	for _, g := range gateChecks[:len(gateChecks)-1] {
+		gateEvent(span, g, "pass")
+	}
 	verdict := "allow"
 	if v == needsApproval {
 		verdict = "approval_required"
 	}
-	span.AddEvent("gate", trace.WithAttributes(attribute.Int("patchbay.gate", GatePolicy), attribute.String("patchbay.gate.verdict", verdict)))
+	gateEvent(span, GatePolicy, verdict)
 }
 
 // traceApproval records gate 5 on the call's span and, once a person
@@ -228,8 +264,7 @@ func (r *run) traceApproval(ctx context.Context, ap *Approval) {
 		return
 	}
 	span := trace.SpanFromContext(ctx)
-	span.AddEvent("gate", trace.WithAttributes(attribute.Int("patchbay.gate", GateApprover),
-		attribute.String("patchbay.gate.verdict", string(ap.State)), attribute.String("patchbay.approval.id", ap.ID)))
+	gateEvent(span, GateApprover, string(ap.State), attribute.String("patchbay.approval.id", ap.ID))
 	if ap.State == ApprovalPending || ap.DecidedAt == nil {
 		return
 	}
@@ -277,6 +312,10 @@ func (s readSpan) end(form string, tokens int, err error) {
 		s.span.SetAttributes(attribute.String("patchbay.read.form", form))
 	}
 	s.span.SetAttributes(attribute.Int("patchbay.read.tokens_estimated", tokens))
+	var d *denied
+	if errors.As(err, &d) {
+		gateEvent(s.span, d.gate, "refused") // the read's own checks run in no fixed gate order
+	}
 	endSpan(s.span, err, s.r.e.redactor)
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -337,5 +338,64 @@ func TestLookSpans(t *testing.T) {
 	read := waitSpan(t, rec, "read browser.page.summary")
 	if read.Parent.SpanID() != rec.one(t, "step v").SpanContext.SpanID() || attr(read, "patchbay.read.tokens_estimated").AsInt64() <= 0 {
 		t.Fatalf("verify read span %+v", read)
+	}
+}
+
+// gateEvents lists span's gate events as "<gate> <name> <verdict>".
+func gateEvents(s tracetest.SpanStub) []string {
+	var out []string
+	for _, ev := range s.Events {
+		if ev.Name != "gate" {
+			continue
+		}
+		e := map[attribute.Key]attribute.Value{}
+		for _, kv := range ev.Attributes {
+			e[kv.Key] = kv.Value
+		}
+		out = append(out, fmt.Sprintf("%d %s %s", e["patchbay.gate"].AsInt64(), e["patchbay.gate.name"].AsString(), e["patchbay.gate.verdict"].AsString()))
+	}
+	return out
+}
+
+// TestGateEventsPerGate: a call's span has one event per gate checked, in
+// the order they are checked, ending with the refusing gate if one
+// refused.
+func TestGateEventsPerGate(t *testing.T) {
+	t.Parallel()
+	mem := harness.NewMemory(
+		harness.MemoryOp{Operation: harness.Operation{Name: "lookup", InputSchema: obj("q")}},
+		harness.MemoryOp{Operation: harness.Operation{Name: "drop"}},
+	)
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("svc", mem))
+	must(t, reg.SetPolicy("svc", harness.Policy{Deny: []string{"drop"}}))
+	must(t, reg.Start(context.Background()))
+	for _, tc := range []struct {
+		name, call string
+		want       []string
+	}{
+		{"allowed", `"op":"lookup","args":{"q":"pb"}`, []string{"1 declared pass", "3 refs pass", "2 schema pass", "4 policy allow"}},
+		{"schema", `"op":"lookup","args":{"q":7}`, []string{"1 declared pass", "3 refs pass", "2 schema refused"}},
+		{"policy", `"op":"drop","args":{}`, []string{"1 declared pass", "3 refs pass", "2 schema pass", "4 policy refused"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := newRecorder(nil)
+			execs := startWorkers(t, storetest.New(t), reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Tracer: rec.tracer()})
+			ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(
+				`{"version":1,"connections":{"svc":{}},"root":{"kind":"call","id":"c","connection":"svc",` + tc.call + `}}`), Principal: "tester", Allowlist: "ops"})
+			must(t, err)
+			_, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
+			must(t, err)
+			waitSpan(t, rec, "execution")
+			var call tracetest.SpanStub
+			for _, s := range rec.exp.GetSpans() {
+				if strings.HasPrefix(s.Name, "call svc ") {
+					call = s
+				}
+			}
+			if got := gateEvents(call); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("gate events %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
