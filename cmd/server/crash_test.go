@@ -86,15 +86,16 @@ func (r *replica) kill() {
 
 // oneReplica starts one server process with cfg on st's Redis (a real
 // one, which outlives the process) and a 2 s claim timeout, so a run it
-// was killed in is taken over soon after it restarts.
-func oneReplica(t *testing.T, st *store.Store, cfg string) *replica {
+// was killed in is taken over soon after it restarts; env adds to its
+// environment.
+func oneReplica(t *testing.T, st *store.Store, cfg string, env ...string) *replica {
 	t.Helper()
 	addr := freeAddr(t)
-	srv := &replica{bin: serverBin, addr: addr, logPath: filepath.Join(t.TempDir(), "server.log"), env: []string{
+	srv := &replica{bin: serverBin, addr: addr, logPath: filepath.Join(t.TempDir(), "server.log"), env: append([]string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
 		"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=k1", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_CLAIM_TIMEOUT=2s",
-	}}
+	}, env...)}
 	if err := srv.start(); err != nil {
 		t.Fatal(err)
 	}

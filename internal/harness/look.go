@@ -350,14 +350,17 @@ func (r *run) look(ctx context.Context, f *frame, n *Node, round int, l *lookLay
 // interruption of the run is returned.
 func (r *run) lookOnce(ctx context.Context, f *frame, n *Node, l *lookLayer, conn, read string, full bool) (lookShown, string, error) {
 	s := lookShown{Connection: conn, Read: read}
+	ctx, span := r.traceRead(ctx, "look", conn, read)
 	rd, err := r.takeRead(ctx, f, n.ID, conn, read)
 	if err != nil {
 		if interruption(err) || errors.Is(err, errWaiting) || ctx.Err() != nil {
+			span.end("", 0, err)
 			return s, "", err
 		}
 		s.Form = lookFailed
 		text := lookHeader(conn, read, lookFailed) + "\n" + r.e.redactor.String(readFailure(err))
 		s.Tokens = estimateTokens(text)
+		span.end(s.Form, s.Tokens, err)
 		return s, text, nil
 	}
 	form, body := l.show(conn, read, rd.Text, full)
@@ -367,6 +370,7 @@ func (r *run) lookOnce(ctx context.Context, f *frame, n *Node, l *lookLayer, con
 		text += "\n" + body
 	}
 	s.Tokens = estimateTokens(text)
+	span.end(s.Form, s.Tokens, nil)
 	return s, text, nil
 }
 

@@ -572,10 +572,13 @@ func (r *run) subject(ctx context.Context, f *frame, n *Node) (any, error) {
 		return f.steps[n.Of], nil
 	}
 	if n.Subject.Kind == kindRead {
+		ctx, span := r.traceRead(ctx, "read", n.Subject.Connection, n.Subject.Op)
 		rd, err := r.takeRead(ctx, f, n.ID, n.Subject.Connection, n.Subject.Op)
 		if err != nil {
+			span.end("", 0, err)
 			return nil, err
 		}
+		span.end("", estimateTokens(rd.Text), nil)
 		return rd.Value, nil
 	}
 	out, _, err := r.send(ctx, f, n.Subject, nil)

@@ -177,6 +177,7 @@ func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, re
 		}
 	}
 	verdict, args, err := r.e.gates(ctx, conn, op, false, args, r.rec.ID)
+	traceGates(ctx, verdict, err)
 	if err != nil {
 		return nil, err
 	}

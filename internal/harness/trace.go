@@ -193,7 +193,9 @@ func (c callSpan) end(err error) {
 	}
 }
 
-// refused records a refusal by the gate that refused.
+// refused records a refusal: the gates checked before the one that
+// refused passed (gates 1–4 are recorded only now: traceGates sees no
+// refusal), then the refusing gate.
 func (c callSpan) refused(err error) {
 	var d *denied
 	if !errors.As(err, &d) {
@@ -201,22 +203,56 @@ func (c callSpan) refused(err error) {
 	}
 	c.r.e.gateRefused(d.gate)
 	if c.span != nil {
-		c.span.AddEvent("gate", trace.WithAttributes(attribute.Int("patchbay.gate", d.gate), attribute.String("patchbay.gate.verdict", "refused")))
+		gatesRefused(c.span, d.gate)
 	}
 }
 
-// traceGates records gates 1–4's verdict on the call's span when they let
+// gateChecks is the order gates 1–4 are checked in: refs are opened
+// before the schema sees the arguments.
+var gateChecks = [...]int{GateDeclared, GateRefs, GateSchema, GatePolicy}
+
+// gateNames names the gates on span events.
+var gateNames = [...]string{GateDeclared: "declared", GateSchema: "schema", GateRefs: "refs", GatePolicy: "policy", GateApprover: "approver", GateSecrets: "secrets"}
+
+// gateEvent is one gate's verdict on span.
+func gateEvent(span trace.Span, gate int, verdict string, more ...attribute.KeyValue) {
+	name := ""
+	if gate > 0 && gate < len(gateNames) {
+		name = gateNames[gate]
+	}
+	span.AddEvent("gate", trace.WithAttributes(append([]attribute.KeyValue{attribute.Int("patchbay.gate", gate),
+		attribute.String("patchbay.gate.name", name), attribute.String("patchbay.gate.verdict", verdict)}, more...)...))
+}
+
+// gatesRefused records gate's refusal after the gates of 1–4 checked
+// before it; a refusal past gate 4 follows gates traceGates recorded.
+func gatesRefused(span trace.Span, gate int) {
+	if gate <= GatePolicy {
+		for _, g := range gateChecks {
+			if g == gate {
+				break
+			}
+			gateEvent(span, g, "pass")
+		}
+	}
+	gateEvent(span, gate, "refused")
+}
+
+// traceGates records each of gates 1–4 on the call's span when they let
 // the call on (a refusal is recorded when the call ends).
 func traceGates(ctx context.Context, v verdict, err error) {
 	span := trace.SpanFromContext(ctx)
 	if err != nil || !span.IsRecording() {
 		return
 	}
+	for _, g := range gateChecks[:len(gateChecks)-1] {
+		gateEvent(span, g, "pass")
+	}
 	verdict := "allow"
 	if v == needsApproval {
 		verdict = "approval_required"
 	}
-	span.AddEvent("gate", trace.WithAttributes(attribute.Int("patchbay.gate", GatePolicy), attribute.String("patchbay.gate.verdict", verdict)))
+	gateEvent(span, GatePolicy, verdict)
 }
 
 // traceApproval records gate 5 on the call's span and, once a person
@@ -228,8 +264,7 @@ func (r *run) traceApproval(ctx context.Context, ap *Approval) {
 		return
 	}
 	span := trace.SpanFromContext(ctx)
-	span.AddEvent("gate", trace.WithAttributes(attribute.Int("patchbay.gate", GateApprover),
-		attribute.String("patchbay.gate.verdict", string(ap.State)), attribute.String("patchbay.approval.id", ap.ID)))
+	gateEvent(span, GateApprover, string(ap.State), attribute.String("patchbay.approval.id", ap.ID))
 	if ap.State == ApprovalPending || ap.DecidedAt == nil {
 		return
 	}
@@ -244,6 +279,44 @@ func (r *run) traceApproval(ctx context.Context, ap *Approval) {
 		wait.SetStatus(codes.Error, string(ap.State))
 	}
 	wait.End(trace.WithTimestamp(*ap.DecidedAt))
+}
+
+// readSpan is the span of one profile read (nil when not traced).
+type readSpan struct {
+	r    *run
+	span trace.Span
+}
+
+// traceRead starts the span of one profile read: "look <read>" for a read
+// shown to a model (under its model step), "read <read>" for one a verify
+// judges. Gates 1–4 of the read's tool are its events, as on a call.
+func (r *run) traceRead(ctx context.Context, use, conn, read string) (context.Context, readSpan) {
+	s := readSpan{r: r}
+	if r.e.tracer != nil {
+		ctx, s.span = r.e.tracer.Start(ctx, use+" "+read, trace.WithAttributes(
+			attribute.String("patchbay.connection", conn),
+			attribute.String("patchbay.read", read),
+		))
+	}
+	return ctx, s
+}
+
+// end records how the read was shown (form: full, diff, unchanged,
+// failed; "" for a verify) and its estimated tokens, bytes/4 of what the
+// model was shown (of the render, for a verify).
+func (s readSpan) end(form string, tokens int, err error) {
+	if s.span == nil {
+		return
+	}
+	if form != "" {
+		s.span.SetAttributes(attribute.String("patchbay.read.form", form))
+	}
+	s.span.SetAttributes(attribute.Int("patchbay.read.tokens_estimated", tokens))
+	var d *denied
+	if errors.As(err, &d) {
+		gateEvent(s.span, d.gate, "refused") // the read's own checks run in no fixed gate order
+	}
+	endSpan(s.span, err, s.r.e.redactor)
 }
 
 // traceRound starts the GenAI client span of one model round. end adds

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -283,5 +284,118 @@ func TestNoTracerNoSpans(t *testing.T) {
 	}
 	if errors.Is(err, context.Canceled) {
 		t.Fatal(err)
+	}
+}
+
+// TestLookSpans: each read a model is shown is a span under its model
+// step, with the read's form and estimated tokens (the look event's), and
+// its tool's gate verdict as an event; a verify's read is one too.
+func TestLookSpans(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	page := newPage()
+	reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(page)}, nil)
+	models := &scriptModels{rounds: []harness.ModelResponse{
+		{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_look", `{"read":"screen.current"}`)}},
+		{Text: "Seen."},
+	}}
+	rec := newRecorder(nil)
+	execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: models, Tracer: rec.tracer()})
+	doc := `{"version":1,"connections":{"web":{"profile":"browser@^1"}},"root":{"kind":"model","id":"turn","model":"fake/m1"}}`
+	ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Input: "Look.", Principal: "alice", Allowlist: "test"})
+	must(t, err)
+	ex, err = execs.Wait(context.Background(), ex.ID, 20*time.Second)
+	must(t, err)
+	if ex.Status != harness.ExecSucceeded {
+		t.Fatalf("execution %s %+v", ex.Status, ex.Error)
+	}
+	waitSpan(t, rec, "execution")
+	step := rec.one(t, "step turn")
+	var got []string
+	for _, ev := range lookEvents(t, execs, ex.ID) {
+		read, form, tokens := ev["read"].(string), ev["form"].(string), int64(ev["tokens"].(float64))
+		got = append(got, read+" "+form)
+		var span *tracetest.SpanStub
+		for _, s := range rec.named("look " + read) {
+			if attr(s, "patchbay.read.form").AsString() == form && attr(s, "patchbay.read.tokens_estimated").AsInt64() == tokens {
+				span = &s
+			}
+		}
+		if span == nil || span.Parent.SpanID() != step.SpanContext.SpanID() || attr(*span, "patchbay.connection").AsString() != "web" ||
+			attr(*span, "patchbay.read").AsString() != read || !hasGateEvent(*span, harness.GatePolicy, "allow") {
+			t.Fatalf("look event %v: span %+v under %s", ev, span, step.SpanContext.SpanID())
+		}
+	}
+	spans := len(rec.named("look browser.page.summary")) + len(rec.named("look ui.tree")) + len(rec.named("look screen.current"))
+	if strings.Join(got, ",") != "browser.page.summary full,ui.tree full,screen.current full,browser.page.summary unchanged" || spans != len(got) {
+		t.Fatalf("look events %v, %d look spans", got, spans)
+	}
+
+	ex = runRead(t, execs, verifyDoc("web", `{"profile":"browser@^1"}`, "browser.page.summary", `[{"at":"title","equals":"Sign in"}]`))
+	if ex.Status != harness.ExecSucceeded {
+		t.Fatalf("verify %s %+v", ex.Status, ex.Error)
+	}
+	read := waitSpan(t, rec, "read browser.page.summary")
+	if read.Parent.SpanID() != rec.one(t, "step v").SpanContext.SpanID() || attr(read, "patchbay.read.tokens_estimated").AsInt64() <= 0 {
+		t.Fatalf("verify read span %+v", read)
+	}
+}
+
+// gateEvents lists span's gate events as "<gate> <name> <verdict>".
+func gateEvents(s tracetest.SpanStub) []string {
+	var out []string
+	for _, ev := range s.Events {
+		if ev.Name != "gate" {
+			continue
+		}
+		e := map[attribute.Key]attribute.Value{}
+		for _, kv := range ev.Attributes {
+			e[kv.Key] = kv.Value
+		}
+		out = append(out, fmt.Sprintf("%d %s %s", e["patchbay.gate"].AsInt64(), e["patchbay.gate.name"].AsString(), e["patchbay.gate.verdict"].AsString()))
+	}
+	return out
+}
+
+// TestGateEventsPerGate: a call's span has one event per gate checked, in
+// the order they are checked, ending with the refusing gate if one
+// refused.
+func TestGateEventsPerGate(t *testing.T) {
+	t.Parallel()
+	mem := harness.NewMemory(
+		harness.MemoryOp{Operation: harness.Operation{Name: "lookup", InputSchema: obj("q")}},
+		harness.MemoryOp{Operation: harness.Operation{Name: "drop"}},
+	)
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("svc", mem))
+	must(t, reg.SetPolicy("svc", harness.Policy{Deny: []string{"drop"}}))
+	must(t, reg.Start(context.Background()))
+	for _, tc := range []struct {
+		name, call string
+		want       []string
+	}{
+		{"allowed", `"op":"lookup","args":{"q":"pb"}`, []string{"1 declared pass", "3 refs pass", "2 schema pass", "4 policy allow"}},
+		{"schema", `"op":"lookup","args":{"q":7}`, []string{"1 declared pass", "3 refs pass", "2 schema refused"}},
+		{"policy", `"op":"drop","args":{}`, []string{"1 declared pass", "3 refs pass", "2 schema pass", "4 policy refused"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := newRecorder(nil)
+			execs := startWorkers(t, storetest.New(t), reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Tracer: rec.tracer()})
+			ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(
+				`{"version":1,"connections":{"svc":{}},"root":{"kind":"call","id":"c","connection":"svc",` + tc.call + `}}`), Principal: "tester", Allowlist: "ops"})
+			must(t, err)
+			_, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
+			must(t, err)
+			waitSpan(t, rec, "execution")
+			var call tracetest.SpanStub
+			for _, s := range rec.exp.GetSpans() {
+				if strings.HasPrefix(s.Name, "call svc ") {
+					call = s
+				}
+			}
+			if got := gateEvents(call); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("gate events %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
