@@ -482,11 +482,11 @@ func (r *run) renewLease(hl *heldLease) {
 		err := hl.lease.Renew(ctx)
 		cancel()
 		if errors.Is(err, ErrLeaseLost) {
-			r.e.logger.Warn("lease lost: reclaimed while held", "execution", r.rec.ID, "holder", hl.rec.Holder, "lease", hl.rec.ID)
+			r.e.logger.WarnContext(inExecution(r.rec.ID), "lease lost: reclaimed while held", "execution", r.rec.ID, "holder", hl.rec.Holder, "lease", hl.rec.ID)
 			return
 		}
 		if err != nil {
-			r.e.logger.Warn("lease renewal failed; retrying", "execution", r.rec.ID, "holder", hl.rec.Holder, "err", err)
+			r.e.logger.WarnContext(inExecution(r.rec.ID), "lease renewal failed; retrying", "execution", r.rec.ID, "holder", hl.rec.Holder, "err", err)
 		}
 	}
 }
@@ -586,7 +586,7 @@ func (e *Executions) parkLease(id string, hl *heldLease) {
 				return
 			}
 			if err != nil {
-				e.logger.Warn("renewing the lease of a waiting execution failed; retrying", "execution", id, "lease", hl.rec.ID, "err", err)
+				e.logger.WarnContext(inExecution(id), "renewing the lease of a waiting execution failed; retrying", "execution", id, "lease", hl.rec.ID, "err", err)
 			}
 		}
 	}()
@@ -597,10 +597,10 @@ func (e *Executions) parkLease(id string, hl *heldLease) {
 // reclaimed and granted again, is left alone.
 func (e *Executions) giveBack(ctx context.Context, id string, hl *heldLease) {
 	if err := hl.lease.Release(ctx); err != nil {
-		e.logger.Warn("lease of a cancelled execution not given back; it is reclaimed after the window", "execution", id, "lease", hl.rec.ID, "err", err)
+		e.logger.WarnContext(inExecution(id), "lease of a cancelled execution not given back; it is reclaimed after the window", "execution", id, "lease", hl.rec.ID, "err", err)
 		return
 	}
-	e.logger.Info("lease of a cancelled execution given back", "execution", id, "holder", hl.rec.Holder, "lease", hl.rec.ID)
+	e.logger.InfoContext(inExecution(id), "lease of a cancelled execution given back", "execution", id, "holder", hl.rec.Holder, "lease", hl.rec.ID)
 }
 
 func (r *run) endLeases(match func(*heldLease) bool, release bool) {
@@ -634,7 +634,7 @@ func (r *run) endLeases(match func(*heldLease) bool, release bool) {
 		err := hl.lease.Release(ctx)
 		cancel()
 		if err != nil {
-			r.e.logger.Warn("lease not given back; it is reclaimed after the window", "execution", r.rec.ID, "holder", hl.rec.Holder, "err", err)
+			r.e.logger.WarnContext(inExecution(r.rec.ID), "lease not given back; it is reclaimed after the window", "execution", r.rec.ID, "holder", hl.rec.Holder, "err", err)
 			continue
 		}
 		r.mu.Lock()

@@ -359,3 +359,10 @@ func endSpan(span trace.Span, err error, red Redactor) {
 	}
 	span.End()
 }
+
+// inExecution is a context for the log lines of goroutines that work for
+// an execution outside its run's context (lease renewal and release), so
+// that they carry its execution_id too.
+func inExecution(id string) context.Context {
+	return telemetry.WithExecution(context.Background(), id)
+}

@@ -369,9 +369,9 @@ func (c *conn) reinit(ctx context.Context, s *session, gen int64) error {
 	c.identity.Epoch++
 	c.mu.Unlock()
 	if s.tenant {
-		c.logger.Info("mcp: a caller's session expired; re-initialized")
+		c.logger.InfoContext(ctx, "mcp: a caller's session expired; re-initialized")
 	} else {
-		c.logger.Info("mcp: session expired; re-initialized")
+		c.logger.InfoContext(ctx, "mcp: session expired; re-initialized")
 	}
 	return nil
 }

@@ -259,7 +259,7 @@ func (c *conn) cancelTask(ctx context.Context, s *session, id string) {
 	pg := &page{}
 	_, err := s.client.CancelTask(context.WithValue(cctx, pageKey{}, pg), mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: id}})
 	if err != nil && pg.raw == nil {
-		c.logger.Warn("mcp: tasks/cancel failed", "task", id, "err", err)
+		c.logger.WarnContext(cctx, "mcp: tasks/cancel failed", "task", id, "err", err)
 	}
 }
 
