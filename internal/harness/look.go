@@ -490,17 +490,7 @@ func (r *run) effectOf(ctx context.Context, ts *toolSet, call ModelToolCall) str
 	return name
 }
 
-func decodeLook(out any) (*lookRecord, error) {
-	data, err := json.Marshal(out)
-	if err != nil {
-		return nil, fmt.Errorf("look: decode ledger: %w", err)
-	}
-	var rec lookRecord
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("look: decode ledger: %w", err)
-	}
-	return &rec, nil
-}
+func decodeLook(out any) (*lookRecord, error) { return decodeLedger[lookRecord]("look", out) }
 
 // lineDiff lists the lines removed from a ("- ") and added in b ("+ "),
 // in order: the lines both start and end with are skipped, and the rest

@@ -956,15 +956,21 @@ func roundOutput(model string, resp *ModelResponse) any {
 }
 
 func decodeRound(out any) (*ModelResponse, error) {
+	return decodeLedger[ModelResponse]("model round", out)
+}
+
+// decodeLedger turns a ledger entry's output (decoded JSON) back into the
+// T it was written from; what names the entry in an error.
+func decodeLedger[T any](what string, out any) (*T, error) {
 	data, err := json.Marshal(out)
 	if err != nil {
-		return nil, fmt.Errorf("model round: decode ledger: %w", err)
+		return nil, fmt.Errorf("%s: decode ledger: %w", what, err)
 	}
-	var resp ModelResponse
-	if err := json.Unmarshal(data, &resp); err != nil {
-		return nil, fmt.Errorf("model round: decode ledger: %w", err)
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("%s: decode ledger: %w", what, err)
 	}
-	return &resp, nil
+	return &v, nil
 }
 
 func (r *run) countTokens(spec *modelSpec, u ModelUsage) {
@@ -1083,7 +1089,12 @@ func (r *run) toolContent(out any) string {
 		}
 		s = string(data)
 	}
-	s = r.e.redactor.String(s)
+	return boundForModel(r.e.redactor.String(s))
+}
+
+// boundForModel cuts text the model is given (a tool result, a read) to
+// maxToolResult, saying how long it was.
+func boundForModel(s string) string {
 	if len(s) > maxToolResult {
 		s = cutOnRune(s, maxToolResult) + fmt.Sprintf("… [cut: %d bytes in all]", len(s))
 	}

@@ -294,10 +294,7 @@ func (r *run) reading(ctx context.Context, conn *Connection, src readSource, rea
 	if err != nil {
 		return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
 	}
-	text = r.e.redactor.String(text)
-	if len(text) > maxToolResult {
-		text = cutOnRune(text, maxToolResult) + fmt.Sprintf("… [cut: %d bytes in all]", len(text))
-	}
+	text = boundForModel(r.e.redactor.String(text))
 	return &Reading{Connection: conn.Name(), Read: read, Profile: src.profile.ID(), Value: shown, Text: text, Identity: id}, nil
 }
 

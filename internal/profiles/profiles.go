@@ -68,6 +68,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -535,14 +536,13 @@ func required(raw json.RawMessage) []string {
 	return s.Required
 }
 
-func escape(s string) string   { return strings.NewReplacer("~", "~0", "/", "~1").Replace(s) }
-func unescape(s string) string { return strings.NewReplacer("~1", "/", "~0", "~").Replace(s) }
+// The JSON Pointer token escapers, built once.
+var (
+	pointerEscaper   = strings.NewReplacer("~", "~0", "/", "~1")
+	pointerUnescaper = strings.NewReplacer("~1", "/", "~0", "~")
+)
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+func escape(s string) string   { return pointerEscaper.Replace(s) }
+func unescape(s string) string { return pointerUnescaper.Replace(s) }
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
