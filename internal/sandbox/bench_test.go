@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/expr-lang/expr"
@@ -34,4 +35,24 @@ func BenchmarkRun(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkHostileExpressions: how long each hostile expression runs
+// before its limit refuses it (the within column of hostile is this, on a
+// quiet machine).
+func BenchmarkHostileExpressions(b *testing.B) {
+	env := attack()
+	for _, tc := range hostile {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				p, err := Compile(tc.src, testTypes)
+				if err == nil {
+					_, err = p.Run(context.Background(), env)
+				}
+				if !errors.Is(err, ErrLimit) {
+					b.Fatalf("error = %v, want a limit", err)
+				}
+			}
+		})
+	}
 }
