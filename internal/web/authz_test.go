@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/oauth"
+	"github.com/patchbay-dev/patchbay/internal/web"
 )
 
 const echoDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"say","connection":"mem","op":"echo","args":{"text":"hi"}}}`
@@ -23,7 +25,13 @@ const echoDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id
 // (read), an approver (approve) and the operator (admin token).
 func TestAdminAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
-	b := setup(t, roleUsers()...)
+	// With a sign-in service, so the OAuth routes are mounted and covered;
+	// "shared" is signed in to by operators for everyone.
+	signIns := &fakeSignIns{states: map[string][3]string{}, accounts: map[string]oauth.Account{}}
+	b := setupConns(t, func(o *web.Options) { o.SignIns = signIns }, func(reg *harness.Registry) {
+		must(t, reg.Add("shared", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "x"}})))
+		must(t, reg.SetAccess("shared", harness.Access{SignIn: harness.SignInShared}))
+	}, roleUsers()...)
 	ctx := context.Background()
 	var n atomic.Int64
 	submit := func(t *testing.T, doc string) string {
@@ -53,6 +61,7 @@ func TestAdminAuthorizationMatrix(t *testing.T) {
 		no  = http.StatusForbidden
 		nf  = http.StatusNotFound
 		ok  = http.StatusOK
+		bad = http.StatusBadRequest
 	)
 	rows := []struct {
 		method, route, path string
@@ -66,6 +75,12 @@ func TestAdminAuthorizationMatrix(t *testing.T) {
 		{"GET", "/admin/", "/admin/", false, [6]int{see, ok, ok, ok, ok, ok}},
 		{"POST", "/admin/sign-out", "/admin/sign-out", true, [6]int{no, see, see, see, see, see}},
 		{"GET", "/admin/connections/:name", "/admin/connections/mem", false, [6]int{see, ok, ok, ok, ok, ok}},
+		// A shared OAuth connection is signed in to and out of by the
+		// operator only; a callback without a state this session started
+		// is refused (400) whoever brings it.
+		{"GET", "/oauth/:name/start", "/oauth/shared/start", false, [6]int{see, no, no, no, no, see}},
+		{"GET", "/oauth/callback", "/oauth/callback?state=forged", false, [6]int{see, bad, bad, bad, bad, bad}},
+		{"POST", "/admin/connections/:name/disconnect", "/admin/connections/shared/disconnect", false, [6]int{no, no, no, no, no, see}},
 		{"GET", "/admin/allowlists", "/admin/allowlists", false, [6]int{see, no, no, ok, no, ok}},
 		{"GET", "/admin/allowlists/new", "/admin/allowlists/new", false, [6]int{see, no, no, no, no, ok}},
 		{"POST", "/admin/allowlists", "/admin/allowlists?name={new}", true, [6]int{no, no, no, no, no, see}},
