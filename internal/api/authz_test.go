@@ -192,3 +192,20 @@ func routeOf(p string) string {
 	}
 	return p
 }
+
+// TestEveryOperationSaysWhoMayUseIt: openapi.yaml states, for every
+// operation that takes a key, the role or ownership it needs
+// (x-patchbay-access); the open ones say they are (security: []).
+func TestEveryOperationSaysWhoMayUseIt(t *testing.T) {
+	t.Parallel()
+	spec := loadSpec(t)
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			access, _ := op.Extensions["x-patchbay-access"].(string)
+			open := op.Security != nil && len(*op.Security) == 0
+			if strings.TrimSpace(access) == "" && !open {
+				t.Errorf("%s %s: no x-patchbay-access saying who may use it", method, path)
+			}
+		}
+	}
+}
