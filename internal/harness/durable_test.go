@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/sandbox"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -133,6 +135,58 @@ func runDocAs(t *testing.T, execs *harness.Executions, doc, allowlist string) *h
 	ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
 	must(t, err)
 	return ex
+}
+
+// TestCancelStopsTheExpressionInFlight: cancelling an execution while one
+// of its expressions runs (one that would run to the 1-second time limit)
+// ends it as cancelled, not as a step that failed on the limit, and the
+// call the expression feeds is never made.
+func TestCancelStopsTheExpressionInFlight(t *testing.T) {
+	t.Parallel()
+	var called atomic.Bool
+	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}, Fn: func(context.Context, map[string]any) (any, error) {
+		called.Store(true)
+		return nil, nil
+	}})
+	reg := harness.NewRegistry(nil)
+	must(t, reg.Add("x", mem))
+	must(t, reg.Start(context.Background()))
+	st := storetest.New(t)
+	execs := startWorkers(t, st, reg, 1, "all", `{"connections":{"x":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
+
+	// Comparing two 400 KB strings that differ in their last byte, 400,000
+	// times: cheap in steps, long in time.
+	s := strings.Repeat("0123456789", 40_000)
+	doc := `{"version":1,"connections":{"x":{}},"root":{"kind":"call","id":"e","connection":"x","op":"echo","args":{"n":{"$expr":"count(1..400000, $input.s == $input.t)"}}}}`
+	ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "all",
+		Input: map[string]any{"s": s, "t": s[:len(s)-1] + "x"}})
+	must(t, err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got, err := execs.Get(context.Background(), ex.ID)
+		must(t, err)
+		if got.Status == harness.ExecRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never ran: %s", got.Status)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // into the expression
+	begun := time.Now()
+	got, err := execs.Cancel(context.Background(), ex.ID)
+	must(t, err)
+	// Cancel returns once the run has stopped. An expression deaf to the
+	// cancel would hold it until its time limit, most of a second away;
+	// the margin is for -race on a loaded machine.
+	if took := time.Since(begun); took > sandbox.MaxDuration*6/10 {
+		t.Fatalf("cancel returned after %s: the expression ran on towards its %s limit", took, sandbox.MaxDuration)
+	}
+	if got.Status != harness.ExecCancelled || got.Error == nil || got.Error.Code != "cancelled" {
+		t.Fatalf("after cancel: %s %+v, want cancelled (not the expression's time limit)", got.Status, got.Error)
+	}
+	if called.Load() {
+		t.Fatal("the call the cancelled expression feeds was made")
+	}
 }
 
 func TestCancelStopsTheCallInFlight(t *testing.T) {
