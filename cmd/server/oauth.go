@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
@@ -130,16 +128,6 @@ func access(spec config.Connection) harness.Access {
 // out, to the server's origin only.
 func oauthClient(svc *oauth.Service, name string) *http.Client {
 	return &http.Client{Transport: svc.Transport(name, http.DefaultTransport)}
-}
-
-// serveClientMetadata publishes the Client ID Metadata Document that
-// authorization servers fetch to learn who patchbay is; it is public.
-func serveClientMetadata(e *echo.Echo, svc *oauth.Service) {
-	doc := svc.ClientMetadata()
-	e.GET(oauth.ClientMetadataPath, func(c echo.Context) error {
-		c.Response().Header().Set("Cache-Control", "public, max-age=3600")
-		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, doc)
-	})
 }
 
 // uiUsers are the API keys that may sign in to the admin UI as

@@ -206,7 +206,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	if oauthSvc != nil {
 		webOpts.SignIns = oauthSvc
-		serveClientMetadata(handler, oauthSvc)
 	}
 	if err := web.Mount(handler, webOpts); err != nil {
 		return err

@@ -78,6 +78,7 @@ func TestAdminAuthorizationMatrix(t *testing.T) {
 		// A shared OAuth connection is signed in to and out of by the
 		// operator only; a callback without a state this session started
 		// is refused (400) whoever brings it.
+		{"GET", "/oauth/client-metadata.json", "/oauth/client-metadata.json", false, [6]int{ok, ok, ok, ok, ok, ok}}, // public
 		{"GET", "/oauth/:name/start", "/oauth/shared/start", false, [6]int{see, no, no, no, no, see}},
 		{"GET", "/oauth/callback", "/oauth/callback?state=forged", false, [6]int{see, bad, bad, bad, bad, bad}},
 		{"POST", "/admin/connections/:name/disconnect", "/admin/connections/shared/disconnect", false, [6]int{no, no, no, no, no, see}},

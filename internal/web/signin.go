@@ -16,12 +16,23 @@ import (
 
 // SignIns is what the UI needs of the OAuth sign-in service
 // (internal/oauth): start a sign-in bound to this browser session, finish
-// it at the callback, show who is signed in, and disconnect.
+// it at the callback, show who is signed in, and disconnect; and the
+// Client ID Metadata Document authorization servers fetch to learn who
+// patchbay is.
 type SignIns interface {
 	Begin(ctx context.Context, connection, principal, sessionID string) (authURL string, err error)
 	Complete(ctx context.Context, sessionID string, query url.Values) (connection, principal string, err error)
 	Account(ctx context.Context, connection, principal string) (oauth.Account, error)
 	Disconnect(ctx context.Context, connection, principal string) error
+	ClientMetadata() []byte
+}
+
+// clientMetadata serves the Client ID Metadata Document at
+// oauth.ClientMetadataPath. It is public: authorization servers fetch it
+// with no session, and it holds no secret.
+func (h *handler) clientMetadata(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "public, max-age=3600")
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, h.SignIns.ClientMetadata())
 }
 
 // operatorPrincipal is whom a shared sign-in is kept for.

@@ -62,6 +62,10 @@ func (f *fakeSignIns) Account(_ context.Context, connection, principal string) (
 	return a, nil
 }
 
+func (f *fakeSignIns) ClientMetadata() []byte {
+	return []byte(`{"client_id":"https://patchbay.example/oauth/client-metadata.json"}`)
+}
+
 func (f *fakeSignIns) Disconnect(_ context.Context, connection, principal string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

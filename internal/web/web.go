@@ -8,7 +8,9 @@
 // SameSite=Lax cookie, Secure under https. The cookie's path is / rather
 // than /admin because the OAuth sign-in routes (/oauth/{connection}/start
 // and /oauth/callback, fixed by DESIGN.md) must know who signs in; the JSON
-// API never reads cookies. A user may sign in with their API key instead:
+// API never reads cookies. Beside them, the public Client ID Metadata
+// Document (/oauth/client-metadata.json) is served here too, so that every
+// route outside the JSON API is in this package's authorization matrix. A user may sign in with their API key instead:
 // such a session has the key's roles (package authz) and sees what they
 // allow, as the API does — their own executions and approvals with run,
 // everything with read, the approvals they may decide with approve,
@@ -53,6 +55,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -156,6 +159,7 @@ func Mount(e *echo.Echo, o Options) error {
 	e.POST("/admin/sign-out", anyone(h.signOut))
 	e.GET("/admin/connections/:name", anyone(h.connection))
 	if o.SignIns != nil {
+		e.GET(oauth.ClientMetadataPath, h.clientMetadata) // public
 		e.GET("/oauth/:name/start", anyone(h.startSignIn))
 		e.GET("/oauth/callback", anyone(h.finishSignIn))
 		e.POST("/admin/connections/:name/disconnect", anyone(h.disconnect))
