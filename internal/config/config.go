@@ -122,7 +122,7 @@ type APIKey struct {
 	Allowlist string
 	// Roles say what the key may do beyond running its own work (see
 	// package authz); none means run. Keys from PATCHBAY_API_KEYS have
-	// none: other roles are given in the config file only.
+	// the roles written after "@" ("ops-key@admin"), else none.
 	Roles []authz.Role
 	// Approve limits the approve role to "<connection>.<operation>" globs.
 	Approve []string

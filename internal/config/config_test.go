@@ -9,10 +9,12 @@ import (
 	"net/netip"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/config"
 )
 
@@ -144,6 +146,29 @@ func TestLoadEnv(t *testing.T) {
 					}
 				}
 			},
+		},
+		{
+			name: "api keys with roles",
+			env:  env{"PATCHBAY_API_KEYS": "ops-key@admin, ci-key@run+read, sha256:" + hexDigest + "@approve, plain-key"},
+			check: func(t *testing.T, c *config.Config) {
+				want := [][]authz.Role{{authz.Admin}, {authz.Run, authz.Read}, {authz.Approve}, nil}
+				if len(c.APIKeys) != len(want) {
+					t.Fatalf("APIKeys = %d, want %d", len(c.APIKeys), len(want))
+				}
+				for i, k := range c.APIKeys {
+					if !slices.Equal(k.Roles, want[i]) || k.Allowlist != config.DefaultAllowlist {
+						t.Errorf("APIKeys[%d] roles = %v allowlist %q, want %v", i, k.Roles, k.Allowlist, want[i])
+					}
+				}
+				if c.APIKeys[2].SHA256 != digest || !c.MatchAPIKey("ops-key") || c.MatchAPIKey("ops-key@admin") {
+					t.Errorf("keys match what comes before '@': %x", c.APIKeys)
+				}
+			},
+		},
+		{
+			name:  "bad roles on env keys",
+			env:   env{"PATCHBAY_API_KEYS": "k1@Admin,@run,k3@run+"},
+			wants: []want{{"PATCHBAY_API_KEYS[0]", "not a role name"}, {"PATCHBAY_API_KEYS[1]", "no key before"}, {"PATCHBAY_API_KEYS[2]", "not a role name"}},
 		},
 		{
 			name:  "bad sha256 key",

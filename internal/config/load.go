@@ -306,22 +306,49 @@ func parseAPIKeys(v string, ps *problems) []APIKey {
 		if k == "" {
 			continue
 		}
-		if digest, ok := strings.CutPrefix(k, "sha256:"); ok {
-			b, err := hex.DecodeString(digest)
-			if err != nil || len(b) != sha256.Size {
-				ps.add(fmt.Sprintf("PATCHBAY_API_KEYS[%d]", i), "sha256: must be followed by 64 hex digits")
-				continue
-			}
-			key := APIKey{Name: fmt.Sprintf("env-%d", i+1), Allowlist: DefaultAllowlist}
-			copy(key.SHA256[:], b)
-			keys = append(keys, key)
+		field := fmt.Sprintf("PATCHBAY_API_KEYS[%d]", i)
+		k, roles, ok := envKeyRoles(k, field, ps)
+		if !ok {
 			continue
 		}
-		key := HashAPIKey(k)
-		key.Name, key.Allowlist = fmt.Sprintf("env-%d", i+1), DefaultAllowlist
+		var key APIKey
+		if digest, hashed := strings.CutPrefix(k, "sha256:"); hashed {
+			b, err := hex.DecodeString(digest)
+			if err != nil || len(b) != sha256.Size {
+				ps.add(field, "sha256: must be followed by 64 hex digits")
+				continue
+			}
+			copy(key.SHA256[:], b)
+		} else {
+			key = HashAPIKey(k)
+		}
+		key.Name, key.Allowlist, key.Roles = fmt.Sprintf("env-%d", i+1), DefaultAllowlist, roles
 		keys = append(keys, key)
 	}
 	return keys
+}
+
+// envKeyRoles splits "<key>@<role>+<role>" into the key and its roles; a
+// key without "@" has none (so run). Push grants and approve globs need the
+// config file: they name its connections.
+func envKeyRoles(k, field string, ps *problems) (string, []authz.Role, bool) {
+	i := strings.LastIndexByte(k, '@')
+	if i < 0 {
+		return k, nil, true
+	}
+	var roles []authz.Role
+	for _, r := range strings.Split(k[i+1:], "+") {
+		if !authz.ValidRole(r) {
+			ps.add(field, "%q after '@' is not a role name (run, read, approve, admin, or your own: lowercase letters, digits, '_', '-')", r)
+			return "", nil, false
+		}
+		roles = append(roles, authz.Role(r))
+	}
+	if k[:i] == "" {
+		ps.add(field, "has roles but no key before '@'")
+		return "", nil, false
+	}
+	return k[:i], roles, true
 }
 
 // DefaultAllowlist bounds the keys given in PATCHBAY_API_KEYS.
