@@ -61,16 +61,12 @@ func (h *handlers) listApprovals(c echo.Context) error {
 		}
 		limit = n
 	}
-	items, err := h.Executions.Approvals().List(c.Request().Context(), state, 200)
+	p := principal(c)
+	out, err := h.Executions.Approvals().ListWhere(c.Request().Context(), state, limit, func(ap *harness.Approval) bool {
+		return p.SeesApproval(ap.RequestedBy, ap.Connection, ap.Op)
+	})
 	if err != nil {
 		return err
-	}
-	p := principal(c)
-	out := []*harness.Approval{}
-	for _, ap := range items {
-		if len(out) < limit && p.SeesApproval(ap.RequestedBy, ap.Connection, ap.Op) {
-			out = append(out, ap)
-		}
 	}
 	return c.JSON(http.StatusOK, approvalList{Items: out})
 }

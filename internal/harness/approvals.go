@@ -144,6 +144,13 @@ func decodeApproval(id string, fields map[string]string) (*Approval, error) {
 
 // List returns approvals newest first, optionally only those in state.
 func (a *Approvals) List(ctx context.Context, state ApprovalState, limit int) ([]*Approval, error) {
+	return a.ListWhere(ctx, state, limit, nil)
+}
+
+// ListWhere is List keeping only the approvals keep accepts (nil keeps
+// all). The filter runs before the limit, so a caller who may see few
+// approvals still gets its newest ones, not those among everyone's newest.
+func (a *Approvals) ListWhere(ctx context.Context, state ApprovalState, limit int, keep func(*Approval) bool) ([]*Approval, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
@@ -157,7 +164,7 @@ func (a *Approvals) List(ctx context.Context, state ApprovalState, limit int) ([
 		if err != nil {
 			continue
 		}
-		if state == "" || ap.State == state {
+		if (state == "" || ap.State == state) && (keep == nil || keep(ap)) {
 			out = append(out, ap)
 		}
 		if len(out) == limit {

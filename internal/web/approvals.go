@@ -45,31 +45,19 @@ func hashString(s string) uint32 {
 
 // pending lists the pending approvals this session may decide.
 func (h *handler) pending(c echo.Context) ([]*harness.Approval, error) {
-	all, err := h.Executions.Approvals().List(bg(c), harness.ApprovalPending, 200)
-	if err != nil {
-		return nil, err
-	}
 	who := h.principal(c)
-	out := make([]*harness.Approval, 0, len(all))
-	for _, ap := range all {
-		if h.Executions.Approvals().MayDecide(ap, who) {
-			out = append(out, ap)
-		}
-	}
-	return out, nil
+	return h.Executions.Approvals().ListWhere(bg(c), harness.ApprovalPending, 200, func(ap *harness.Approval) bool {
+		return h.Executions.Approvals().MayDecide(ap, who)
+	})
 }
 
-// seen keeps the approvals this session may see: those its own runs asked
+// seen lists the approvals this session may see: those its own runs asked
 // for, those it may decide, or all with read.
-func (h *handler) seen(c echo.Context, aps []*harness.Approval) []*harness.Approval {
+func (h *handler) seen(c echo.Context, state harness.ApprovalState, limit int) ([]*harness.Approval, error) {
 	who := h.principal(c)
-	out := make([]*harness.Approval, 0, len(aps))
-	for _, ap := range aps {
-		if who.SeesApproval(ap.RequestedBy, ap.Connection, ap.Op) {
-			out = append(out, ap)
-		}
-	}
-	return out
+	return h.Executions.Approvals().ListWhere(bg(c), state, limit, func(ap *harness.Approval) bool {
+		return who.SeesApproval(ap.RequestedBy, ap.Connection, ap.Op)
+	})
 }
 
 func (h *handler) approvals(c echo.Context) error {
@@ -84,10 +72,9 @@ func (h *handler) approvals(c echo.Context) error {
 	default:
 		state, d.Filter = "", ""
 	}
-	if d.History, err = h.Executions.Approvals().List(bg(c), state, 100); err != nil {
+	if d.History, err = h.seen(c, state, 100); err != nil {
 		return err
 	}
-	d.History = h.seen(c, d.History)
 	return h.render(c, http.StatusOK, approvalsPage(h.page(c, "Approvals", "approvals"), d))
 }
 
@@ -158,7 +145,7 @@ func (h *handler) decide(c echo.Context, state harness.ApprovalState) error {
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	if ap, err := h.Executions.Approvals().Get(bg(c), c.Param("id")); err == nil && len(h.seen(c, []*harness.Approval{ap})) == 0 {
+	if ap, err := h.Executions.Approvals().Get(bg(c), c.Param("id")); err == nil && !h.principal(c).SeesApproval(ap.RequestedBy, ap.Connection, ap.Op) {
 		return c.Redirect(http.StatusSeeOther, back+sep+"flash=gone")
 	}
 	_, err := h.Executions.Approvals().DecideAs(bg(c), c.Param("id"), state, h.principal(c), note)
