@@ -86,7 +86,7 @@ func (e *ValidationError) Error() string {
 	for i, p := range e.Problems {
 		lines[i] = p.Path + ": " + p.Message
 	}
-	return "invalid workflow: " + strings.Join(lines, "; ")
+	return "invalid request: " + strings.Join(lines, "; ")
 }
 
 // Code is the code of the first problem: a document with an unknown
