@@ -273,11 +273,7 @@ func TestParkedParallelResumesInAnotherProcess(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
 				reg, mem := parkRegistry(t)
-				als := harness.NewAllowlists(st)
-				al, err := harness.ParseAllowlist("park", []byte(parkGrant))
-				must(t, err)
-				_, err = als.Put(ctx, al, "tester")
-				must(t, err)
+				als := allowlistsWith(t, st, "park", parkGrant)
 				first, stopFirst := startInstance(t, st, reg, als, "first")
 				id := submitAs(t, first, "park", fmt.Sprintf(parkDoc, timeout.Milliseconds()))
 				aps := parked(t, first, id, 1)
@@ -325,6 +321,18 @@ func TestParkedParallelResumesInAnotherProcess(t *testing.T) {
 			})
 		})
 	}
+}
+
+// allowlistsWith returns the allowlists of st with one, name, granting
+// grant: what instances started apart (startInstance) share.
+func allowlistsWith(t *testing.T, st *store.Store, name, grant string) *harness.Allowlists {
+	t.Helper()
+	als := harness.NewAllowlists(st)
+	al, err := harness.ParseAllowlist(name, []byte(grant))
+	must(t, err)
+	_, err = als.Put(context.Background(), al, "tester")
+	must(t, err)
+	return als
 }
 
 // startInstance runs executions over st and reg as one process would;
@@ -548,11 +556,7 @@ func TestParkedPooledParallelResumesInAnotherProcess(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
 				b := parkPoolRegistry(t, st, nil)
-				als := harness.NewAllowlists(st)
-				al, err := harness.ParseAllowlist("test", []byte(parkPoolGrant))
-				must(t, err)
-				_, err = als.Put(ctx, al, "tester")
-				must(t, err)
+				als := allowlistsWith(t, st, "test", parkPoolGrant)
 				first, stopFirst := startInstance(t, st, b.reg, als, "first")
 				id := submitAs(t, first, "test", fmt.Sprintf(poolParkDoc, tt.step))
 				aps := parked(t, first, id, tt.approvals)
@@ -600,11 +604,7 @@ func TestParkedApprovalsInBothPathsResumeInAnotherProcess(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		reg, mem := parkRegistry(t)
-		als := harness.NewAllowlists(st)
-		al, err := harness.ParseAllowlist("park", []byte(parkGrant))
-		must(t, err)
-		_, err = als.Put(ctx, al, "tester")
-		must(t, err)
+		als := allowlistsWith(t, st, "park", parkGrant)
 		first, stopFirst := startInstance(t, st, reg, als, "first")
 		id := submitAs(t, first, "park", bothApprovalsDoc)
 		aps := parked(t, first, id, 2)
