@@ -627,6 +627,33 @@ func TestParkedApprovalsInBothPathsResumeInAnotherProcess(t *testing.T) {
 	})
 }
 
+// A decision recorded by a process that died before it enqueued the
+// execution leaves the run parked; the approver's retry of the same
+// decision (its answer was lost) brings it back.
+func TestRepeatedDecisionResumesTheParkedRun(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		t.Parallel()
+		ctx := context.Background()
+		reg, mem := parkRegistry(t)
+		execs := startWorkers(t, st, reg, 2, "park", parkGrant, harness.ExecutionsOptions{})
+		id := submitAs(t, execs, "park", `{"version":1,"connections":{"svc":{}},"root":{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}}`)
+		ap := parked(t, execs, id, 1)[0]
+		// What the decision script writes, and nothing after it.
+		must(t, st.Client.HSet(ctx, st.Key("approval", "{"+ap.ID+"}"), "state", string(harness.ApprovalApproved),
+			"decidedBy", "op", "decidedAt", time.Now().UTC().Format(time.RFC3339Nano), "note", "").Err())
+		approve(t, execs, ap)
+		ex, err := execs.Wait(ctx, id, 10*time.Second)
+		must(t, err)
+		if ex.Status != harness.ExecSucceeded {
+			t.Fatalf("after the repeated decision: %s %+v", ex.Status, ex.Error)
+		}
+		if n := sends(mem)["a"]; n != 1 {
+			t.Errorf("the approved call was sent %d times, want once", n)
+		}
+	})
+}
+
 // An execution cancelled while parked is not run again: the leases its
 // paths kept go back at the next renewal, not after the reclaim window.
 func TestCancelledParkedRunGivesBackItsLeases(t *testing.T) {
