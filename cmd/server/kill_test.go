@@ -62,11 +62,11 @@ func newCounterDelay(maxDelay time.Duration) (*counter, *httptest.Server) {
 
 // TestKillNineExactlyOnceEffects runs 100 three-step executions on two
 // server processes sharing one Redis while one or the other is killed
-// with SIGKILL (and restarted) every few hundred milliseconds. Every
-// execution must finish with the right output, and every step's effect
-// must have happened exactly once, however often a call was re-sent.
-// Submissions are retried under an Idempotency-Key, so each starts exactly
-// one execution however its answers are lost to the kills.
+// with SIGKILL (and restarted) every few hundred milliseconds, up to 15
+// times. Every execution must finish with the right output, and every
+// step's effect must have happened exactly once, however often a call was
+// re-sent. Submissions are retried under an Idempotency-Key, so each
+// starts exactly one execution however its answers are lost to the kills.
 // Every execution must be listed, none left queued without a work item,
 // and the time a killed runner's executions stalled before another
 // replica took them over (at the default claim timeout) is reported.
@@ -114,12 +114,17 @@ allowlists:
 	}}
 	body, _ := json.Marshal(doc)
 
-	// The killer: SIGKILL one replica, restart it, repeat.
+	// The killer: SIGKILL one replica, restart it, repeat, up to maxKills
+	// times. The bound on a takeover below is one claim timeout per kill:
+	// a second kill landing on the replica about to take an execution over
+	// stalls it a second timeout, and the more kills, the likelier that is
+	// (a run of 30 kills once saw a 20 s takeover).
+	const maxKills = 15
 	stop := make(chan struct{})
 	var kills atomic.Int32
 	var killer sync.WaitGroup
 	killer.Go(func() {
-		for {
+		for kills.Load() < maxKills {
 			select {
 			case <-stop:
 				return
