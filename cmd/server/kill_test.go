@@ -62,9 +62,11 @@ func newCounterDelay(maxDelay time.Duration) (*counter, *httptest.Server) {
 
 // TestKillNineExactlyOnceEffects runs 100 three-step executions on two
 // server processes sharing one Redis while one or the other is killed
-// with SIGKILL (and restarted) every few hundred milliseconds. Every
-// execution must finish with the right output, and every step's effect
-// must have happened exactly once, however often a call was re-sent.
+// with SIGKILL (and restarted) every few hundred milliseconds, up to 15
+// times. Every execution must finish with the right output, and every
+// step's effect must have happened exactly once, however often a call was
+// re-sent. Submissions are retried under an Idempotency-Key, so each
+// starts exactly one execution however its answers are lost to the kills.
 // Every execution must be listed, none left queued without a work item,
 // and the time a killed runner's executions stalled before another
 // replica took them over (at the default claim timeout) is reported.
@@ -112,12 +114,17 @@ allowlists:
 	}}
 	body, _ := json.Marshal(doc)
 
-	// The killer: SIGKILL one replica, restart it, repeat.
+	// The killer: SIGKILL one replica, restart it, repeat, up to maxKills
+	// times. The bound on a takeover below is one claim timeout per kill:
+	// a second kill landing on the replica about to take an execution over
+	// stalls it a second timeout, and the more kills, the likelier that is
+	// (a run of 30 kills once saw a 20 s takeover).
+	const maxKills = 15
 	stop := make(chan struct{})
 	var kills atomic.Int32
 	var killer sync.WaitGroup
 	killer.Go(func() {
-		for {
+		for kills.Load() < maxKills {
 			select {
 			case <-stop:
 				return
@@ -133,12 +140,15 @@ allowlists:
 		}
 	})
 
+	// Each submission is retried, under its Idempotency-Key, until it is
+	// answered: a replica killed after it accepted one but before it
+	// answered must not start a second execution.
 	ids := make([]string, 0, executions)
 	for len(ids) < executions {
 		r := replicas[rand.IntN(len(replicas))]
-		status, ex := post2(r.addr, "kill-key", body)
+		status, ex := post2(r.addr, "kill-key", body, "Idempotency-Key", fmt.Sprintf("kill-%d", len(ids)))
 		if status != http.StatusAccepted {
-			time.Sleep(20 * time.Millisecond) // that replica is down; try again
+			time.Sleep(20 * time.Millisecond) // down, or the key still in flight (409); try again
 			continue
 		}
 		ids = append(ids, ex["id"].(string))
@@ -196,6 +206,9 @@ allowlists:
 
 	count.mu.Lock()
 	defer count.mu.Unlock()
+	if n := len(allRecords(t, ctx, st.Client, st.Prefix)); n != executions {
+		t.Errorf("%d executions stored for %d submissions, want one each", n, executions)
+	}
 	resent := 0
 	for _, id := range ids {
 		for _, key := range []string{id + ":@/root/steps/0", id + ":@/root/steps/1", id + ":three"} {
@@ -211,10 +224,14 @@ allowlists:
 		len(ids), kills.Load(), len(count.effects), resent, time.Since(start).Round(time.Millisecond))
 }
 
-func post2(addr, key string, body []byte) (int, map[string]any) {
+// post2 submits body with API key key; headers are name, value pairs.
+func post2(addr, key string, body []byte, headers ...string) (int, map[string]any) {
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/executions", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	return do2(req)
 }
 

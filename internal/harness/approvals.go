@@ -246,6 +246,14 @@ func (a *Approvals) Decide(ctx context.Context, id string, state ApprovalState, 
 		if ap.State != state {
 			return ap, fmt.Errorf("approval %s is %s: %w", id, ap.State, ErrApprovalDecided)
 		}
+		// The same decision again: a client retrying after a lost answer,
+		// perhaps because the process that recorded the decision died
+		// before enqueueing the execution. Enqueue it (again), so the
+		// retry is what brings a parked run back; a second work item is
+		// harmless (a worker skips a run that is claimed or not waiting).
+		if err := a.resume(ctx, ap.Execution); err != nil {
+			return ap, err
+		}
 		return ap, nil
 	}
 	a.store.Client.ZRem(ctx, a.pendingKey(), id)

@@ -273,11 +273,7 @@ func TestParkedParallelResumesInAnotherProcess(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
 				reg, mem := parkRegistry(t)
-				als := harness.NewAllowlists(st)
-				al, err := harness.ParseAllowlist("park", []byte(parkGrant))
-				must(t, err)
-				_, err = als.Put(ctx, al, "tester")
-				must(t, err)
+				als := allowlistsWith(t, st, "park", parkGrant)
 				first, stopFirst := startInstance(t, st, reg, als, "first")
 				id := submitAs(t, first, "park", fmt.Sprintf(parkDoc, timeout.Milliseconds()))
 				aps := parked(t, first, id, 1)
@@ -325,6 +321,18 @@ func TestParkedParallelResumesInAnotherProcess(t *testing.T) {
 			})
 		})
 	}
+}
+
+// allowlistsWith returns the allowlists of st with one, name, granting
+// grant: what instances started apart (startInstance) share.
+func allowlistsWith(t *testing.T, st *store.Store, name, grant string) *harness.Allowlists {
+	t.Helper()
+	als := harness.NewAllowlists(st)
+	al, err := harness.ParseAllowlist(name, []byte(grant))
+	must(t, err)
+	_, err = als.Put(context.Background(), al, "tester")
+	must(t, err)
+	return als
 }
 
 // startInstance runs executions over st and reg as one process would;
@@ -527,50 +535,121 @@ func TestParkingParallelShapes(t *testing.T) {
 	}
 }
 
-// The same across a process restart, on pooled leases: the second process
-// takes each path's lease back (the first renewed them while parked) and
-// every path carries on with its own connection.
+// The same across a process restart, on pooled leases, with a wait in one
+// path or an approval in both: the second process takes each path's lease
+// back (the first renewed them while parked) and every path carries on
+// with its own connection.
 func TestParkedPooledParallelResumesInAnotherProcess(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, step string
+		approvals  int
+		event      bool // push b's event while parked
+	}{
+		{"approval in one path, a wait in the other", poolWait, 1, true},
+		{"approvals in both paths", poolClick, 2, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Each(t, func(t *testing.T, st *store.Store) {
+				t.Parallel()
+				ctx := context.Background()
+				b := parkPoolRegistry(t, st, nil)
+				als := allowlistsWith(t, st, "test", parkPoolGrant)
+				first, stopFirst := startInstance(t, st, b.reg, als, "first")
+				id := submitAs(t, first, "test", fmt.Sprintf(poolParkDoc, tt.step))
+				aps := parked(t, first, id, tt.approvals)
+				stopFirst()
+				if tt.event {
+					pushEvent(t, first, "src", "ev-"+id)
+				}
+
+				second, _ := startInstance(t, st, b.reg, als, "second")
+				approve(t, second, aps...)
+				ex, err := second.Wait(ctx, id, 15*time.Second)
+				must(t, err)
+				if ex.Status != harness.ExecSucceeded {
+					t.Fatalf("status %s %+v", ex.Status, ex.Error)
+				}
+				inst := func(id string) any { return stepOf(t, ex, id).Output.(map[string]any)["instance"] }
+				if inst("a0") != inst("a2") || inst("b0") != inst("b2") || inst("a0") == inst("b0") {
+					t.Errorf("instances a %v/%v b %v/%v; want each path to keep its own", inst("a0"), inst("a2"), inst("b0"), inst("b2"))
+				}
+				acquired := eventsOf(t, second, id, harness.EventLeaseAcquired)
+				taken := 0
+				for _, e := range acquired {
+					if e.Data["resumed"] == true {
+						taken++
+					}
+				}
+				if len(acquired) != 4 || taken != 2 {
+					t.Errorf("lease events %+v: want both paths' leases taken back", acquired)
+				}
+				neverFailed(t, second, id)
+				if u, _ := b.pool.Status(ctx); u.Leased != 0 || b.fake.open.Load() != 0 {
+					t.Fatalf("after success %d leased, %d open", u.Leased, b.fake.open.Load())
+				}
+			})
+		})
+	}
+}
+
+// Approvals in both paths of a plain connection, across a process restart
+// while parked: each path continues where it was (a0, done before the
+// park, is not called again) and each approved call is sent once.
+func TestParkedApprovalsInBothPathsResumeInAnotherProcess(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
 		ctx := context.Background()
-		b := parkPoolRegistry(t, st, nil)
-		als := harness.NewAllowlists(st)
-		al, err := harness.ParseAllowlist("test", []byte(parkPoolGrant))
-		must(t, err)
-		_, err = als.Put(ctx, al, "tester")
-		must(t, err)
-		first, stopFirst := startInstance(t, st, b.reg, als, "first")
-		id := submitAs(t, first, "test", fmt.Sprintf(poolParkDoc, poolWait))
-		aps := parked(t, first, id, 1)
+		reg, mem := parkRegistry(t)
+		als := allowlistsWith(t, st, "park", parkGrant)
+		first, stopFirst := startInstance(t, st, reg, als, "first")
+		id := submitAs(t, first, "park", bothApprovalsDoc)
+		aps := parked(t, first, id, 2)
 		stopFirst()
-		pushEvent(t, first, "src", "ev-"+id)
 
-		second, _ := startInstance(t, st, b.reg, als, "second")
+		second, _ := startInstance(t, st, reg, als, "second")
 		approve(t, second, aps...)
 		ex, err := second.Wait(ctx, id, 15*time.Second)
 		must(t, err)
 		if ex.Status != harness.ExecSucceeded {
 			t.Fatalf("status %s %+v", ex.Status, ex.Error)
 		}
-		inst := func(id string) any { return stepOf(t, ex, id).Output.(map[string]any)["instance"] }
-		if inst("a0") != inst("a2") || inst("b0") != inst("b2") || inst("a0") == inst("b0") {
-			t.Errorf("instances a %v/%v b %v/%v; want each path to keep its own", inst("a0"), inst("a2"), inst("b0"), inst("b2"))
+		if got := sends(mem); got["a"] != 1 || got["b"] != 1 {
+			t.Errorf("sends %v, want each path's call sent once", got)
 		}
-		acquired := eventsOf(t, second, id, harness.EventLeaseAcquired)
-		taken := 0
-		for _, e := range acquired {
-			if e.Data["resumed"] == true {
-				taken++
-			}
-		}
-		if len(acquired) != 4 || taken != 2 {
-			t.Errorf("lease events %+v: want both paths' leases taken back", acquired)
+		if n := calls(mem, "read"); n != 2 {
+			t.Errorf("read called %d times, want twice (a0 before the park, b2 after)", n)
 		}
 		neverFailed(t, second, id)
-		if u, _ := b.pool.Status(ctx); u.Leased != 0 || b.fake.open.Load() != 0 {
-			t.Fatalf("after success %d leased, %d open", u.Leased, b.fake.open.Load())
+	})
+}
+
+// A decision recorded by a process that died before it enqueued the
+// execution leaves the run parked; the approver's retry of the same
+// decision (its answer was lost) brings it back.
+func TestRepeatedDecisionResumesTheParkedRun(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		t.Parallel()
+		ctx := context.Background()
+		reg, mem := parkRegistry(t)
+		execs := startWorkers(t, st, reg, 2, "park", parkGrant, harness.ExecutionsOptions{})
+		id := submitAs(t, execs, "park", `{"version":1,"connections":{"svc":{}},"root":{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}}`)
+		ap := parked(t, execs, id, 1)[0]
+		// What the decision script writes, and nothing after it.
+		must(t, st.Client.HSet(ctx, st.Key("approval", "{"+ap.ID+"}"), "state", string(harness.ApprovalApproved),
+			"decidedBy", "op", "decidedAt", time.Now().UTC().Format(time.RFC3339Nano), "note", "").Err())
+		approve(t, execs, ap)
+		ex, err := execs.Wait(ctx, id, 10*time.Second)
+		must(t, err)
+		if ex.Status != harness.ExecSucceeded {
+			t.Fatalf("after the repeated decision: %s %+v", ex.Status, ex.Error)
+		}
+		if n := sends(mem)["a"]; n != 1 {
+			t.Errorf("the approved call was sent %d times, want once", n)
 		}
 	})
 }

@@ -243,6 +243,33 @@ func TestPoolDocumentValidation(t *testing.T) {
 	unblockAll(b)
 }
 
+// A pool whose provider is still starting refuses a document as transient
+// (CONNECTION_STARTING, which the API answers 503 with Retry-After),
+// whether the document takes a handle from it or names it.
+func TestPoolStartingIsTransient(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	b := poolSetup(t, st, 1, time.Second, nil)
+	pool, err := pools.New(st, "later", 1, nil)
+	must(t, err)
+	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: time.Second, Provision: b.fake.provision})
+	must(t, err)
+	must(t, b.reg.Add("later", prov)) // added after Start, so it stays connecting
+	call := `"root":{"kind":"call","id":"a","connection":"app","op":"whoami"}}`
+	for name, doc := range map[string]string{
+		"handle per path":      `{"version":1,"connections":{"app":{"from":"later","fresh":"path"}},` + call,
+		"handle per execution": `{"version":1,"connections":{"app":{"from":"later"}},` + call,
+		"pool by its own name": `{"version":1,"connections":{"later":{}},"root":{"kind":"call","id":"a","connection":"later","op":"whoami"}}`,
+	} {
+		_, err := b.execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "test"})
+		var ve *harness.ValidationError
+		if !errors.As(err, &ve) || ve.Code() != harness.CodeConnectionStarting || !ve.Transient() {
+			t.Errorf("%s: Submit = %v, want a transient %s", name, err, harness.CodeConnectionStarting)
+		}
+	}
+	unblockAll(b)
+}
+
 func unblockAll(b poolBundle) {
 	b.fake.mu.Lock()
 	defer b.fake.mu.Unlock()

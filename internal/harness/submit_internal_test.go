@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -231,23 +232,40 @@ func TestRepairedExecutionRunsAndIsListed(t *testing.T) {
 	})
 }
 
-// SubmitOnce of an event whose message is claimed and whose record an
-// older version wrote without the rest makes that execution whole.
-func TestSubmitOnceMakesAnOldRecordWhole(t *testing.T) {
+// SubmitOnce of an event whose message was claimed by a process that died
+// before the rest (or by an older version that wrote the record alone, or
+// the record and its index entry) yields the claimed execution, whole:
+// written under the claimed id when there is no record yet.
+func TestSubmitOnceAfterEachCrashPoint(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
 		e := newSubmitExecutions(t, st)
-		id := newExecutionID()
-		must(t, e.store.Client.Set(t.Context(), e.store.Key("msg", "hooks:t:ev-1"), id, 0).Err())
-		oldSubmit(t, e, id, ExecQueued, time.Now().UTC(), recordOnly)
-		ex, created, err := e.SubmitOnce(t.Context(), "hooks:t:ev-1", json.RawMessage(echoDoc), map[string]any{})
-		must(t, err)
-		if ex.ID != id || created {
-			t.Fatalf("SubmitOnce = %s, created %v; want %s, not created", ex.ID, created, id)
+		cases := []struct {
+			name    string
+			at      stage
+			record  bool // the dead process wrote the record (up to at)
+			created bool
+		}{
+			{"claimed, nothing written", 0, false, true},
+			{"claimed, record only", recordOnly, true, false},
+			{"claimed, record indexed, no item", recordIndexed, true, false},
 		}
-		if got, want := stateOf(t, e, id), (state{true, true, 1}); got != want {
-			t.Fatalf("after SubmitOnce: %+v, want %+v", got, want)
+		for i, tc := range cases {
+			key := fmt.Sprintf("hooks:t:ev-%d", i)
+			id := newExecutionID()
+			must(t, e.store.Client.Set(t.Context(), e.store.Key("msg", key), id, 0).Err())
+			if tc.record {
+				oldSubmit(t, e, id, ExecQueued, time.Now().UTC(), tc.at)
+			}
+			ex, created, err := e.SubmitOnce(t.Context(), key, json.RawMessage(echoDoc), map[string]any{})
+			must(t, err)
+			if ex.ID != id || created != tc.created {
+				t.Errorf("%s: SubmitOnce = %s, created %v; want %s, created %v", tc.name, ex.ID, created, id, tc.created)
+			}
+			if got, want := stateOf(t, e, id), (state{true, true, 1}); got != want {
+				t.Errorf("%s: after SubmitOnce %+v, want %+v", tc.name, got, want)
+			}
 		}
 	})
 }
