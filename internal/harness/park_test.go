@@ -654,6 +654,45 @@ func TestRepeatedDecisionResumesTheParkedRun(t *testing.T) {
 	})
 }
 
+// A decision recorded by a process that died before it enqueued the run,
+// and never retried, is found by the repair sweep once the grace period has
+// passed: the run resumes and sends the approved call once.
+func TestRepairResumesARunWhoseDecisionWasNotEnqueued(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		t.Parallel()
+		ctx := context.Background()
+		reg, mem := parkRegistry(t)
+		execs := startWorkers(t, st, reg, 2, "park", parkGrant, harness.ExecutionsOptions{})
+		id := submitAs(t, execs, "park", `{"version":1,"connections":{"svc":{}},"root":{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}}`)
+		ap := parked(t, execs, id, 1)[0]
+		rep, err := execs.Repair(ctx)
+		must(t, err)
+		if rep.Resumed != 0 {
+			t.Fatalf("a pending approval's run was resumed: %+v", rep)
+		}
+		// What the decision script writes, a minute ago, and nothing after it.
+		must(t, st.Client.HSet(ctx, st.Key("approval", "{"+ap.ID+"}"), "state", string(harness.ApprovalApproved),
+			"decidedBy", "op", "decidedAt", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano), "note", "").Err())
+		rep, err = execs.Repair(ctx)
+		must(t, err)
+		if rep.Resumed != 1 {
+			t.Fatalf("sweep = %+v, want the parked run resumed", rep)
+		}
+		ex, err := execs.Wait(ctx, id, 10*time.Second)
+		must(t, err)
+		if ex.Status != harness.ExecSucceeded {
+			t.Fatalf("after the sweep: %s %+v", ex.Status, ex.Error)
+		}
+		if n := sends(mem)["a"]; n != 1 {
+			t.Errorf("the approved call was sent %d times, want once", n)
+		}
+		if rep, err = execs.Repair(ctx); err != nil || rep.Resumed != 0 {
+			t.Errorf("second sweep = %+v, %v; want nothing to resume", rep, err)
+		}
+	})
+}
+
 // An execution cancelled while parked is not run again: the leases its
 // paths kept go back at the next renewal, not after the reclaim window.
 func TestCancelledParkedRunGivesBackItsLeases(t *testing.T) {

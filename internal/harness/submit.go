@@ -152,6 +152,7 @@ type RepairReport struct {
 	Records  int // execution records scanned
 	Indexed  int // records that were missing from the time index
 	Requeued int // queued records that had no work item
+	Resumed  int // waiting records whose approval was decided with no run after it
 }
 
 func (e *Executions) repairLockKey() string { return e.store.Key("repair-lock") }
@@ -171,9 +172,9 @@ func (e *Executions) repairLoop(ctx context.Context) {
 			if err != nil && ctx.Err() == nil {
 				e.logger.Warn("repair sweep failed", "err", err)
 			}
-			if rep.Indexed > 0 || rep.Requeued > 0 {
-				e.logger.Warn("repair sweep fixed executions left unindexed or unqueued",
-					"records", rep.Records, "indexed", rep.Indexed, "requeued", rep.Requeued)
+			if rep.Indexed > 0 || rep.Requeued > 0 || rep.Resumed > 0 {
+				e.logger.Warn("repair sweep fixed executions left unindexed, unqueued or parked after their approval",
+					"records", rep.Records, "indexed", rep.Indexed, "requeued", rep.Requeued, "resumed", rep.Resumed)
 			}
 		}
 		sleep(ctx, e.repairEvery)
@@ -182,12 +183,14 @@ func (e *Executions) repairLoop(ctx context.Context) {
 
 // Repair sweeps every execution record once: a record missing from the
 // time index is indexed; a queued record older than a short grace period
-// with no item on the work stream gets one. It is safe to run on several
+// with no item on the work stream gets one; a waiting record whose
+// approval was decided more than that grace period ago is enqueued. It is safe to run on several
 // replicas at once. Records whose creation is older than the retention are
 // left out of the index, as List would trim them at once.
 func (e *Executions) Repair(ctx context.Context) (RepairReport, error) {
 	var rep RepairReport
 	var queued []string
+	var waiting []string
 	cutoff := time.Now().Add(-e.retention)
 	graceEnd := time.Now().Add(-e.repairGrace)
 	err := e.scanKeys(ctx, globEscape(e.store.Prefix)+"{exec:*}:record", func(keys []string) error {
@@ -209,6 +212,11 @@ func (e *Executions) Repair(ctx context.Context) (RepairReport, error) {
 			return fmt.Errorf("read index: %w", err)
 		}
 		var missing []redis.Z
+		for _, r := range recs {
+			if r.Status == ExecWaiting {
+				waiting = append(waiting, r.ID)
+			}
+		}
 		for i, r := range recs {
 			if errors.Is(scores[i].Err(), redis.Nil) && r.CreatedAt.After(cutoff) {
 				missing = append(missing, redis.Z{Member: members[i]})
@@ -226,6 +234,9 @@ func (e *Executions) Repair(ctx context.Context) (RepairReport, error) {
 		return nil
 	})
 	if err != nil {
+		return rep, fmt.Errorf("executions: repair: %w", err)
+	}
+	if rep.Resumed, err = e.resumeDecided(ctx, waiting, graceEnd); err != nil {
 		return rep, fmt.Errorf("executions: repair: %w", err)
 	}
 	if len(queued) == 0 {
@@ -265,6 +276,61 @@ type head struct {
 	ID        string    `json:"id"`
 	Status    ExecState `json:"status"`
 	CreatedAt time.Time `json:"createdAt"`
+}
+
+// resumeDecided enqueues each waiting execution with a step still held at
+// an approval decided (or expired) before graceEnd: a run resumed by the
+// decision would have moved the step on, so the process that recorded the
+// decision died before it enqueued the run. A second work item for an
+// execution already on its way is harmless: a worker skips a run that is
+// claimed or not waiting.
+func (e *Executions) resumeDecided(ctx context.Context, waiting []string, graceEnd time.Time) (int, error) {
+	resumed := 0
+	for _, id := range waiting {
+		rec, err := e.load(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return resumed, err
+		}
+		due, err := e.decidedBefore(ctx, rec, graceEnd)
+		if err != nil {
+			return resumed, err
+		}
+		if !due {
+			continue
+		}
+		if err := e.resume(ctx, id); err != nil {
+			return resumed, err
+		}
+		resumed++
+	}
+	return resumed, nil
+}
+
+// decidedBefore reports whether a waiting record has a step held at an
+// approval that was decided before t.
+func (e *Executions) decidedBefore(ctx context.Context, rec *record, t time.Time) (bool, error) {
+	if rec.Status != ExecWaiting {
+		return false, nil
+	}
+	for _, st := range rec.Steps {
+		if st.Status != StepWaiting || st.ApprovalID == "" {
+			continue
+		}
+		ap, err := e.approvals.Get(ctx, st.ApprovalID)
+		if errors.Is(err, ErrApprovalNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if ap.State != ApprovalPending && ap.DecidedAt != nil && ap.DecidedAt.Before(t) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (e *Executions) readHeads(ctx context.Context, keys []string) ([]head, error) {
