@@ -211,9 +211,11 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration
 	if err != nil {
 		return retry, err
 	}
-	batch, err := c.PollEvents(ctx, harness.EventPoll{Name: sb.event, Arguments: sb.arguments, Cursor: cursor})
+	req := s.pollParams
+	req.Name, req.Arguments, req.Cursor = sb.event, sb.arguments, cursor
+	batch, err := c.PollEvents(ctx, req)
 	if err != nil {
-		return retry, fmt.Errorf("events/poll: %w", err)
+		return pollRetry(err, retry), pollError(err)
 	}
 	fresh, err := s.ingestBatch(ctx, sb, batch)
 	if err != nil {
