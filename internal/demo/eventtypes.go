@@ -30,7 +30,7 @@ const maxHold = time.Minute
 
 const (
 	listChangedNotification = "notifications/events/list_changed"
-	unsupportedCode   = -32014
+	unsupportedCode         = -32014
 )
 
 // moreTypes are the event types added at run time, their events, and the
