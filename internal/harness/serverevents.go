@@ -111,3 +111,21 @@ func (c *Connection) PollEvents(ctx context.Context, req EventPoll) (*EventBatch
 	}
 	return p.PollEvents(ctx, req)
 }
+
+// EventRefresher is a Conn that can list its server's events again when
+// told the list it holds is stale.
+type EventRefresher interface {
+	RefreshEvents(ctx context.Context) error
+}
+
+// RefreshEvents lists the live connection's events again, when its Conn
+// can; otherwise it does nothing.
+func (c *Connection) RefreshEvents(ctx context.Context) error {
+	c.mu.RLock()
+	conn := c.conn
+	c.mu.RUnlock()
+	if r, ok := conn.(EventRefresher); ok {
+		return r.RefreshEvents(ctx)
+	}
+	return nil
+}

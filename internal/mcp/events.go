@@ -215,13 +215,23 @@ func (c *conn) refreshEvents(n mcp.JSONRPCNotification) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.connectTimeout)
 		defer cancel()
-		types, err := c.listEvents(ctx)
-		if err != nil {
+		if err := c.RefreshEvents(ctx); err != nil {
 			c.logger.Warn("mcp: events/list after list_changed failed; keeping the previous list", "err", err)
-			return
 		}
-		c.events.set(types, nil)
 	}()
+}
+
+// RefreshEvents lists the server's events again, to the last page; a
+// failure keeps the previous list. Besides list_changed, a caller told
+// that an event type is gone uses it: a stateless session gets no
+// notifications.
+func (c *conn) RefreshEvents(ctx context.Context) error {
+	types, err := c.listEvents(ctx)
+	if err != nil {
+		return err
+	}
+	c.events.set(types, nil)
+	return nil
 }
 
 // EventTypes is the server's current list of event types.

@@ -1,8 +1,10 @@
 package triggers
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
@@ -80,6 +82,36 @@ func pollRetry(err error, retry time.Duration) time.Duration {
 	return retry
 }
 
+// staleList reports whether err says the event type is gone or changed
+// (NotFound, or Unsupported with schema_changed): the connection's list of
+// event types is then listed again, as the sketch asks of a client.
+func staleList(err error) bool {
+	var re rpcError
+	if !errors.As(err, &re) {
+		return false
+	}
+	return re.RPCCode() == codeNotFound || re.RPCCode() == codeUnsupported && re.RPCData()["reason"] == "schema_changed"
+}
+
+// relistEvery bounds how often a subscription whose event type the
+// connection does not list makes it list its events again.
+const relistEvery = 30 * time.Second
+
+// relistMissing lists c's events again when sb's event type is missing
+// from them, at most every relistEvery: a stateless (2026-07-28) session
+// hears no list_changed, so this is how a type the server adds later is
+// found.
+func (s *Service) relistMissing(ctx context.Context, c *harness.Connection, sb *subscription) {
+	listed := slices.ContainsFunc(c.EventTypes(), func(t harness.EventType) bool { return t.Name == sb.event })
+	if listed || time.Since(sb.relisted) < relistEvery {
+		return
+	}
+	sb.relisted = time.Now()
+	if err := c.RefreshEvents(ctx); err != nil {
+		s.logger.Warn("events/list again failed", "connection", sb.src.name, "event", sb.event, "err", err)
+	}
+}
+
 // explainCode says what a server's error code means for a subscription;
 // data's fields (kind, limit, max, feature, value, reason) are quoted
 // when the server gave them.
@@ -89,7 +121,7 @@ func explainCode(code int, data map[string]any) string {
 		return "InvalidParams (-32602): the server refused the subscription's arguments or cursor" + detail(data, "reason")
 	case codeNotFound:
 		return "NotFound (-32011): the server no longer offers this event type" + detail(data, "kind") +
-			"; polling resumes once it lists it again"
+			"; its events are listed again, and polling resumes once it lists it again"
 	case codeForbidden:
 		return "Forbidden (-32012): the server does not permit this subscription to the connection's principal, or revoked its access" +
 			detail(data, "reason") + "; retried every 30s"
@@ -98,7 +130,7 @@ func explainCode(code int, data map[string]any) string {
 	case codeUnsupported:
 		if data["reason"] == "schema_changed" {
 			return "Unsupported (-32014): the event type changed incompatibly" + detail(data, "feature") +
-				"; a subscription under its new name or arguments is needed"
+				"; its events are listed again; a subscription under its new name or arguments may be needed"
 		}
 		return "Unsupported (-32014): the server does not support an option of this subscription" + detail(data, "feature", "value") + "; retried every 30s"
 	case codeCallbackEndpoint:

@@ -126,3 +126,42 @@ func TestSubscriptionsFollowTheServersListChanges(t *testing.T) {
 	ev.Raise("build.finished", map[string]any{"build": 2})
 	waitFor(t, "the second event delivered", func() bool { return subscription(t, b).Events == 2 })
 }
+
+// TestStatelessSessionListsAgainOnNotFound: a 2026-07-28 session hears no
+// list_changed; when the server drops the event type, its poll answers
+// NotFound, the connection lists its events again, and the subscription
+// judges itself by the new list.
+func TestStatelessSessionListsAgainOnNotFound(t *testing.T) {
+	t.Parallel()
+	ev := &demo.Events{NextPoll: 10 * time.Millisecond}
+	ev.AddType("build.finished")
+	s := demo.NewServer(demo.EventsCapability())
+	s.AddTools(ev.Tool())
+	ts := httptest.NewServer(ev.Handler(server.NewStreamableHTTPServer(s)))
+	t.Cleanup(ts.Close)
+	spec := config.MCP{URL: ts.URL + "/mcp", Subscribe: []config.EventSubscription{{Event: "build.finished"}}}
+	f := &config.File{
+		Connections: map[string]config.Connection{"demo": {MCP: &spec}},
+		Inbox:       &config.Inbox{PollFloor: 10 * time.Millisecond, PollLease: time.Second, PollTimeout: 200 * time.Millisecond},
+	}
+	b := setupWith(t, nil, f, nil, map[string]harness.Provider{"demo": pbmcp.New("demo", spec, nil)})
+	t.Cleanup(func() { _ = b.reg.Close() })
+	if err := b.svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first poll", func() bool { return subscription(t, b).LastPollAt != nil })
+	ev.Raise("build.finished", map[string]any{"build": 1})
+	waitFor(t, "the event delivered", func() bool { return subscription(t, b).Events == 1 })
+
+	ev.RemoveType("build.finished") // nothing tells the client
+	waitFor(t, "the list read again", func() bool {
+		return strings.Contains(subscription(t, b).LastError, `offers no event "build.finished"`)
+	})
+	c, err := b.reg.Get("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if types := c.EventTypes(); len(types) != 1 || types[0].Name != demo.EventTicketCreated {
+		t.Errorf("event types = %+v, want ticket.created alone", types)
+	}
+}
