@@ -100,6 +100,17 @@ type Inbox struct {
 	// lasts without renewal; another replica takes the subscription over
 	// from its persisted cursor once it lapses. Default 15s.
 	PollLease time.Duration `yaml:"pollLease"`
+	// PollMaxEvents caps the events one events/poll answer may carry
+	// (maxEvents), which bounds one ingest script. Default 100.
+	PollMaxEvents int `yaml:"pollMaxEvents"`
+	// PollTimeout is how long a server may hold an events/poll open
+	// waiting for an event (timeoutMs, a long poll), so an event arrives
+	// without waiting out nextPollMs. Default 20s.
+	PollTimeout time.Duration `yaml:"pollTimeout"`
+	// PollMaxAge bounds replay from a persisted cursor (maxAgeMs): after a
+	// long stop, events older than this start no turns (the server says
+	// truncated). Default 24h.
+	PollMaxAge time.Duration `yaml:"pollMaxAge"`
 }
 
 // Limits and defaults of triggers and their sources.
@@ -119,6 +130,12 @@ const (
 	MinPollFloor         = 10 * time.Millisecond
 	DefaultPollLease     = 15 * time.Second
 	MinPollLease         = time.Second
+	DefaultPollMaxEvents = 100
+	MaxPollMaxEvents     = 1000
+	DefaultPollTimeout   = 20 * time.Second
+	MaxPollTimeout       = 5 * time.Minute
+	DefaultPollMaxAge    = 24 * time.Hour
+	MinPollMaxAge        = time.Second
 	CronEventTick        = "tick"
 )
 
@@ -280,6 +297,15 @@ func (in *Inbox) validate(ps *problems) {
 	}
 	if in.PollLease != 0 && in.PollLease < MinPollLease {
 		ps.add("inbox.pollLease", "must be at least %s, not %s", MinPollLease, in.PollLease)
+	}
+	if in.PollMaxEvents < 0 || in.PollMaxEvents > MaxPollMaxEvents {
+		ps.add("inbox.pollMaxEvents", "must be between 1 and %d (0 for the default %d)", MaxPollMaxEvents, DefaultPollMaxEvents)
+	}
+	if in.PollTimeout < 0 || in.PollTimeout > MaxPollTimeout {
+		ps.add("inbox.pollTimeout", "must be between 1ms and %s (0 for the default %s), not %s", MaxPollTimeout, DefaultPollTimeout, in.PollTimeout)
+	}
+	if in.PollMaxAge != 0 && in.PollMaxAge < MinPollMaxAge {
+		ps.add("inbox.pollMaxAge", "must be at least %s (0 for the default %s), not %s", MinPollMaxAge, DefaultPollMaxAge, in.PollMaxAge)
 	}
 	if in.LogSize < 0 || in.LogSize > 10_000 {
 		ps.add("inbox.logSize", "must be between 1 and 10000 (0 for the default %d)", DefaultLogSize)

@@ -72,7 +72,7 @@ triggers:
   - { id: b, connection: demo, event: "9x", workflow: 3 }
   - { id: c, connection: ghost, event: x, workflow: {} }
   - { id: d, connection: src, event: ok, arguments: { a: 1 }, workflow: {} }
-inbox: { reclaimAfter: 1ms, maxDeliveries: -1, pollFloor: 1ms, pollLease: 10ms }
+inbox: { reclaimAfter: 1ms, maxDeliveries: -1, pollFloor: 1ms, pollLease: 10ms, pollMaxEvents: 5000, pollTimeout: 10m, pollMaxAge: 10ms }
 `
 	_, err := load(env{"PATCHBAY_CONFIG": "/etc/pb.yaml", "PATCHBAY_START_TRIGGERS": "maybe"}, files{"/etc/pb.yaml": file})
 	checkProblems(t, err,
@@ -93,6 +93,9 @@ inbox: { reclaimAfter: 1ms, maxDeliveries: -1, pollFloor: 1ms, pollLease: 10ms }
 		want{"inbox.maxDeliveries", "between 1 and 100"},
 		want{"inbox.pollFloor", "at least 10ms"},
 		want{"inbox.pollLease", "at least 1s"},
+		want{"inbox.pollMaxAge", "at least 1s"},
+		want{"inbox.pollMaxEvents", "between 1 and 1000"},
+		want{"inbox.pollTimeout", "between 1ms and 5m0s"},
 		want{"inbox.reclaimAfter", "at least 1s"},
 		want{"triggers[0].filter", "does not compile"},
 		want{"triggers[0].workflow", "cannot read the workflow file"},

@@ -75,11 +75,20 @@ type Events struct {
 	// MaxBatch caps one poll's events when the client sets no maxEvents;
 	// zero means 10.
 	MaxBatch int
+	// PageSize splits events/list into pages of this many event types;
+	// zero means one page.
+	PageSize int
+	// Notify sends a notification to the server's clients (an mcp-go
+	// server's SendNotificationToAllClients); AddType and RemoveType say
+	// through it that the list changed. Nil: they say nothing.
+	Notify func(method string, params map[string]any)
 
 	mu    sync.Mutex
 	seq   int64
 	log   []ticket
 	polls int
+	more  moreTypes     // event types added and removed at run time (eventtypes.go)
+	wake  chan struct{} // closed when an event is raised, for held polls
 }
 
 type ticket struct {
@@ -101,6 +110,7 @@ func (e *Events) Open(title, priority string) string {
 	defer e.mu.Unlock()
 	e.seq++
 	e.log = append(e.log, ticket{seq: e.seq, at: time.Now().UTC(), title: title, priority: priority})
+	e.raised()
 	if keep := e.retain(); len(e.log) > keep {
 		e.log = append([]ticket(nil), e.log[len(e.log)-keep:]...)
 	}
@@ -144,17 +154,23 @@ func (e *Events) Tool() server.ServerTool {
 }
 
 // Handler answers events/list and events/poll and hands everything else
-// to next.
+// to next. A poll held open (timeoutMs) ends when its client goes.
 func (e *Events) Handler(next http.Handler) http.Handler {
-	return rpcHandler(next, e.handle)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handle := func(method string, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails, bool) {
+			return e.handle(r.Context(), method, raw)
+		}
+		rpcHandler(next, handle).ServeHTTP(w, r)
+	})
 }
 
-func (e *Events) handle(method string, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails, bool) {
+func (e *Events) handle(ctx context.Context, method string, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails, bool) {
 	switch method {
 	case "events/list":
-		return map[string]any{"events": []any{ticketEventType}}, nil, true
+		r, rpcErr := e.list(raw)
+		return r, rpcErr, true
 	case "events/poll":
-		r, rpcErr := e.poll(raw)
+		r, rpcErr := e.poll(ctx, raw)
 		return r, rpcErr, true
 	}
 	return nil, nil, false
@@ -165,18 +181,23 @@ type pollParams struct {
 	Arguments json.RawMessage `json:"arguments"`
 	Cursor    *string         `json:"cursor"`
 	MaxEvents int             `json:"maxEvents"`
+	TimeoutMs int64           `json:"timeoutMs"`
+	MaxAgeMs  int64           `json:"maxAgeMs"`
 }
 
 func invalidParams(format string, args ...any) *mcp.JSONRPCErrorDetails {
 	return &mcp.JSONRPCErrorDetails{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf(format, args...)}
 }
 
-func (e *Events) poll(raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
+func (e *Events) poll(ctx context.Context, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
 	var p pollParams
 	if json.Unmarshal(raw, &p) != nil {
 		return nil, invalidParams("params must be an object")
 	}
-	if p.Name != EventTicketCreated {
+	if e.isMore(p.Name) {
+		return e.pollMore(ctx, p)
+	}
+	if p.Name != EventTicketCreated || e.isRemoved(p.Name) {
 		return nil, &mcp.JSONRPCErrorDetails{Code: codeNotFound, Message: "NotFound", Data: map[string]any{"kind": "event"}}
 	}
 	var args map[string]any
@@ -189,9 +210,11 @@ func (e *Events) poll(raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
 			return nil, invalidParams("arguments: only priority (low or high) is accepted")
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.polls++
+	return e.hold(ctx, p, func() (map[string]any, *mcp.JSONRPCErrorDetails) { return e.tickets(p, want) })
+}
+
+// tickets answers a poll of ticket.created from p's cursor; e.mu is held.
+func (e *Events) tickets(p pollParams, want string) (map[string]any, *mcp.JSONRPCErrorDetails) {
 	next := e.NextPoll
 	if next <= 0 {
 		next = defaultNextPoll
@@ -221,8 +244,13 @@ func (e *Events) poll(raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
 	}
 	events := []any{}
 	cursor := from
+	floor := ageFloor(p)
 	for _, t := range e.log {
 		if t.seq <= from {
+			continue
+		}
+		if t.at.Before(floor) {
+			cursor, out["truncated"] = t.seq, true // older than maxAgeMs: skipped
 			continue
 		}
 		if len(events) == limit {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Delivery modes of a server's event type (the MCP Events extension).
@@ -44,7 +45,15 @@ type EventPoll struct {
 	Name      string
 	Arguments map[string]any
 	Cursor    *string
+	// MaxEvents caps the batch (maxEvents); zero leaves it to the server.
 	MaxEvents int
+	// Timeout is how long the server may hold the poll open waiting for an
+	// event (timeoutMs, a long poll); zero leaves it to the server.
+	Timeout time.Duration
+	// MaxAge bounds replay from Cursor (maxAgeMs): older events are
+	// skipped and the answer says truncated. Zero: no bound. Not sent
+	// without a cursor, which already means "from now".
+	MaxAge time.Duration
 }
 
 // EventOccurrence is one event a server delivered.
@@ -101,4 +110,22 @@ func (c *Connection) PollEvents(ctx context.Context, req EventPoll) (*EventBatch
 		return nil, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
 	}
 	return p.PollEvents(ctx, req)
+}
+
+// EventRefresher is a Conn that can list its server's events again when
+// told the list it holds is stale.
+type EventRefresher interface {
+	RefreshEvents(ctx context.Context) error
+}
+
+// RefreshEvents lists the live connection's events again, when its Conn
+// can; otherwise it does nothing.
+func (c *Connection) RefreshEvents(ctx context.Context) error {
+	c.mu.RLock()
+	conn := c.conn
+	c.mu.RUnlock()
+	if r, ok := conn.(EventRefresher); ok {
+		return r.RefreshEvents(ctx)
+	}
+	return nil
 }

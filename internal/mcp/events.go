@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -39,19 +40,28 @@ const (
 	EventCodeForbidden         = -32012
 	EventCodeResourceExhausted = -32013
 	EventCodeUnsupported       = -32014
+	EventCodeCallbackEndpoint  = -32015
 )
 
 // EventError is a JSON-RPC error the server answered an events request
-// with.
+// with. Data is the error's data object (kind, limit, feature, reason…),
+// nil when it had none.
 type EventError struct {
 	Method  string
 	Code    int
 	Message string
+	Data    map[string]any
 }
 
 func (e *EventError) Error() string {
 	return fmt.Sprintf("%s: %s (code %d)", e.Method, e.Message, e.Code)
 }
+
+// RPCCode and RPCData let a caller that imports no transport read the
+// error (triggers turns them into a subscription's last error).
+func (e *EventError) RPCCode() int { return e.Code }
+
+func (e *EventError) RPCData() map[string]any { return e.Data }
 
 // ExtEvents is the Events extension's identifier, accepted beside the
 // design's own capabilities.events.
@@ -124,7 +134,13 @@ func (c *conn) loadEvents(ctx context.Context) []harness.EventType {
 // protocol version, client capabilities and client info in _meta, and
 // over HTTP the standard headers (Mcp-Method, MCP-Protocol-Version).
 func (c *conn) rpc(ctx context.Context, method string, params map[string]any) (json.RawMessage, error) {
-	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	return c.rpcWithin(ctx, c.requestTimeout, method, params)
+}
+
+// rpcWithin is rpc with its own timeout (a long poll may be held open
+// longer than an ordinary request).
+func (c *conn) rpcWithin(ctx context.Context, timeout time.Duration, method string, params map[string]any) (json.RawMessage, error) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("pb-" + rand.Text()), Method: method, Params: params}
 	if c.era == EraModern {
@@ -147,7 +163,8 @@ func (c *conn) rpc(ctx context.Context, method string, params map[string]any) (j
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	if resp.Error != nil {
-		return nil, &EventError{Method: method, Code: resp.Error.Code, Message: resp.Error.Message}
+		data, _ := resp.Error.Data.(map[string]any)
+		return nil, &EventError{Method: method, Code: resp.Error.Code, Message: resp.Error.Message, Data: data}
 	}
 	return resp.Result, nil
 }
@@ -198,13 +215,23 @@ func (c *conn) refreshEvents(n mcp.JSONRPCNotification) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.connectTimeout)
 		defer cancel()
-		types, err := c.listEvents(ctx)
-		if err != nil {
+		if err := c.RefreshEvents(ctx); err != nil {
 			c.logger.Warn("mcp: events/list after list_changed failed; keeping the previous list", "err", err)
-			return
 		}
-		c.events.set(types, nil)
 	}()
+}
+
+// RefreshEvents lists the server's events again, to the last page; a
+// failure keeps the previous list. Besides list_changed, a caller told
+// that an event type is gone uses it: a stateless session gets no
+// notifications.
+func (c *conn) RefreshEvents(ctx context.Context) error {
+	types, err := c.listEvents(ctx)
+	if err != nil {
+		return err
+	}
+	c.events.set(types, nil)
+	return nil
 }
 
 // EventTypes is the server's current list of event types.
@@ -228,7 +255,14 @@ func (c *conn) PollEvents(ctx context.Context, req harness.EventPoll) (*harness.
 	if req.MaxEvents > 0 {
 		params["maxEvents"] = req.MaxEvents
 	}
-	raw, err := c.rpc(ctx, methodEventsPoll, params)
+	if req.Timeout > 0 {
+		params["timeoutMs"] = req.Timeout.Milliseconds()
+	}
+	if req.MaxAge > 0 && req.Cursor != nil {
+		params["maxAgeMs"] = req.MaxAge.Milliseconds()
+	}
+	// The server may hold a long poll for timeoutMs before it answers.
+	raw, err := c.rpcWithin(ctx, c.requestTimeout+req.Timeout, methodEventsPoll, params)
 	if err != nil {
 		return nil, fmt.Errorf("mcp %s: %w", c.name, err)
 	}

@@ -54,6 +54,7 @@ type subscription struct {
 
 	schemaSrc string // the inputSchema the arguments were last judged by
 	argsErr   error
+	relisted  time.Time // when its missing event type last made the connection list events again
 }
 
 // subscriptionID names a subscription by its event and canonical
@@ -204,6 +205,7 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration
 	if err != nil {
 		return retry, err
 	}
+	s.relistMissing(ctx, c, sb)
 	if err := sb.check(c.EventTypes()); err != nil {
 		return retry, err
 	}
@@ -211,9 +213,14 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration
 	if err != nil {
 		return retry, err
 	}
-	batch, err := c.PollEvents(ctx, harness.EventPoll{Name: sb.event, Arguments: sb.arguments, Cursor: cursor})
+	req := s.pollParams
+	req.Name, req.Arguments, req.Cursor = sb.event, sb.arguments, cursor
+	batch, err := c.PollEvents(ctx, req)
 	if err != nil {
-		return retry, fmt.Errorf("events/poll: %w", err)
+		if staleList(err) {
+			_ = c.RefreshEvents(ctx) // best effort: the next check judges by the new list
+		}
+		return pollRetry(err, retry), pollError(err)
 	}
 	fresh, err := s.ingestBatch(ctx, sb, batch)
 	if err != nil {

@@ -72,6 +72,7 @@ type Service struct {
 	maxInFlight   int
 	pollFloor     time.Duration
 	pollLease     time.Duration
+	pollParams    harness.EventPoll // maxEvents, timeoutMs and maxAgeMs of every events/poll
 
 	sources  map[string]*source // by connection: every source, cron and webhook connection
 	crons    map[string]*cronSource
@@ -129,6 +130,7 @@ func New(o Options) (*Service, error) {
 			s.pollLease = in.PollLease
 		}
 	}
+	s.pollParams = pollParams(f.Inbox)
 	for _, name := range slices.Sorted(maps.Keys(f.Connections)) {
 		c := f.Connections[name]
 		if c.Source == nil && c.Cron == nil && c.Webhooks == nil {
