@@ -14,9 +14,10 @@ import (
 )
 
 // The demo offers one event type of the MCP Events extension
-// (experimental-ext-triggers-events, design sketch at commit 6104601d),
-// ticket.created, delivered by poll: events/list and events/poll are
-// answered by Events.Handler in front of mcp-go's Streamable HTTP handler
+// (experimental-ext-triggers-events, design sketch at commit 6104601d for
+// poll, 082166f0 for push), ticket.created, delivered by poll, and by push
+// when Events.Push is set (see push.go): events/list, events/poll and
+// events/stream are answered by Events.Handler in front of mcp-go's Streamable HTTP handler
 // (mcp-go serves neither), so over stdio the demo lists no events. The
 // open_ticket tool raises one. Cursors are the sequence number of the last
 // event looked at; the last Retain events are kept, and a cursor older
@@ -75,11 +76,18 @@ type Events struct {
 	// MaxBatch caps one poll's events when the client sets no maxEvents;
 	// zero means 10.
 	MaxBatch int
+	// Push offers ticket.created by push (events/stream) besides poll;
+	// without it the server offers only poll.
+	Push bool
+	// Heartbeat is how often a quiet push stream sends a heartbeat; zero
+	// means 10 s.
+	Heartbeat time.Duration
 
 	mu    sync.Mutex
 	seq   int64
 	log   []ticket
 	polls int
+	push  pushState
 }
 
 type ticket struct {
@@ -104,6 +112,7 @@ func (e *Events) Open(title, priority string) string {
 	if keep := e.retain(); len(e.log) > keep {
 		e.log = append([]ticket(nil), e.log[len(e.log)-keep:]...)
 	}
+	e.wakeStreams()
 	return eventID(e.seq)
 }
 
@@ -122,6 +131,14 @@ func (e *Events) retain() int {
 }
 
 func eventID(seq int64) string { return "tkt-" + strconv.FormatInt(seq, 10) }
+
+// occurrence is t as an EventOccurrence.
+func (t ticket) occurrence() map[string]any {
+	return map[string]any{
+		"eventId": eventID(t.seq), "name": EventTicketCreated, "timestamp": t.at.Format(time.RFC3339Nano),
+		"data": map[string]any{"ticket": eventID(t.seq), "title": t.title, "priority": t.priority},
+	}
+}
 
 // Tool is open_ticket for an mcp-go server.
 func (e *Events) Tool() server.ServerTool {
@@ -146,13 +163,13 @@ func (e *Events) Tool() server.ServerTool {
 // Handler answers events/list and events/poll and hands everything else
 // to next.
 func (e *Events) Handler(next http.Handler) http.Handler {
-	return rpcHandler(next, e.handle)
+	return rpcHandler(e.streamHandler(next), e.handle)
 }
 
 func (e *Events) handle(method string, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails, bool) {
 	switch method {
 	case "events/list":
-		return map[string]any{"events": []any{ticketEventType}}, nil, true
+		return map[string]any{"events": []any{e.ticketType()}}, nil, true
 	case "events/poll":
 		r, rpcErr := e.poll(raw)
 		return r, rpcErr, true
@@ -171,23 +188,33 @@ func invalidParams(format string, args ...any) *mcp.JSONRPCErrorDetails {
 	return &mcp.JSONRPCErrorDetails{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf(format, args...)}
 }
 
-func (e *Events) poll(raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
+// subscription reads the subscription of an events/poll or events/stream:
+// its params and the priority it filters on ("" for none).
+func subscription(raw json.RawMessage) (pollParams, string, *mcp.JSONRPCErrorDetails) {
 	var p pollParams
 	if json.Unmarshal(raw, &p) != nil {
-		return nil, invalidParams("params must be an object")
+		return p, "", invalidParams("params must be an object")
 	}
 	if p.Name != EventTicketCreated {
-		return nil, &mcp.JSONRPCErrorDetails{Code: codeNotFound, Message: "NotFound", Data: map[string]any{"kind": "event"}}
+		return p, "", &mcp.JSONRPCErrorDetails{Code: codeNotFound, Message: "NotFound", Data: map[string]any{"kind": "event"}}
 	}
 	var args map[string]any
 	if len(p.Arguments) > 0 && string(p.Arguments) != "null" && json.Unmarshal(p.Arguments, &args) != nil {
-		return nil, invalidParams("arguments must be an object")
+		return p, "", invalidParams("arguments must be an object")
 	}
 	want, _ := args["priority"].(string)
 	for k := range args {
 		if k != "priority" || (want != "low" && want != "high") {
-			return nil, invalidParams("arguments: only priority (low or high) is accepted")
+			return p, "", invalidParams("arguments: only priority (low or high) is accepted")
 		}
+	}
+	return p, want, nil
+}
+
+func (e *Events) poll(raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
+	p, want, rpcErr := subscription(raw)
+	if rpcErr != nil {
+		return nil, rpcErr
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -233,10 +260,7 @@ func (e *Events) poll(raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
 		if want != "" && t.priority != want {
 			continue
 		}
-		events = append(events, map[string]any{
-			"eventId": eventID(t.seq), "name": EventTicketCreated, "timestamp": t.at.Format(time.RFC3339Nano),
-			"data": map[string]any{"ticket": eventID(t.seq), "title": t.title, "priority": t.priority},
-		})
+		events = append(events, t.occurrence())
 	}
 	out["events"], out["cursor"] = events, strconv.FormatInt(cursor, 10)
 	return out, nil

@@ -39,6 +39,7 @@ const (
 	EventCodeForbidden         = -32012
 	EventCodeResourceExhausted = -32013
 	EventCodeUnsupported       = -32014
+	EventCodeCallbackEndpoint  = -32015
 )
 
 // EventError is a JSON-RPC error the server answered an events request
@@ -126,7 +127,20 @@ func (c *conn) loadEvents(ctx context.Context) []harness.EventType {
 func (c *conn) rpc(ctx context.Context, method string, params map[string]any) (json.RawMessage, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
-	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("pb-" + rand.Text()), Method: method, Params: params}
+	req := c.rawRequest("pb-"+rand.Text(), method, params)
+	resp, err := c.capture.SendRequest(rctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	if resp.Error != nil {
+		return nil, &EventError{Method: method, Code: resp.Error.Code, Message: resp.Error.Message}
+	}
+	return resp.Result, nil
+}
+
+// rawRequest is one raw request with id, carrying what rpc describes.
+func (c *conn) rawRequest(id, method string, params map[string]any) transport.JSONRPCRequest {
+	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Method: method, Params: params}
 	if c.era == EraModern {
 		version := c.client.ProtocolVersion()
 		params["_meta"] = map[string]any{
@@ -142,14 +156,7 @@ func (c *conn) rpc(ctx context.Context, method string, params map[string]any) (j
 			}
 		}
 	}
-	resp, err := c.capture.SendRequest(rctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", method, err)
-	}
-	if resp.Error != nil {
-		return nil, &EventError{Method: method, Code: resp.Error.Code, Message: resp.Error.Message}
-	}
-	return resp.Result, nil
+	return req
 }
 
 // listEvents reads events/list to its last page. A server without the
