@@ -100,6 +100,11 @@ type Inbox struct {
 	// lasts without renewal; another replica takes the subscription over
 	// from its persisted cursor once it lapses. Default 15s.
 	PollLease time.Duration `yaml:"pollLease"`
+	// HeartbeatTimeout is how long a push stream (events/stream) may carry
+	// neither an event nor a heartbeat before it counts as broken and is
+	// reopened from the persisted cursor. Default 60s: twice the 30 s the
+	// MCP Events design asks servers to send heartbeats within.
+	HeartbeatTimeout time.Duration `yaml:"heartbeatTimeout"`
 }
 
 // Limits and defaults of triggers and their sources.
@@ -119,6 +124,8 @@ const (
 	MinPollFloor         = 10 * time.Millisecond
 	DefaultPollLease     = 15 * time.Second
 	MinPollLease         = time.Second
+	DefaultHeartbeatWait = 60 * time.Second
+	MinHeartbeatWait     = 100 * time.Millisecond
 	CronEventTick        = "tick"
 )
 
@@ -280,6 +287,9 @@ func (in *Inbox) validate(ps *problems) {
 	}
 	if in.PollLease != 0 && in.PollLease < MinPollLease {
 		ps.add("inbox.pollLease", "must be at least %s, not %s", MinPollLease, in.PollLease)
+	}
+	if in.HeartbeatTimeout != 0 && in.HeartbeatTimeout < MinHeartbeatWait {
+		ps.add("inbox.heartbeatTimeout", "must be at least %s, not %s", MinHeartbeatWait, in.HeartbeatTimeout)
 	}
 	if in.LogSize < 0 || in.LogSize > 10_000 {
 		ps.add("inbox.logSize", "must be between 1 and 10000 (0 for the default %d)", DefaultLogSize)
