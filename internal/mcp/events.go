@@ -26,7 +26,8 @@ import (
 // malformed (a page without its events array, a repeated cursor, an event
 // type without a name or delivery modes, an inputSchema that does not
 // compile) leaves the connection without events, with the reason in Info
-// (eventsError) and the log; its tools still work.
+// (eventsError) and the log; its tools still work. Push delivery
+// (events/stream) is in stream.go.
 const (
 	methodEventsList        = "events/list"
 	methodEventsPoll        = "events/poll"

@@ -3,6 +3,8 @@ package mcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +143,41 @@ func TestEventsStreamCancelled(t *testing.T) {
 	// The connection still answers other requests.
 	if _, err := conn.(harness.EventPoller).PollEvents(t.Context(), harness.EventPoll{Name: demo.EventTicketCreated}); err != nil {
 		t.Errorf("poll after the stream: %v", err)
+	}
+}
+
+// TestEventsStreamedOverStdio: over stdio the stream's notifications share
+// stdout with everything else, and closing the stream sends
+// notifications/cancelled with its request id.
+func TestEventsStreamedOverStdio(t *testing.T) {
+	t.Parallel()
+	conn := connect(t, "fake", fakeSpec("events"), nil)
+	msgs, ended, stop := openStream(t, conn, harness.EventStreamRequest{Name: "tick"})
+	if a := next(t, msgs, harness.StreamActive); a.Cursor == nil || *a.Cursor != "0" {
+		t.Errorf("active = %+v", a)
+	}
+	if m := next(t, msgs, harness.StreamEvent); m.Event.EventID != "e1" || *m.Cursor != "1" {
+		t.Errorf("event = %+v", m)
+	}
+	if hb := next(t, msgs, harness.StreamHeartbeat); *hb.Cursor != "1" {
+		t.Errorf("heartbeat = %+v", hb)
+	}
+	stop()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Errorf("end = %v, want the cancellation", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := conn.Call(t.Context(), harness.CallRequest{Op: "cancelled", Args: map[string]any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if text := fmt.Sprint(res); strings.Contains(text, "pb-events-") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server saw no notifications/cancelled for the stream: %v", res)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
