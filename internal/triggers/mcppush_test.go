@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -103,6 +105,17 @@ func (c *eventConn) StreamEvents(ctx context.Context, req harness.EventStreamReq
 	return c.srv.stream(ctx, req, each)
 }
 
+// started is a replica on st (nil: a store of its own) serving f's
+// triggers on srv, started.
+func started(t *testing.T, st *store.Store, f *config.File, srv *eventServer) *bundle {
+	t.Helper()
+	b := setupWith(t, st, f, nil, map[string]harness.Provider{"srv": srv.provider()})
+	if err := b.svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func pushServer() *eventServer {
 	return &eventServer{batch: 100, delivery: []string{"push", "poll"}, heartbeat: 20 * time.Millisecond}
 }
@@ -121,10 +134,7 @@ func ids(prefix string, n int) []string {
 func TestServerEventPushReconnectsFromCursor(t *testing.T) {
 	t.Parallel()
 	srv := pushServer()
-	b := setupWith(t, nil, serverFile(nil), nil, map[string]harness.Provider{"srv": srv.provider()})
-	if err := b.svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := started(t, nil, serverFile(nil), srv)
 	waitFor(t, "the first stream", func() bool { return len(srv.streamsOpened()) > 0 })
 	for round := range 4 {
 		for _, id := range ids(fmt.Sprintf("r%d-", round), 5) {
@@ -163,10 +173,7 @@ func TestServerEventPushHeartbeatTimeout(t *testing.T) {
 	srv := pushServer()
 	f := serverFile(nil)
 	f.Inbox.HeartbeatTimeout = 200 * time.Millisecond
-	b := setupWith(t, nil, f, nil, map[string]harness.Provider{"srv": srv.provider()})
-	if err := b.svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := started(t, nil, f, srv)
 	waitFor(t, "the first stream", func() bool { return len(srv.streamsOpened()) > 0 })
 	srv.emit("before", "low")
 	waitFor(t, "the first turn", func() bool { return len(succeededEvents(t, b.execs)) == 1 })
@@ -192,19 +199,13 @@ func TestServerEventPushTakeover(t *testing.T) {
 	st := storetest.New(t)
 	stA := secondClient(t, st)
 	f := serverFile(nil)
-	a := setupWith(t, stA, f, nil, map[string]harness.Provider{"srv": srv.provider()})
-	if err := a.svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a := started(t, stA, f, srv)
 	waitFor(t, "a's stream", func() bool { return len(srv.streamsOpened()) > 0 })
 	for _, id := range ids("a", 10) {
 		srv.emit(id, "low")
 	}
 	waitFor(t, "a's turns", func() bool { return len(succeededEvents(t, a.execs)) == 10 })
-	b := setupWith(t, st, f, nil, map[string]harness.Provider{"srv": srv.provider()})
-	if err := b.svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := started(t, st, f, srv)
 	holderA := subscription(t, b).Holder
 	_ = stA.Client.Close()
 	for _, id := range ids("b", 20) {
