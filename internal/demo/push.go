@@ -156,6 +156,12 @@ func (e *Events) stream(w http.ResponseWriter, r *http.Request, msg rpcRequest) 
 	beat := time.NewTicker(e.heartbeat())
 	defer beat.Stop()
 	for {
+		select {
+		case <-stall: // before anything else: a stalled stream sends nothing
+			<-r.Context().Done()
+			return
+		default:
+		}
 		e.mu.Lock()
 		pending, head := e.after(from, want)
 		wake, _, _ := e.push.chans()

@@ -17,10 +17,11 @@ import (
 // pushState is the fake server's push side: the cursor each stream was
 // opened with, and channels to wake, drop or stall the open streams.
 type pushState struct {
-	opened []*string
-	wake   chan struct{}
-	drop   chan struct{}
-	stall  chan struct{}
+	opened   []*string
+	truncate bool // the next stream opens with truncated: true
+	wake     chan struct{}
+	drop     chan struct{}
+	stall    chan struct{}
 }
 
 func renew(ch *chan struct{}) {
@@ -62,14 +63,22 @@ func (s *eventServer) stream(ctx context.Context, req harness.EventStreamRequest
 		from, _ = strconv.Atoi(*req.Cursor)
 	}
 	_, drop, stall := s.chans()
+	truncated := s.push.truncate
+	s.push.truncate = false
 	s.mu.Unlock()
 	cur := func(i int) *string { c := strconv.Itoa(i); return &c }
-	if err := each(harness.StreamMessage{Kind: harness.StreamActive, Cursor: cur(from), HasCursor: true}); err != nil {
+	if err := each(harness.StreamMessage{Kind: harness.StreamActive, Cursor: cur(from), HasCursor: true, Truncated: truncated}); err != nil {
 		return err
 	}
 	beat := time.NewTicker(s.heartbeat)
 	defer beat.Stop()
 	for {
+		select {
+		case <-stall: // before anything else: a stalled stream sends nothing
+			<-ctx.Done()
+			return context.Cause(ctx)
+		default:
+		}
 		s.mu.Lock()
 		pending, head := slices.Clone(s.events[from:]), len(s.events)
 		wake, _, _ := s.chans()
@@ -172,20 +181,21 @@ func TestServerEventPushHeartbeatTimeout(t *testing.T) {
 	t.Parallel()
 	srv := pushServer()
 	f := serverFile(nil)
-	f.Inbox.HeartbeatTimeout = 200 * time.Millisecond
+	f.Inbox.HeartbeatTimeout = 500 * time.Millisecond
 	b := started(t, nil, f, srv)
 	waitFor(t, "the first stream", func() bool { return len(srv.streamsOpened()) > 0 })
 	srv.emit("before", "low")
 	waitFor(t, "the first turn", func() bool { return len(succeededEvents(t, b.execs)) == 1 })
+	before := len(srv.streamsOpened()) // more than one if the machine was slow
 	srv.stallStreams()
 	srv.emit("during", "low") // the stalled stream does not carry it
-	waitFor(t, "a reopened stream", func() bool { return len(srv.streamsOpened()) > 1 })
+	waitFor(t, "a reopened stream", func() bool { return len(srv.streamsOpened()) > before })
 	waitFor(t, "the second turn", func() bool { return len(succeededEvents(t, b.execs)) == 2 })
 	if got := succeededEvents(t, b.execs); !slices.Equal(got, []string{"before", "during"}) {
 		t.Errorf("turns for %v", got)
 	}
-	if c := srv.streamsOpened()[1]; c == nil || *c != "1" {
-		t.Errorf("reopened with cursor %v, want 1 (after the first event)", c)
+	if c := srv.streamsOpened()[before]; c == nil || *c != "1" {
+		t.Errorf("reopened with cursor %s, want 1 (after the first event)", cursorText(c))
 	}
 }
 
@@ -255,4 +265,28 @@ func TestChooseDelivery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServerEventPushTruncated: a stream that opens with truncated: true
+// (events were skipped upstream) is counted, with its time.
+func TestServerEventPushTruncated(t *testing.T) {
+	t.Parallel()
+	srv := pushServer()
+	b := started(t, nil, serverFile(nil), srv)
+	waitFor(t, "the first stream", func() bool { return len(srv.streamsOpened()) > 0 })
+	srv.mu.Lock()
+	srv.push.truncate = true
+	srv.mu.Unlock()
+	srv.dropStreams()
+	waitFor(t, "the truncated count", func() bool { return subscription(t, b).Truncated == 1 })
+	if sub := subscription(t, b); sub.TruncatedAt == nil || sub.Mode != "push" {
+		t.Errorf("subscription = %+v", sub)
+	}
+}
+
+func cursorText(c *string) string {
+	if c == nil {
+		return "null"
+	}
+	return *c
 }
