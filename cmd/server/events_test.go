@@ -76,8 +76,10 @@ func TestServerEventsSurviveKillNine(t *testing.T) {
 
 // TestServerEventsPushSurviveKillNine is the same with ticket.created
 // offered by push: the replica holding the stream is killed mid-stream,
-// and the other reopens it from the persisted cursor. A wait node then
-// sees a ticket that arrives by push.
+// and the other reopens it from the persisted cursor. Then the server
+// drops every stream, and leaves the reopened ones silent past the
+// heartbeat timeout; nothing is lost or doubled. A wait node then sees a
+// ticket that arrives by push.
 func TestServerEventsPushSurviveKillNine(t *testing.T) {
 	eventsSurviveKillNine(t, true)
 }
@@ -135,6 +137,19 @@ func eventsSurviveKillNine(t *testing.T, push bool) {
 		}
 	}
 	open(6)
+	if push {
+		// The server drops every stream, then leaves the reopened ones
+		// silent: each is reopened from its cursor (the second after
+		// inbox.heartbeatTimeout), and nothing is lost or doubled.
+		opened := ev.Streams()
+		ev.DropStreams()
+		open(6)
+		waitUntil(t, "the dropped streams reopened", func() bool { return ev.Streams() >= opened+2 })
+		opened = ev.Streams()
+		ev.StallStreams()
+		open(6)
+		waitUntil(t, "the silent streams reopened", func() bool { return ev.Streams() >= opened+2 })
+	}
 	slices.Sort(want)
 	waitUntil(t, "every turn", func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
 	got, all := ticketTurns(t, st)
