@@ -211,7 +211,12 @@ func (s *Service) deliverOnce(ctx context.Context, sb *subscription) (string, ti
 	retry := max(s.pollFloor, time.Second)
 	c, err := s.reg.Get(sb.src.name)
 	if err != nil {
-		return harness.DeliveryPoll, retry, err
+		return "", retry, err
+	}
+	if st := c.State(); st != harness.StateReady {
+		// No mode is chosen from a connection that is down: whether it can
+		// stream is not known.
+		return "", retry, fmt.Errorf("connection %s is %s: %w", sb.src.name, st, harness.ErrUnavailable)
 	}
 	mode, err := sb.check(c.EventTypes(), c.StreamsEvents())
 	if err != nil {
@@ -260,12 +265,12 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *harness.Con
 func (sb *subscription) check(types []harness.EventType, canStream bool) (string, error) {
 	i := slices.IndexFunc(types, func(t harness.EventType) bool { return t.Name == sb.event })
 	if i < 0 {
-		return harness.DeliveryPoll, fmt.Errorf("the server offers no event %q", sb.event)
+		return "", fmt.Errorf("the server offers no event %q", sb.event)
 	}
 	t := types[i]
 	mode, err := chooseDelivery(t, canStream)
 	if err != nil {
-		return harness.DeliveryPoll, err
+		return "", err
 	}
 	if string(t.InputSchema) != sb.schemaSrc {
 		sb.schemaSrc, sb.argsErr = string(t.InputSchema), validateArguments(t.InputSchema, sb.arguments)
@@ -285,7 +290,7 @@ func chooseDelivery(t harness.EventType, canStream bool) (string, error) {
 	case t.Offers(harness.DeliveryPoll):
 		return harness.DeliveryPoll, nil
 	}
-	return harness.DeliveryPoll, fmt.Errorf("event %q is delivered only by %v; patchbay streams (push) or polls (webhook is not implemented, and push needs a transport other than legacy HTTP+SSE)", t.Name, t.Delivery)
+	return "", fmt.Errorf("event %q is delivered only by %v; patchbay streams (push) or polls (webhook is not implemented, and push needs a transport other than legacy HTTP+SSE)", t.Name, t.Delivery)
 }
 
 // noFetch refuses every $ref outside the schema: patchbay never loads
@@ -438,11 +443,14 @@ func (s *Service) drainOutbox(ctx context.Context, sb *subscription) {
 }
 
 // recordError keeps the subscription's last error, and the mode it was
-// met in, for status.
+// met in ("" before one was chosen: the last is kept), for status.
 func (s *Service) recordError(ctx context.Context, sb *subscription, mode string, err error) {
 	s.logger.Warn("server event subscription failed", "connection", sb.src.name, "event", sb.event, "mode", mode, "err", err)
-	msg := harness.Excerpt(err.Error(), 500)
-	s.st.Client.HSet(ctx, sb.key(), "lastError", msg, "lastErrorAt", time.Now().UnixMilli(), "mode", mode)
+	fields := []any{"lastError", harness.Excerpt(err.Error(), 500), "lastErrorAt", time.Now().UnixMilli()}
+	if mode != "" {
+		fields = append(fields, "mode", mode)
+	}
+	s.st.Client.HSet(ctx, sb.key(), fields...)
 }
 
 // SubscriptionStatus is one MCP event subscription as status shows it.

@@ -118,6 +118,8 @@ func (s *Service) modeNow(sb *subscription) string {
 	if !ok {
 		return harness.DeliveryPoll
 	}
-	mode, _ := chooseDelivery(t, c.StreamsEvents())
-	return mode
+	if mode, err := chooseDelivery(t, c.StreamsEvents()); err == nil {
+		return mode
+	}
+	return harness.DeliveryPoll
 }
