@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -18,19 +19,21 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
-// eventsServer serves the demo with its ticket.created event (poll only),
-// as cmd/demo-mcp -http does, and returns its event log and a config with
-// a trigger on high-priority tickets: each turn echoes the ticket's id.
-func eventsServer(t *testing.T) (*demo.Events, string) {
+// eventsServer serves the demo with its ticket.created event (poll only,
+// or push and poll), as cmd/demo-mcp -http does, and returns its event log
+// and a config with a trigger on high-priority tickets: each turn echoes
+// the ticket's id. The connection also subscribes to every ticket for
+// wait nodes.
+func eventsServer(t *testing.T, push bool) (*demo.Events, string) {
 	t.Helper()
 	s := demo.NewServer(demo.EventsCapability())
-	ev := &demo.Events{NextPoll: 20 * time.Millisecond, MaxBatch: 3}
+	ev := &demo.Events{NextPoll: 20 * time.Millisecond, MaxBatch: 3, Push: push, Heartbeat: 50 * time.Millisecond}
 	s.AddTools(ev.Tool())
 	ts := httptest.NewServer(ev.Handler(server.NewStreamableHTTPServer(s)))
 	t.Cleanup(ts.Close)
 	return ev, fmt.Sprintf(`
 connections:
-  demo: { mcp: { type: http, url: %q } }
+  demo: { mcp: { type: http, url: %q, subscribe: [{ event: ticket.created }] } }
 triggers:
   - id: tickets
     connection: demo
@@ -41,7 +44,9 @@ triggers:
       version: 1
       connections: { demo: {} }
       root: { kind: call, id: say, connection: demo, op: echo, args: { text: { $expr: "$input.text" } } }
-inbox: { reclaimAfter: 2s, pollFloor: 20ms, pollLease: 1s }
+inbox: { reclaimAfter: 2s, pollFloor: 20ms, pollLease: 1s, heartbeatTimeout: 1s }
+allowlists:
+  default: { connections: { demo: { ops: [echo], events: ["ticket.*"] } } }
 apiKeys:
   - { name: reader, key: events-reader-key, allowlist: none, roles: [read] }
 `, ts.URL+"/mcp")
@@ -61,16 +66,30 @@ func ticketTurns(t *testing.T, st *store.Store) (ids []string, all int) {
 }
 
 // TestServerEventsSurviveKillNine: two replicas share a subscription to
-// the demo's ticket.created; each is killed (SIGKILL) in turn while
-// tickets keep coming, so the one polling dies mid-stream at least once.
-// The other takes the subscription over from the persisted cursor, and
-// each high-priority ticket starts exactly one turn.
+// the demo's ticket.created, offered by poll only; each is killed
+// (SIGKILL) in turn while tickets keep coming, so the one polling dies
+// mid-stream at least once. The other takes the subscription over from the
+// persisted cursor, and each high-priority ticket starts exactly one turn.
 func TestServerEventsSurviveKillNine(t *testing.T) {
+	eventsSurviveKillNine(t, false)
+}
+
+// TestServerEventsPushSurviveKillNine is the same with ticket.created
+// offered by push: the replica holding the stream is killed mid-stream,
+// and the other reopens it from the persisted cursor. Then the server
+// drops every stream, and leaves the reopened ones silent past the
+// heartbeat timeout; nothing is lost or doubled. A wait node then sees a
+// ticket that arrives by push.
+func TestServerEventsPushSurviveKillNine(t *testing.T) {
+	eventsSurviveKillNine(t, true)
+}
+
+func eventsSurviveKillNine(t *testing.T, push bool) {
 	if storetest.URL(t) == "" {
 		t.Skip("needs a real Redis (" + storetest.EnvURL + ") shared by two processes")
 	}
 	st := storetest.New(t)
-	ev, cfgBody := eventsServer(t)
+	ev, cfgBody := eventsServer(t, push)
 	cfg := writeConfig(t, cfgBody)
 	dir := t.TempDir()
 	replicas := make([]*replica, 2)
@@ -90,9 +109,9 @@ func TestServerEventsSurviveKillNine(t *testing.T) {
 			r.kill()
 		}
 	})
-	// The first poll starts the subscription from now; tickets before it
-	// are not the subscription's.
-	waitUntil(t, "the first poll", func() bool { return ev.Polls() > 0 })
+	// The first poll or stream starts the subscriptions from now; tickets
+	// before it are not theirs.
+	waitUntil(t, "the first polls or streams", func() bool { return ev.Polls()+ev.Streams() >= 2 })
 
 	var want []string
 	open := func(n int) {
@@ -118,20 +137,81 @@ func TestServerEventsSurviveKillNine(t *testing.T) {
 		}
 	}
 	open(6)
+	if push {
+		// The server drops every stream, then leaves the reopened ones
+		// silent: each is reopened from its cursor (the second after
+		// inbox.heartbeatTimeout), and nothing is lost or doubled.
+		opened := ev.Streams()
+		ev.DropStreams()
+		open(6)
+		waitUntil(t, "the dropped streams reopened", func() bool { return ev.Streams() >= opened+2 })
+		opened = ev.Streams()
+		ev.StallStreams()
+		open(6)
+		waitUntil(t, "the silent streams reopened", func() bool { return ev.Streams() >= opened+2 })
+	}
 	slices.Sort(want)
 	waitUntil(t, "every turn", func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
 	got, all := ticketTurns(t, st)
 	if !slices.Equal(got, want) || all != len(want) {
 		t.Fatalf("%d executions, %d succeeded for %v;\nwant one each for %v", all, len(got), got, want)
 	}
+	mode := "poll"
+	if push {
+		mode = "push"
+		if n := ev.Polls(); n != 0 {
+			t.Errorf("%d polls of an event offered by push", n)
+		}
+		// Two subscriptions, each reopened at least once by a survivor.
+		if n := ev.Streams(); n < 4 {
+			t.Errorf("%d streams opened, want the killed holder's reopened by the other", n)
+		}
+	}
 	status, body := get2(replicas[0].addr, "events-reader-key", "/v1/harness/status")
 	subs, _ := body["subscriptions"].([]any)
-	if status != 200 || len(subs) != 1 {
+	if status != 200 || len(subs) != 2 {
 		t.Fatalf("status %d: subscriptions %v", status, body["subscriptions"])
 	}
-	sub := subs[0].(map[string]any)
-	if sub["mode"] != "poll" || sub["hasCursor"] != true || sub["events"] != float64(len(want)) {
-		t.Errorf("subscription = %v", sub)
+	for _, s := range subs {
+		sub := s.(map[string]any)
+		if sub["mode"] != mode || sub["hasCursor"] != true {
+			t.Errorf("subscription = %v, want mode %s with a cursor", sub, mode)
+		}
+		if args, _ := sub["arguments"].(map[string]any); args["priority"] == "high" && sub["events"] != float64(len(want)) {
+			t.Errorf("the trigger's subscription counted %v events, want %d", sub["events"], len(want))
+		}
+	}
+	if push {
+		waitSeesTicket(t, replicas[1].addr, ev)
+	}
+}
+
+// waitSeesTicket runs a wait on the demo's tickets through the API and
+// opens low-priority tickets until it ends: it must see one.
+func waitSeesTicket(t *testing.T, addr string, ev *demo.Events) {
+	t.Helper()
+	body := []byte(`{"workflow":{"version":1,"connections":{"demo":{"events":["ticket.*"]}},
+	  "root":{"kind":"wait","id":"w","connection":"demo","event":"ticket.created","timeoutMs":30000,
+	          "filter":"$event.payload.priority == 'low'"}},"input":{},"wait":"40s"}`)
+	type answer struct {
+		status int
+		body   map[string]any
+	}
+	done := make(chan answer, 1)
+	go func() { s, b := post2(addr, "k1", body); done <- answer{s, b} }()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case a := <-done:
+			out, _ := json.Marshal(a.body["output"])
+			if a.status != 200 || a.body["status"] != "succeeded" || !strings.Contains(string(out), `"low"`) {
+				t.Fatalf("wait execution: %d %v", a.status, a.body)
+			}
+			return
+		case <-tick.C:
+			ev.Open("for the wait", "low")
+		}
 	}
 }
 

@@ -111,6 +111,11 @@ type Inbox struct {
 	// long stop, events older than this start no turns (the server says
 	// truncated). Default 24h.
 	PollMaxAge time.Duration `yaml:"pollMaxAge"`
+	// HeartbeatTimeout is how long a push stream (events/stream) may carry
+	// neither an event nor a heartbeat before it counts as broken and is
+	// reopened from the persisted cursor. Default 60s: twice the 30 s the
+	// MCP Events design asks servers to send heartbeats within.
+	HeartbeatTimeout time.Duration `yaml:"heartbeatTimeout"`
 }
 
 // Limits and defaults of triggers and their sources.
@@ -136,6 +141,8 @@ const (
 	MaxPollTimeout       = 5 * time.Minute
 	DefaultPollMaxAge    = 24 * time.Hour
 	MinPollMaxAge        = time.Second
+	DefaultHeartbeatWait = 60 * time.Second
+	MinHeartbeatWait     = 100 * time.Millisecond
 	CronEventTick        = "tick"
 )
 
@@ -306,6 +313,9 @@ func (in *Inbox) validate(ps *problems) {
 	}
 	if in.PollMaxAge != 0 && in.PollMaxAge < MinPollMaxAge {
 		ps.add("inbox.pollMaxAge", "must be at least %s (0 for the default %s), not %s", MinPollMaxAge, DefaultPollMaxAge, in.PollMaxAge)
+	}
+	if in.HeartbeatTimeout != 0 && in.HeartbeatTimeout < MinHeartbeatWait {
+		ps.add("inbox.heartbeatTimeout", "must be at least %s, not %s", MinHeartbeatWait, in.HeartbeatTimeout)
 	}
 	if in.LogSize < 0 || in.LogSize > 10_000 {
 		ps.add("inbox.logSize", "must be between 1 and 10000 (0 for the default %d)", DefaultLogSize)

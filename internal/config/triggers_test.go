@@ -72,7 +72,7 @@ triggers:
   - { id: b, connection: demo, event: "9x", workflow: 3 }
   - { id: c, connection: ghost, event: x, workflow: {} }
   - { id: d, connection: src, event: ok, arguments: { a: 1 }, workflow: {} }
-inbox: { reclaimAfter: 1ms, maxDeliveries: -1, pollFloor: 1ms, pollLease: 10ms, pollMaxEvents: 5000, pollTimeout: 10m, pollMaxAge: 10ms }
+inbox: { reclaimAfter: 1ms, maxDeliveries: -1, pollFloor: 1ms, pollLease: 10ms, pollMaxEvents: 5000, pollTimeout: 10m, pollMaxAge: 10ms, heartbeatTimeout: 1ms }
 `
 	_, err := load(env{"PATCHBAY_CONFIG": "/etc/pb.yaml", "PATCHBAY_START_TRIGGERS": "maybe"}, files{"/etc/pb.yaml": file})
 	checkProblems(t, err,
@@ -90,6 +90,7 @@ inbox: { reclaimAfter: 1ms, maxDeliveries: -1, pollFloor: 1ms, pollLease: 10ms, 
 		want{"connections.src.webhooks.secrets[0]", "key must be 24 to 64 bytes, not 5"},
 		want{"connections.src.webhooks.secrets[1]", `must start with "whsec_"`},
 		want{"connections.src.webhooks.secrets[2]", "standard base64"},
+		want{"inbox.heartbeatTimeout", "at least 100ms"},
 		want{"inbox.maxDeliveries", "between 1 and 100"},
 		want{"inbox.pollFloor", "at least 10ms"},
 		want{"inbox.pollLease", "at least 1s"},

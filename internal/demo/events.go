@@ -14,9 +14,10 @@ import (
 )
 
 // The demo offers one event type of the MCP Events extension
-// (experimental-ext-triggers-events, design sketch at commit 6104601d),
-// ticket.created, delivered by poll: events/list and events/poll are
-// answered by Events.Handler in front of mcp-go's Streamable HTTP handler
+// (experimental-ext-triggers-events, design sketch at commit 6104601d for
+// poll, 082166f0 for push), ticket.created, delivered by poll, and by push
+// when Events.Push is set (see push.go): events/list, events/poll and
+// events/stream are answered by Events.Handler in front of mcp-go's Streamable HTTP handler
 // (mcp-go serves neither), so over stdio the demo lists no events. The
 // open_ticket tool raises one. Cursors are the sequence number of the last
 // event looked at; the last Retain events are kept, and a cursor older
@@ -82,6 +83,12 @@ type Events struct {
 	// server's SendNotificationToAllClients); AddType and RemoveType say
 	// through it that the list changed. Nil: they say nothing.
 	Notify func(method string, params map[string]any)
+	// Push offers ticket.created by push (events/stream) besides poll;
+	// without it the server offers only poll.
+	Push bool
+	// Heartbeat is how often a quiet push stream sends a heartbeat; zero
+	// means 10 s.
+	Heartbeat time.Duration
 
 	mu    sync.Mutex
 	seq   int64
@@ -89,6 +96,7 @@ type Events struct {
 	polls int
 	more  moreTypes     // event types added and removed at run time (eventtypes.go)
 	wake  chan struct{} // closed when an event is raised, for held polls
+	push  pushState
 }
 
 type ticket struct {
@@ -114,6 +122,7 @@ func (e *Events) Open(title, priority string) string {
 	if keep := e.retain(); len(e.log) > keep {
 		e.log = append([]ticket(nil), e.log[len(e.log)-keep:]...)
 	}
+	e.wakeStreams()
 	return eventID(e.seq)
 }
 
@@ -132,6 +141,14 @@ func (e *Events) retain() int {
 }
 
 func eventID(seq int64) string { return "tkt-" + strconv.FormatInt(seq, 10) }
+
+// occurrence is t as an EventOccurrence.
+func (t ticket) occurrence() map[string]any {
+	return map[string]any{
+		"eventId": eventID(t.seq), "name": EventTicketCreated, "timestamp": t.at.Format(time.RFC3339Nano),
+		"data": map[string]any{"ticket": eventID(t.seq), "title": t.title, "priority": t.priority},
+	}
+}
 
 // Tool is open_ticket for an mcp-go server.
 func (e *Events) Tool() server.ServerTool {
@@ -160,7 +177,7 @@ func (e *Events) Handler(next http.Handler) http.Handler {
 		handle := func(method string, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails, bool) {
 			return e.handle(r.Context(), method, raw)
 		}
-		rpcHandler(next, handle).ServeHTTP(w, r)
+		rpcHandler(e.streamHandler(next), handle).ServeHTTP(w, r)
 	})
 }
 
@@ -189,26 +206,40 @@ func invalidParams(format string, args ...any) *mcp.JSONRPCErrorDetails {
 	return &mcp.JSONRPCErrorDetails{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf(format, args...)}
 }
 
-func (e *Events) poll(ctx context.Context, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
+// subscription reads the subscription of an events/poll or events/stream:
+// its params and the priority it filters on ("" for none).
+func subscription(raw json.RawMessage) (pollParams, string, *mcp.JSONRPCErrorDetails) {
 	var p pollParams
 	if json.Unmarshal(raw, &p) != nil {
-		return nil, invalidParams("params must be an object")
+		return p, "", invalidParams("params must be an object")
 	}
-	if e.isMore(p.Name) {
-		return e.pollMore(ctx, p)
-	}
-	if p.Name != EventTicketCreated || e.isRemoved(p.Name) {
-		return nil, &mcp.JSONRPCErrorDetails{Code: codeNotFound, Message: "NotFound", Data: map[string]any{"kind": "event"}}
+	if p.Name != EventTicketCreated {
+		return p, "", &mcp.JSONRPCErrorDetails{Code: codeNotFound, Message: "NotFound", Data: map[string]any{"kind": "event"}}
 	}
 	var args map[string]any
 	if len(p.Arguments) > 0 && string(p.Arguments) != "null" && json.Unmarshal(p.Arguments, &args) != nil {
-		return nil, invalidParams("arguments must be an object")
+		return p, "", invalidParams("arguments must be an object")
 	}
 	want, _ := args["priority"].(string)
 	for k := range args {
 		if k != "priority" || (want != "low" && want != "high") {
-			return nil, invalidParams("arguments: only priority (low or high) is accepted")
+			return p, "", invalidParams("arguments: only priority (low or high) is accepted")
 		}
+	}
+	return p, want, nil
+}
+
+func (e *Events) poll(ctx context.Context, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
+	var probe pollParams
+	if json.Unmarshal(raw, &probe) == nil && e.isMore(probe.Name) {
+		return e.pollMore(ctx, probe)
+	}
+	p, want, rpcErr := subscription(raw)
+	if rpcErr == nil && e.isRemoved(p.Name) {
+		rpcErr = &mcp.JSONRPCErrorDetails{Code: codeNotFound, Message: "NotFound", Data: map[string]any{"kind": "event"}}
+	}
+	if rpcErr != nil {
+		return nil, rpcErr
 	}
 	return e.hold(ctx, p, func() (map[string]any, *mcp.JSONRPCErrorDetails) { return e.tickets(p, want) })
 }
@@ -261,10 +292,7 @@ func (e *Events) tickets(p pollParams, want string) (map[string]any, *mcp.JSONRP
 		if want != "" && t.priority != want {
 			continue
 		}
-		events = append(events, map[string]any{
-			"eventId": eventID(t.seq), "name": EventTicketCreated, "timestamp": t.at.Format(time.RFC3339Nano),
-			"data": map[string]any{"ticket": eventID(t.seq), "title": t.title, "priority": t.priority},
-		})
+		events = append(events, t.occurrence())
 	}
 	out["events"], out["cursor"] = events, strconv.FormatInt(cursor, 10)
 	return out, nil

@@ -136,7 +136,7 @@ func (e *Events) list(raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
 	e.mu.Lock()
 	types := []any{}
 	if !e.more.removed[EventTicketCreated] {
-		types = append(types, ticketEventType)
+		types = append(types, e.ticketType())
 	}
 	for _, t := range e.more.types {
 		types = append(types, map[string]any{

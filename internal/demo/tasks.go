@@ -144,23 +144,8 @@ func (j *Jobs) Handler(next http.Handler) http.Handler {
 // hands every other message to next, with its body intact.
 func rpcHandler(next http.Handler, handle func(method string, params json.RawMessage) (result any, rpcErr *mcp.JSONRPCErrorDetails, ok bool)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			next.ServeHTTP(w, r)
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
-		// mcp-go reads the request as it was, whatever was peeked at.
-		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-		if err != nil || len(body) > maxRequestBytes {
-			next.ServeHTTP(w, r) // no extension request is that large
-			return
-		}
-		var msg struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params json.RawMessage `json:"params"`
-		}
-		if json.Unmarshal(body, &msg) != nil || len(msg.ID) == 0 {
+		msg, ok := peekRequest(r)
+		if !ok {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -169,15 +154,46 @@ func rpcHandler(next http.Handler, handle func(method string, params json.RawMes
 			next.ServeHTTP(w, r)
 			return
 		}
-		resp := map[string]any{"jsonrpc": "2.0", "id": msg.ID}
-		if rpcErr != nil {
-			resp["error"] = rpcErr
-		} else {
-			resp["result"] = result
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(resp)
+		writeResponse(w, msg.ID, result, rpcErr)
 	})
+}
+
+// rpcRequest is a JSON-RPC request as the extension handlers read it.
+type rpcRequest struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// peekRequest reads the JSON-RPC request a POST carries, leaving the body
+// for whoever serves it; ok is false for anything else.
+func peekRequest(r *http.Request) (rpcRequest, bool) {
+	var msg rpcRequest
+	if r.Method != http.MethodPost {
+		return msg, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	// mcp-go reads the request as it was, whatever was peeked at.
+	r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	if err != nil || len(body) > maxRequestBytes {
+		return msg, false // no extension request is that large
+	}
+	if json.Unmarshal(body, &msg) != nil || len(msg.ID) == 0 {
+		return msg, false
+	}
+	return msg, true
+}
+
+// writeResponse writes one JSON-RPC response.
+func writeResponse(w http.ResponseWriter, id json.RawMessage, result any, rpcErr *mcp.JSONRPCErrorDetails) {
+	resp := map[string]any{"jsonrpc": "2.0", "id": id}
+	if rpcErr != nil {
+		resp["error"] = rpcErr
+	} else {
+		resp["result"] = result
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
 }
 
 // handle answers one request; ok is false for what mcp-go serves.

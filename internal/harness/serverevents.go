@@ -129,3 +129,86 @@ func (c *Connection) RefreshEvents(ctx context.Context) error {
 	}
 	return nil
 }
+
+// EventStreamRequest opens one events/stream (push delivery): a
+// subscription and the cursor to resume from (nil: start from now).
+type EventStreamRequest struct {
+	Name      string
+	Arguments map[string]any
+	Cursor    *string
+}
+
+// Kinds of StreamMessage.
+const (
+	// StreamActive confirms the subscription, and comes again mid-stream
+	// after a gap (Truncated).
+	StreamActive = "active"
+	// StreamEvent carries one event.
+	StreamEvent = "event"
+	// StreamHeartbeat says the stream is alive and how far the server has
+	// looked.
+	StreamHeartbeat = "heartbeat"
+	// StreamError is a transient failure the server reports; the stream
+	// stays open.
+	StreamError = "error"
+)
+
+// StreamMessage is one message of a push stream.
+type StreamMessage struct {
+	Kind  string
+	Event *EventOccurrence // StreamEvent only
+	// Cursor is the subscription's position after this message, when
+	// HasCursor; nil then means the event type has no replay. A message
+	// without a cursor leaves the position where it was.
+	Cursor    *string
+	HasCursor bool
+	// Truncated (StreamActive): events before Cursor were skipped upstream.
+	Truncated bool
+	// Error (StreamError) is the server's message.
+	Error string
+}
+
+// EventStreamer is a Conn whose server can deliver events by push.
+// StreamEvents opens the stream and hands each message to each, in order,
+// until the stream ends: it returns each's error if each stopped it,
+// ctx's cause if ctx ended, and otherwise an error wrapping ErrStreamEnded
+// (the server ended or broke the stream, or terminated the subscription:
+// ErrStreamTerminated). A subscription the server refuses fails before any
+// message. StreamsEvents reports whether the transport can hold a stream
+// open (legacy HTTP+SSE bounds every request by the request timeout).
+type EventStreamer interface {
+	StreamsEvents() bool
+	StreamEvents(ctx context.Context, req EventStreamRequest, each func(StreamMessage) error) error
+}
+
+// Errors of a push stream.
+var (
+	ErrStreamEnded      = errors.New("the server's event stream ended")
+	ErrStreamTerminated = fmt.Errorf("%w: the server terminated the subscription", ErrStreamEnded)
+)
+
+// StreamsEvents reports whether the live connection can deliver events by
+// push.
+func (c *Connection) StreamsEvents() bool {
+	c.mu.RLock()
+	conn := c.conn
+	c.mu.RUnlock()
+	s, ok := conn.(EventStreamer)
+	return ok && s.StreamsEvents()
+}
+
+// StreamEvents opens one events/stream on the live connection (see
+// EventStreamer).
+func (c *Connection) StreamEvents(ctx context.Context, req EventStreamRequest, each func(StreamMessage) error) error {
+	c.mu.RLock()
+	conn, state := c.conn, c.state
+	c.mu.RUnlock()
+	if state != StateReady || conn == nil {
+		return fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
+	}
+	s, ok := conn.(EventStreamer)
+	if !ok || !s.StreamsEvents() {
+		return fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
+	}
+	return s.StreamEvents(ctx, req, each)
+}

@@ -59,6 +59,7 @@ type conn struct {
 
 	taskWake taskWakes // waits on tasks, woken by notifications/tasks
 	events   serverEvents
+	streams  eventStreams // open events/stream requests, by request id
 
 	fault    once
 	done     chan struct{}
@@ -70,8 +71,9 @@ type conn struct {
 }
 
 var (
-	_ harness.Conn        = (*conn)(nil)
-	_ harness.EventPoller = (*conn)(nil)
+	_ harness.Conn          = (*conn)(nil)
+	_ harness.EventPoller   = (*conn)(nil)
+	_ harness.EventStreamer = (*conn)(nil)
 )
 
 func (c *conn) Manifest() harness.Manifest { return c.manifest }

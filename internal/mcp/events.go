@@ -27,7 +27,8 @@ import (
 // malformed (a page without its events array, a repeated cursor, an event
 // type without a name or delivery modes, an inputSchema that does not
 // compile) leaves the connection without events, with the reason in Info
-// (eventsError) and the log; its tools still work.
+// (eventsError) and the log; its tools still work. Push delivery
+// (events/stream) is in stream.go.
 const (
 	methodEventsList        = "events/list"
 	methodEventsPoll        = "events/poll"
@@ -142,7 +143,21 @@ func (c *conn) rpc(ctx context.Context, method string, params map[string]any) (j
 func (c *conn) rpcWithin(ctx context.Context, timeout time.Duration, method string, params map[string]any) (json.RawMessage, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("pb-" + rand.Text()), Method: method, Params: params}
+	req := c.rawRequest("pb-"+rand.Text(), method, params)
+	resp, err := c.capture.SendRequest(rctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	if resp.Error != nil {
+		data, _ := resp.Error.Data.(map[string]any)
+		return nil, &EventError{Method: method, Code: resp.Error.Code, Message: resp.Error.Message, Data: data}
+	}
+	return resp.Result, nil
+}
+
+// rawRequest is one raw request with id, carrying what rpc describes.
+func (c *conn) rawRequest(id, method string, params map[string]any) transport.JSONRPCRequest {
+	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Method: method, Params: params}
 	if c.era == EraModern {
 		version := c.client.ProtocolVersion()
 		params["_meta"] = map[string]any{
@@ -158,15 +173,7 @@ func (c *conn) rpcWithin(ctx context.Context, timeout time.Duration, method stri
 			}
 		}
 	}
-	resp, err := c.capture.SendRequest(rctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", method, err)
-	}
-	if resp.Error != nil {
-		data, _ := resp.Error.Data.(map[string]any)
-		return nil, &EventError{Method: method, Code: resp.Error.Code, Message: resp.Error.Message, Data: data}
-	}
-	return resp.Result, nil
+	return req
 }
 
 // listEvents reads events/list to its last page. A server without the

@@ -15,7 +15,10 @@ import (
 // inputSchema is not JSON Schema. Tools misbehave by name: crash exits
 // mid-call, hang never answers, garbage writes a line that is not JSON,
 // huge answers with a 4 KiB text, sample asks the client for sampling
-// first, ping pings the client first; echo works.
+// first, ping pings the client first; echo works. Mode "events" declares
+// events and offers "tick" by push: events/stream sends active, one event
+// and a heartbeat and stays open; the tool "cancelled" answers with the
+// request ids of the notifications/cancelled received.
 func fakeStdio(mode string, in io.Reader, out io.Writer) int {
 	w := bufio.NewWriter(out)
 	send := func(v any) {
@@ -27,12 +30,14 @@ func fakeStdio(mode string, in io.Reader, out io.Writer) int {
 	lines := bufio.NewScanner(in)
 	lines.Buffer(make([]byte, 1<<20), 1<<20)
 	var pendingCall json.RawMessage // id of a call waiting on our request
+	var cancelled []string          // requestIds of notifications/cancelled
 	for lines.Scan() {
 		var msg struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 			Params struct {
-				Name string `json:"name"`
+				Name      string          `json:"name"`
+				RequestID json.RawMessage `json:"requestId"`
 			} `json:"params"`
 			Result json.RawMessage `json:"result"`
 			Error  json.RawMessage `json:"error"`
@@ -54,11 +59,32 @@ func fakeStdio(mode string, in io.Reader, out io.Writer) int {
 		}
 		switch msg.Method {
 		case "initialize":
-			reply(map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"tools": map[string]any{}},
+			caps := map[string]any{"tools": map[string]any{}}
+			if mode == "events" {
+				caps["events"] = map[string]any{}
+			}
+			reply(map[string]any{"protocolVersion": "2025-06-18", "capabilities": caps,
 				"serverInfo": map[string]any{"name": "fake", "version": "1"}})
+		case "events/list":
+			reply(map[string]any{"events": []any{map[string]any{"name": "tick", "delivery": []string{"push"}}}})
+		case "events/stream":
+			meta := map[string]any{"io.modelcontextprotocol/subscriptionId": msg.ID}
+			note := func(method string, params map[string]any) {
+				params["_meta"] = meta
+				send(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+			}
+			note("notifications/events/active", map[string]any{"cursor": "0", "truncated": false})
+			note("notifications/events/event", map[string]any{"eventId": "e1", "name": "tick", "timestamp": "2026-01-01T00:00:00Z", "data": map[string]any{}, "cursor": "1"})
+			note("notifications/events/heartbeat", map[string]any{"cursor": "1"})
+		case "notifications/cancelled":
+			cancelled = append(cancelled, string(msg.Params.RequestID))
 		case "tools/list":
 			tools := []any{}
-			for _, n := range []string{"echo", "crash", "hang", "garbage", "huge", "sample", "ping"} {
+			names := []string{"echo", "crash", "hang", "garbage", "huge", "sample", "ping"}
+			if mode == "events" {
+				names = append(names, "cancelled")
+			}
+			for _, n := range names {
 				tools = append(tools, map[string]any{"name": n, "inputSchema": map[string]any{"type": "object"}})
 			}
 			switch mode {
@@ -85,6 +111,8 @@ func fakeStdio(mode string, in io.Reader, out io.Writer) int {
 			case "ping":
 				pendingCall = msg.ID
 				send(map[string]any{"jsonrpc": "2.0", "id": "p1", "method": "ping"})
+			case "cancelled":
+				reply(map[string]any{"content": []any{map[string]any{"type": "text", "text": strings.Join(cancelled, ",")}}})
 			default:
 				reply(map[string]any{"content": []any{map[string]any{"type": "text", "text": "ok"}}})
 			}

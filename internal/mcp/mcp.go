@@ -296,6 +296,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 	c.own = &session{client: c.client, capture: c.capture, wire: c.wire}
 	c.client.OnNotification(c.taskWake.notified)
 	c.client.OnNotification(c.refreshEvents)
+	c.client.OnNotification(c.routeEvents)
 	if kind != "stdio" {
 		c.openTenant = func(ctx context.Context, headers map[string]string) (*session, error) {
 			return p.openTenant(ctx, c, headers)

@@ -101,6 +101,13 @@ func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 	stream := isEventStream(resp)
 	switch req.Method {
 	case http.MethodPost:
+		if stream && isLongStream(req.Context()) {
+			// An events/stream response lives as long as its subscription:
+			// each event is bounded, and an oversized one ends only that
+			// stream (no fault).
+			resp.Body = &eventLimit{rc: resp.Body, limit: w.limit}
+			break
+		}
 		s, _ := req.Context().Value(slotKey{}).(*slot)
 		var watch *streamWatch
 		if stream {

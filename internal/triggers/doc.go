@@ -1,7 +1,8 @@
 // Package triggers owns what brings events in and turns them into turns:
 // sources (events pushed by host code or posted as signed webhooks), cron
-// sources (one tick per scheduled time), the triggers of the config file,
-// and the durable inbox in Redis between them.
+// sources (one tick per scheduled time), the events of MCP servers
+// (streamed or polled: mcpevents.go, mcppush.go), the triggers of the
+// config file, and the durable inbox in Redis between them.
 //
 // # Exactly one execution per event
 //

@@ -25,14 +25,16 @@ import (
 // A trigger on an mcp connection, and each entry of the connection's
 // subscribe list, subscribes to one of the server's event types (MCP Events
 // extension) with its arguments; triggers with the same event and
-// arguments share a subscription. Only poll delivery is implemented: a
-// subscription whose event type does not offer poll records why and is
-// not delivered.
+// arguments share a subscription. Its delivery mode is chosen among those
+// the event type offers (chooseDelivery): push, else poll; webhook is not
+// implemented. A subscription whose event type offers neither records why
+// and is not delivered. Push is in mcppush.go.
 //
-// Each subscription is polled by one replica at a time: the holder of its
-// lease ({in:C}:sub:ID:lease, renewed every third of PollLease); when the
-// holder dies the lease lapses and another replica takes over. One Lua
-// script (pollScript) takes a whole events/poll batch: it refuses to run
+// Each subscription is polled or streamed by one replica at a time: the
+// holder of its lease ({in:C}:sub:ID:lease, renewed every third of
+// PollLease); when the holder dies the lease lapses and another replica
+// takes over. One Lua script (serverEventScript) takes a whole events/poll
+// batch, or one message of a push stream: it refuses to run
 // for a replica that no longer holds the lease, drops events whose id this
 // subscription saw before, appends the others to the inbox (one entry per
 // matching trigger) and to the subscription's outbox, and persists the
@@ -55,6 +57,10 @@ type subscription struct {
 	schemaSrc string // the inputSchema the arguments were last judged by
 	argsErr   error
 	relisted  time.Time // when its missing event type last made the connection list events again
+
+	// backoff is the wait before reopening a push stream that broke,
+	// doubled while reopening fails; touched only by the holding goroutine.
+	backoff time.Duration
 }
 
 // subscriptionID names a subscription by its event and canonical
@@ -86,18 +92,19 @@ func (s *Service) addSubscription(src *source, event string, args map[string]any
 	return sb
 }
 
-// pollScript ingests one events/poll batch and persists its cursor.
+// serverEventScript ingests one events/poll batch, or one push message, and
+// persists its cursor.
 //
 // KEYS: stream, state, log, lease, sub, outbox, seen keys (one per event)…
 // ARGV: holder, dedupe ttl ms, cursor JSON, now ms, log size, truncated
-// ("1"/"0"), then per event: event JSON, accepted receipt, duplicate
-// receipt, trigger count k, k trigger ids.
+// ("1"/"0"), delivery mode, then per event: event JSON, accepted receipt,
+// duplicate receipt, trigger count k, k trigger ids.
 //
 // It answers -1 when the lease is not the caller's, else the number of
 // events appended.
-var pollScript = redis.NewScript(`
+var serverEventScript = redis.NewScript(`
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then return -1 end
-local a, fresh, logsize = 7, 0, tonumber(ARGV[5]) - 1
+local a, fresh, logsize = 8, 0, tonumber(ARGV[5]) - 1
 for i = 1, #KEYS - 6 do
   local ev, acc, dup, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   if redis.call('EXISTS', KEYS[6 + i]) == 1 then
@@ -123,7 +130,7 @@ end
 if redis.call('HGET', KEYS[5], 'cursor') ~= ARGV[3] then
   redis.call('HSET', KEYS[5], 'cursor', ARGV[3], 'cursorAt', ARGV[4])
 end
-redis.call('HSET', KEYS[5], 'polledAt', ARGV[4], 'mode', 'poll')
+redis.call('HSET', KEYS[5], 'polledAt', ARGV[4], 'mode', ARGV[7])
 redis.call('HDEL', KEYS[5], 'lastError', 'lastErrorAt')
 if ARGV[6] == '1' then
   redis.call('HINCRBY', KEYS[5], 'truncated', 1)
@@ -141,7 +148,7 @@ return 0
 // errLeaseLost: another replica holds the subscription now.
 var errLeaseLost = errors.New("the subscription's lease passed to another replica")
 
-// runSubscription polls sb whenever this replica holds its lease.
+// runSubscription delivers sb whenever this replica holds its lease.
 func (s *Service) runSubscription(ctx context.Context, sb *subscription) {
 	for ctx.Err() == nil {
 		ok, err := s.st.Client.SetNX(ctx, sb.key("lease"), s.consumer, s.pollLease).Result()
@@ -156,8 +163,8 @@ func (s *Service) runSubscription(ctx context.Context, sb *subscription) {
 	}
 }
 
-// hold polls sb until the lease is lost or ctx ends, renewing the lease
-// meanwhile.
+// hold delivers sb until the lease is lost or ctx ends, renewing the
+// lease meanwhile.
 func (s *Service) hold(ctx context.Context, sb *subscription) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -185,30 +192,51 @@ func (s *Service) hold(ctx context.Context, sb *subscription) {
 		_ = releaseScript.Run(rctx, s.st.Client, []string{sb.key("lease")}, s.consumer).Err()
 	}()
 	s.drainOutbox(hctx, sb)
+	sb.backoff = 0
 	for hctx.Err() == nil {
-		wait, err := s.pollOnce(hctx, sb)
+		mode, wait, err := s.deliverOnce(hctx, sb)
 		if errors.Is(err, errLeaseLost) {
 			return
 		}
 		if err != nil && hctx.Err() == nil {
-			s.recordError(hctx, sb, err)
+			s.recordError(hctx, sb, mode, err)
 		}
 		sleep(hctx, wait)
 	}
 }
 
-// pollOnce sends one events/poll and ingests its batch. It returns how
-// long to wait before the next.
-func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration, error) {
+// deliverOnce sends one events/poll, or holds one push stream until it
+// ends, in the mode the event type offers now. It returns the mode, how
+// long to wait before the next, and what went wrong.
+func (s *Service) deliverOnce(ctx context.Context, sb *subscription) (string, time.Duration, error) {
 	retry := max(s.pollFloor, time.Second)
 	c, err := s.reg.Get(sb.src.name)
 	if err != nil {
-		return retry, err
+		return "", retry, err
+	}
+	if st := c.State(); st != harness.StateReady {
+		// No mode is chosen from a connection that is down: whether it can
+		// stream is not known.
+		return "", retry, fmt.Errorf("connection %s is %s: %w", sb.src.name, st, harness.ErrUnavailable)
 	}
 	s.relistMissing(ctx, c, sb)
-	if err := sb.check(c.EventTypes()); err != nil {
-		return retry, err
+	mode, err := sb.check(c.EventTypes(), c.StreamsEvents())
+	if err != nil {
+		return mode, retry, err
 	}
+	if mode == harness.DeliveryPush {
+		wait, err := s.streamOnce(ctx, sb, c)
+		return mode, wait, err
+	}
+	sb.backoff = 0
+	wait, err := s.pollOnce(ctx, sb, c)
+	return mode, wait, err
+}
+
+// pollOnce sends one events/poll and ingests its batch. It returns how
+// long to wait before the next.
+func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *harness.Connection) (time.Duration, error) {
+	retry := max(s.pollFloor, time.Second)
 	cursor, err := s.cursorOf(ctx, sb)
 	if err != nil {
 		return retry, err
@@ -222,7 +250,7 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration
 		}
 		return pollRetry(err, retry), pollError(err)
 	}
-	fresh, err := s.ingestBatch(ctx, sb, batch)
+	fresh, err := s.ingestBatch(ctx, sb, batch, harness.DeliveryPoll)
 	if err != nil {
 		return retry, err
 	}
@@ -239,21 +267,37 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration
 }
 
 // check judges the subscription against the server's current event
-// types: the event is listed, offers poll, and the arguments fit its
-// inputSchema.
-func (sb *subscription) check(types []harness.EventType) error {
+// types: the event is listed, offers a mode patchbay can use, and the
+// arguments fit its inputSchema. It returns the mode to deliver by.
+func (sb *subscription) check(types []harness.EventType, canStream bool) (string, error) {
 	i := slices.IndexFunc(types, func(t harness.EventType) bool { return t.Name == sb.event })
 	if i < 0 {
-		return fmt.Errorf("the server offers no event %q", sb.event)
+		return "", fmt.Errorf("the server offers no event %q", sb.event)
 	}
 	t := types[i]
-	if !t.Offers(harness.DeliveryPoll) {
-		return fmt.Errorf("event %q is delivered only by %v; patchbay polls (push and webhook are not implemented)", sb.event, t.Delivery)
+	mode, err := chooseDelivery(t, canStream)
+	if err != nil {
+		return "", err
 	}
 	if string(t.InputSchema) != sb.schemaSrc {
 		sb.schemaSrc, sb.argsErr = string(t.InputSchema), validateArguments(t.InputSchema, sb.arguments)
 	}
-	return sb.argsErr
+	return mode, sb.argsErr
+}
+
+// chooseDelivery picks how an event type is delivered, in the order the
+// reference asks for: push (when the transport can hold a stream open),
+// then webhook, then poll.
+func chooseDelivery(t harness.EventType, canStream bool) (string, error) {
+	switch {
+	case t.Offers(harness.DeliveryPush) && canStream:
+		return harness.DeliveryPush, nil
+	// Webhook delivery (events/subscribe) goes here, before poll, once
+	// implemented.
+	case t.Offers(harness.DeliveryPoll):
+		return harness.DeliveryPoll, nil
+	}
+	return "", fmt.Errorf("event %q is delivered only by %v; patchbay streams (push) or polls (webhook is not implemented, and push needs a transport other than legacy HTTP+SSE)", t.Name, t.Delivery)
 }
 
 // noFetch refuses every $ref outside the schema: patchbay never loads
@@ -316,8 +360,8 @@ func (s *Service) cursorOf(ctx context.Context, sb *subscription) (*string, erro
 	return c, nil
 }
 
-// ingestBatch runs pollScript for batch.
-func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harness.EventBatch) (int, error) {
+// ingestBatch runs serverEventScript for batch, delivered in mode.
+func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harness.EventBatch, mode string) (int, error) {
 	in := sb.src.inbox
 	now := time.Now().UTC()
 	cursor, _ := json.Marshal(batch.Cursor)
@@ -326,7 +370,7 @@ func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harn
 		trunc = "1"
 	}
 	keys := []string{in.stream(), in.state(), in.log(), sb.key("lease"), sb.key(), sb.key("outbox")}
-	argv := []any{s.consumer, sb.src.dedupe.Milliseconds(), cursor, now.UnixMilli(), s.logSize, trunc}
+	argv := []any{s.consumer, sb.src.dedupe.Milliseconds(), cursor, now.UnixMilli(), s.logSize, trunc, mode}
 	for _, occ := range batch.Events {
 		ev := Event{Connection: sb.src.name, Type: occ.Name, ID: occurrenceID(occ.EventID), Payload: occ.Data, ReceivedAt: now}
 		matched := s.match(sb, ev)
@@ -344,7 +388,7 @@ func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harn
 			argv = append(argv, t)
 		}
 	}
-	n, err := pollScript.Run(ctx, s.st.Client, keys, argv...).Int()
+	n, err := serverEventScript.Run(ctx, s.st.Client, keys, argv...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("subscription %s: ingest: %w", sb.id, err)
 	}
@@ -405,11 +449,15 @@ func (s *Service) drainOutbox(ctx context.Context, sb *subscription) {
 	}
 }
 
-// recordError keeps the subscription's last error for status.
-func (s *Service) recordError(ctx context.Context, sb *subscription, err error) {
-	s.logger.Warn("server event subscription failed", "connection", sb.src.name, "event", sb.event, "err", err)
-	msg := harness.Excerpt(err.Error(), 500)
-	s.st.Client.HSet(ctx, sb.key(), "lastError", msg, "lastErrorAt", time.Now().UnixMilli(), "mode", "poll")
+// recordError keeps the subscription's last error, and the mode it was
+// met in ("" before one was chosen: the last is kept), for status.
+func (s *Service) recordError(ctx context.Context, sb *subscription, mode string, err error) {
+	s.logger.Warn("server event subscription failed", "connection", sb.src.name, "event", sb.event, "mode", mode, "err", err)
+	fields := []any{"lastError", harness.Excerpt(err.Error(), 500), "lastErrorAt", time.Now().UnixMilli()}
+	if mode != "" {
+		fields = append(fields, "mode", mode)
+	}
+	s.st.Client.HSet(ctx, sb.key(), fields...)
 }
 
 // SubscriptionStatus is one MCP event subscription as status shows it.
@@ -417,21 +465,23 @@ type SubscriptionStatus struct {
 	Connection string         `json:"connection"`
 	Event      string         `json:"event"`
 	Arguments  map[string]any `json:"arguments"`
-	// Mode is how events are delivered: poll (push and webhook are not
-	// implemented).
+	// Mode is how events are delivered: push (events/stream) or poll
+	// (webhook is not implemented), as the holder last delivered them.
 	Mode string `json:"mode"`
 	// Triggers are the ids of the triggers it feeds.
 	Triggers []string `json:"triggers"`
-	// Holder is the replica polling it now, if any.
+	// Holder is the replica polling or streaming it now, if any.
 	Holder string `json:"holder,omitempty"`
 	// HasCursor: a cursor is persisted (the server replays from it).
 	HasCursor bool `json:"hasCursor"`
 	// CursorAt is when the persisted cursor last moved.
 	CursorAt *time.Time `json:"cursorAt,omitempty"`
 	// CursorAgeSeconds is the time since CursorAt.
-	CursorAgeSeconds *float64   `json:"cursorAgeSeconds,omitempty"`
-	LastPollAt       *time.Time `json:"lastPollAt,omitempty"`
-	Events           int64      `json:"events"`
+	CursorAgeSeconds *float64 `json:"cursorAgeSeconds,omitempty"`
+	// LastPollAt is when the last poll, or the last message of the push
+	// stream, was ingested.
+	LastPollAt *time.Time `json:"lastPollAt,omitempty"`
+	Events     int64      `json:"events"`
 	// Truncated counts the answers that said events were skipped
 	// upstream; TruncatedAt is the last.
 	Truncated   int64      `json:"truncated"`
@@ -452,6 +502,9 @@ func (s *Service) subscriptionStatus(ctx context.Context, sb *subscription) (Sub
 	}
 	if h, err := s.st.Client.Get(ctx, sb.key("lease")).Result(); err == nil {
 		st.Holder = h
+	}
+	if st.Mode = m["mode"]; st.Mode == "" {
+		st.Mode = s.modeNow(sb) // nothing delivered yet
 	}
 	st.HasCursor = m["cursor"] != "" && m["cursor"] != "null"
 	st.CursorAt, st.LastPollAt, st.TruncatedAt, st.LastErrorAt = msTime(m["cursorAt"]), msTime(m["polledAt"]), msTime(m["truncatedAt"]), msTime(m["lastErrorAt"])

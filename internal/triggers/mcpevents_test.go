@@ -24,12 +24,15 @@ import (
 // its cursor is the index of the next event, it filters by the priority
 // argument, and it answers at most batch events per poll.
 type eventServer struct {
-	batch    int
-	delivery []string
+	batch     int
+	delivery  []string
+	heartbeat time.Duration // of push streams
+	noStream  bool          // the transport cannot hold a stream open
 
 	mu     sync.Mutex
 	events []harness.EventOccurrence
 	polls  []*string // the cursor of each poll
+	push   pushState
 }
 
 var ticketSchema = json.RawMessage(`{"type":"object","properties":{"priority":{"enum":["low","high"]}},"additionalProperties":false}`)
@@ -38,6 +41,7 @@ func (s *eventServer) emit(id, priority string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.events = append(s.events, harness.EventOccurrence{EventID: id, Name: "ticket.created", Timestamp: time.Now().Format(time.RFC3339), Data: map[string]any{"title": "t " + id, "priority": priority}})
+	renew(&s.push.wake)
 }
 
 func (s *eventServer) pollCount() int {
@@ -185,7 +189,16 @@ func TestServerEventWithoutPollIsReported(t *testing.T) {
 
 func TestServerEventReachesWaitLog(t *testing.T) {
 	t.Parallel()
-	srv := &eventServer{batch: 10, delivery: []string{"poll"}}
+	for _, delivery := range []string{"poll", "push"} {
+		t.Run(delivery, func(t *testing.T) {
+			t.Parallel()
+			srv := &eventServer{batch: 10, delivery: []string{delivery}, heartbeat: 20 * time.Millisecond}
+			testWaitSeesServerEvent(t, srv)
+		})
+	}
+}
+
+func testWaitSeesServerEvent(t *testing.T, srv *eventServer) {
 	f := serverFile(nil)
 	f.Triggers = nil
 	f.Connections["srv"] = config.Connection{MCP: &config.MCP{Command: "unused", Subscribe: []config.EventSubscription{{Event: "ticket.created"}}}}
@@ -193,7 +206,7 @@ func TestServerEventReachesWaitLog(t *testing.T) {
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first poll", func() bool { return srv.pollCount() > 0 })
+	waitFor(t, "the first poll or stream", func() bool { return srv.pollCount() > 0 || len(srv.streamsOpened()) > 0 })
 	doc := `{"version":1,"connections":{"srv":{"events":["ticket.*"]}},"root":{"kind":"wait","id":"w","connection":"srv","event":"ticket.created","timeoutMs":20000,"filter":"$event.payload.priority == 'high'"}}`
 	res, _, err := b.execs.SubmitOnce(context.Background(), "wait-test", json.RawMessage(doc), map[string]any{})
 	if err != nil {

@@ -73,6 +73,7 @@ type Service struct {
 	pollFloor     time.Duration
 	pollLease     time.Duration
 	pollParams    harness.EventPoll // maxEvents, timeoutMs and maxAgeMs of every events/poll
+	heartbeatWait time.Duration     // a push stream quiet this long is broken
 
 	sources  map[string]*source // by connection: every source, cron and webhook connection
 	crons    map[string]*cronSource
@@ -107,7 +108,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		st: o.Store, execs: o.Executions, reg: o.Registry, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
 		reclaimAfter: config.DefaultReclaimAfter, maxDeliveries: config.DefaultMaxDeliveries, logSize: config.DefaultLogSize,
-		maxInFlight: o.MaxInFlight, pollFloor: config.DefaultPollFloor, pollLease: config.DefaultPollLease,
+		maxInFlight: o.MaxInFlight, pollFloor: config.DefaultPollFloor, pollLease: config.DefaultPollLease, heartbeatWait: config.DefaultHeartbeatWait,
 		sources: map[string]*source{}, crons: map[string]*cronSource{}, triggers: map[string]*trigger{},
 	}
 	if s.now = o.Now; s.now == nil {
@@ -128,6 +129,9 @@ func New(o Options) (*Service, error) {
 		}
 		if in.PollLease > 0 {
 			s.pollLease = in.PollLease
+		}
+		if in.HeartbeatTimeout > 0 {
+			s.heartbeatWait = in.HeartbeatTimeout
 		}
 	}
 	s.pollParams = pollParams(f.Inbox)
