@@ -75,6 +75,9 @@ type Events struct {
 	// MaxBatch caps one poll's events when the client sets no maxEvents;
 	// zero means 10.
 	MaxBatch int
+	// Hooks, when set, also offers ticket.escalated by webhook
+	// (webhooks.go).
+	Hooks *Hooks
 
 	mu    sync.Mutex
 	seq   int64
@@ -98,13 +101,17 @@ func (e *Events) Open(title, priority string) string {
 		priority = "low"
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.seq++
-	e.log = append(e.log, ticket{seq: e.seq, at: time.Now().UTC(), title: title, priority: priority})
+	t := ticket{seq: e.seq, at: time.Now().UTC(), title: title, priority: priority}
+	e.log = append(e.log, t)
 	if keep := e.retain(); len(e.log) > keep {
 		e.log = append([]ticket(nil), e.log[len(e.log)-keep:]...)
 	}
-	return eventID(e.seq)
+	e.mu.Unlock()
+	if e.Hooks != nil && priority == "high" {
+		e.Hooks.raise(t)
+	}
+	return eventID(t.seq)
 }
 
 // Polls is how many events/poll requests the server answered.
@@ -152,7 +159,16 @@ func (e *Events) Handler(next http.Handler) http.Handler {
 func (e *Events) handle(method string, raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails, bool) {
 	switch method {
 	case "events/list":
+		if e.Hooks != nil {
+			return map[string]any{"events": []any{ticketEventType, escalatedEventType}}, nil, true
+		}
 		return map[string]any{"events": []any{ticketEventType}}, nil, true
+	case "events/subscribe", "events/unsubscribe":
+		if e.Hooks == nil {
+			return nil, nil, false
+		}
+		r, rpcErr := e.Hooks.handle(method, raw)
+		return r, rpcErr, true
 	case "events/poll":
 		r, rpcErr := e.poll(raw)
 		return r, rpcErr, true

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Delivery modes of a server's event type (the MCP Events extension).
@@ -101,4 +102,68 @@ func (c *Connection) PollEvents(ctx context.Context, req EventPoll) (*EventBatch
 		return nil, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
 	}
 	return p.PollEvents(ctx, req)
+}
+
+// EventSubscribe is one events/subscribe request: webhook delivery of an
+// event type to URL, signed with Secret (a whsec_ value patchbay made).
+// Cursor nil starts from now; TTL is the lifetime suggested (zero: the
+// server's default).
+type EventSubscribe struct {
+	Name      string
+	Arguments map[string]any
+	URL       string
+	Secret    string
+	Cursor    *string
+	TTL       time.Duration
+}
+
+// EventSubscription is the server's answer to events/subscribe: its id
+// for the subscription (sent with every delivery as X-MCP-Subscription-Id),
+// the time to refresh before (nil: no expiry), the safe-to-persist cursor
+// and whether delivery starts later than the cursor asked for.
+type EventSubscription struct {
+	ID            string
+	RefreshBefore *time.Time
+	Cursor        *string
+	Truncated     bool
+}
+
+// EventSubscriber is a Conn whose server delivers events by webhook
+// (events/subscribe, events/unsubscribe of the MCP Events extension).
+type EventSubscriber interface {
+	SubscribeEvents(ctx context.Context, req EventSubscribe) (*EventSubscription, error)
+	UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error
+}
+
+// subscriber returns the live connection as an EventSubscriber.
+func (c *Connection) subscriber() (EventSubscriber, error) {
+	c.mu.RLock()
+	conn, state := c.conn, c.state
+	c.mu.RUnlock()
+	if state != StateReady || conn == nil {
+		return nil, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
+	}
+	s, ok := conn.(EventSubscriber)
+	if !ok {
+		return nil, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
+	}
+	return s, nil
+}
+
+// SubscribeEvents sends one events/subscribe on the live connection.
+func (c *Connection) SubscribeEvents(ctx context.Context, req EventSubscribe) (*EventSubscription, error) {
+	s, err := c.subscriber()
+	if err != nil {
+		return nil, err
+	}
+	return s.SubscribeEvents(ctx, req)
+}
+
+// UnsubscribeEvents sends one events/unsubscribe on the live connection.
+func (c *Connection) UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error {
+	s, err := c.subscriber()
+	if err != nil {
+		return err
+	}
+	return s.UnsubscribeEvents(ctx, name, args, url)
 }

@@ -25,11 +25,12 @@ import (
 // A trigger on an mcp connection, and each entry of the connection's
 // subscribe list, subscribes to one of the server's event types (MCP Events
 // extension) with its arguments; triggers with the same event and
-// arguments share a subscription. Only poll delivery is implemented: a
-// subscription whose event type does not offer poll records why and is
-// not delivered.
+// arguments share a subscription. Its delivery mode is chosen each round
+// among what the event type offers (chooseDelivery): webhook when
+// PATCHBAY_PUBLIC_URL is set (see mcpwebhook.go), else poll; an event type
+// patchbay cannot take records why and is not delivered.
 //
-// Each subscription is polled by one replica at a time: the holder of its
+// Each subscription is served by one replica at a time: the holder of its
 // lease ({in:C}:sub:ID:lease, renewed every third of PollLease); when the
 // holder dies the lease lapses and another replica takes over. One Lua
 // script (pollScript) takes a whole events/poll batch: it refuses to run
@@ -85,18 +86,20 @@ func (s *Service) addSubscription(src *source, event string, args map[string]any
 	return sb
 }
 
-// pollScript ingests one events/poll batch and persists its cursor.
+// pollScript ingests one events/poll batch, or one webhook delivery, and
+// persists its cursor.
 //
 // KEYS: stream, state, log, lease, sub, outbox, seen keys (one per event)…
-// ARGV: holder, dedupe ttl ms, cursor JSON, now ms, log size, truncated
-// ("1"/"0"), then per event: event JSON, accepted receipt, duplicate
+// ARGV: holder ("" for a webhook delivery, which any replica may take),
+// dedupe ttl ms, cursor JSON, now ms, log size, truncated ("1"/"0"), mode
+// (poll/webhook), then per event: event JSON, accepted receipt, duplicate
 // receipt, trigger count k, k trigger ids.
 //
 // It answers -1 when the lease is not the caller's, else the number of
 // events appended.
 var pollScript = redis.NewScript(`
-if redis.call('GET', KEYS[4]) ~= ARGV[1] then return -1 end
-local a, fresh, logsize = 7, 0, tonumber(ARGV[5]) - 1
+if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return -1 end
+local a, fresh, logsize = 8, 0, tonumber(ARGV[5]) - 1
 for i = 1, #KEYS - 6 do
   local ev, acc, dup, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   if redis.call('EXISTS', KEYS[6 + i]) == 1 then
@@ -122,8 +125,12 @@ end
 if redis.call('HGET', KEYS[5], 'cursor') ~= ARGV[3] then
   redis.call('HSET', KEYS[5], 'cursor', ARGV[3], 'cursorAt', ARGV[4])
 end
-redis.call('HSET', KEYS[5], 'polledAt', ARGV[4], 'mode', 'poll')
-redis.call('HDEL', KEYS[5], 'lastError', 'lastErrorAt')
+if ARGV[7] == 'poll' then
+  redis.call('HSET', KEYS[5], 'polledAt', ARGV[4], 'mode', 'poll')
+  redis.call('HDEL', KEYS[5], 'lastError', 'lastErrorAt')
+else
+  redis.call('HSET', KEYS[5], 'deliveredAt', ARGV[4])
+end
 if ARGV[6] == '1' then
   redis.call('HINCRBY', KEYS[5], 'truncated', 1)
   redis.call('HSET', KEYS[5], 'truncatedAt', ARGV[4])
@@ -185,7 +192,7 @@ func (s *Service) hold(ctx context.Context, sb *subscription) {
 	}()
 	s.drainOutbox(hctx, sb)
 	for hctx.Err() == nil {
-		wait, err := s.pollOnce(hctx, sb)
+		wait, err := s.serveOnce(hctx, sb)
 		if errors.Is(err, errLeaseLost) {
 			return
 		}
@@ -196,17 +203,46 @@ func (s *Service) hold(ctx context.Context, sb *subscription) {
 	}
 }
 
-// pollOnce sends one events/poll and ingests its batch. It returns how
-// long to wait before the next.
-func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration, error) {
+// serveOnce serves sb for one round in the delivery mode chosen now. It
+// returns how long to wait before the next round.
+func (s *Service) serveOnce(ctx context.Context, sb *subscription) (time.Duration, error) {
 	retry := max(s.pollFloor, time.Second)
 	c, err := s.reg.Get(sb.src.name)
 	if err != nil {
 		return retry, err
 	}
-	if err := sb.check(c.EventTypes()); err != nil {
+	t, err := sb.check(c.EventTypes())
+	if err != nil {
 		return retry, err
 	}
+	mode, err := chooseDelivery(t, s.hookBase)
+	if err != nil {
+		return retry, err
+	}
+	if mode == harness.DeliveryWebhook {
+		return s.subscribeOnce(ctx, sb, c)
+	}
+	s.dropWebhook(ctx, sb, c)
+	return s.pollOnce(ctx, sb, c)
+}
+
+// chooseDelivery picks how events of t reach patchbay: webhook when the
+// server offers it and publicURL (PATCHBAY_PUBLIC_URL) is set, else poll.
+func chooseDelivery(t harness.EventType, publicURL string) (string, error) {
+	switch {
+	case t.Offers(harness.DeliveryWebhook) && publicURL != "":
+		return harness.DeliveryWebhook, nil
+	case t.Offers(harness.DeliveryPoll):
+		return harness.DeliveryPoll, nil
+	case t.Offers(harness.DeliveryWebhook):
+		return "", fmt.Errorf("event %q is delivered only by webhook, which needs PATCHBAY_PUBLIC_URL (the URL at which the server reaches this deployment's /hooks) and a key for the secrets (PATCHBAY_SECRET_KEY on a shared Redis)", t.Name)
+	}
+	return "", fmt.Errorf("event %q is delivered only by %v; patchbay takes poll and webhook", t.Name, t.Delivery)
+}
+
+// pollOnce sends one events/poll and ingests its batch.
+func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *harness.Connection) (time.Duration, error) {
+	retry := max(s.pollFloor, time.Second)
 	cursor, err := s.cursorOf(ctx, sb)
 	if err != nil {
 		return retry, err
@@ -215,7 +251,7 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration
 	if err != nil {
 		return retry, fmt.Errorf("events/poll: %w", err)
 	}
-	fresh, err := s.ingestBatch(ctx, sb, batch)
+	fresh, err := s.ingestBatch(ctx, sb, batch, s.consumer, "")
 	if err != nil {
 		return retry, err
 	}
@@ -232,21 +268,18 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription) (time.Duration
 }
 
 // check judges the subscription against the server's current event
-// types: the event is listed, offers poll, and the arguments fit its
-// inputSchema.
-func (sb *subscription) check(types []harness.EventType) error {
+// types: the event is listed and the arguments fit its inputSchema. It
+// returns the event type.
+func (sb *subscription) check(types []harness.EventType) (harness.EventType, error) {
 	i := slices.IndexFunc(types, func(t harness.EventType) bool { return t.Name == sb.event })
 	if i < 0 {
-		return fmt.Errorf("the server offers no event %q", sb.event)
+		return harness.EventType{}, fmt.Errorf("the server offers no event %q", sb.event)
 	}
 	t := types[i]
-	if !t.Offers(harness.DeliveryPoll) {
-		return fmt.Errorf("event %q is delivered only by %v; patchbay polls (push and webhook are not implemented)", sb.event, t.Delivery)
-	}
 	if string(t.InputSchema) != sb.schemaSrc {
 		sb.schemaSrc, sb.argsErr = string(t.InputSchema), validateArguments(t.InputSchema, sb.arguments)
 	}
-	return sb.argsErr
+	return t, sb.argsErr
 }
 
 // noFetch refuses every $ref outside the schema: patchbay never loads
@@ -309,8 +342,9 @@ func (s *Service) cursorOf(ctx context.Context, sb *subscription) (*string, erro
 	return c, nil
 }
 
-// ingestBatch runs pollScript for batch.
-func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harness.EventBatch) (int, error) {
+// ingestBatch runs pollScript for batch: polled by holder, or delivered
+// by webhook with webhookID (holder "").
+func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harness.EventBatch, holder, webhookID string) (int, error) {
 	in := sb.src.inbox
 	now := time.Now().UTC()
 	cursor, _ := json.Marshal(batch.Cursor)
@@ -319,7 +353,11 @@ func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harn
 		trunc = "1"
 	}
 	keys := []string{in.stream(), in.state(), in.log(), sb.key("lease"), sb.key(), sb.key("outbox")}
-	argv := []any{s.consumer, sb.src.dedupe.Milliseconds(), cursor, now.UnixMilli(), s.logSize, trunc}
+	mode, via := harness.DeliveryPoll, "mcp"
+	if holder == "" {
+		mode, via = harness.DeliveryWebhook, "webhook"
+	}
+	argv := []any{holder, sb.src.dedupe.Milliseconds(), cursor, now.UnixMilli(), s.logSize, trunc, mode}
 	for _, occ := range batch.Events {
 		ev := Event{Connection: sb.src.name, Type: occ.Name, ID: occurrenceID(occ.EventID), Payload: occ.Data, ReceivedAt: now}
 		matched := s.match(sb, ev)
@@ -327,7 +365,7 @@ func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harn
 		if err != nil {
 			return 0, fmt.Errorf("subscription %s: encode event: %w", sb.id, err)
 		}
-		r := Receipt{At: now, Via: "mcp", Outcome: "accepted", EventID: ev.ID, Type: ev.Type, Triggers: len(matched)}
+		r := Receipt{At: now, Via: via, Outcome: "accepted", WebhookID: webhookID, EventID: ev.ID, Type: ev.Type, Triggers: len(matched)}
 		acc, _ := json.Marshal(r)
 		r.Outcome, r.Triggers = "duplicate", 0
 		dup, _ := json.Marshal(r)
@@ -402,7 +440,7 @@ func (s *Service) drainOutbox(ctx context.Context, sb *subscription) {
 func (s *Service) recordError(ctx context.Context, sb *subscription, err error) {
 	s.logger.Warn("server event subscription failed", "connection", sb.src.name, "event", sb.event, "err", err)
 	msg := harness.Excerpt(err.Error(), 500)
-	s.st.Client.HSet(ctx, sb.key(), "lastError", msg, "lastErrorAt", time.Now().UnixMilli(), "mode", "poll")
+	s.st.Client.HSet(ctx, sb.key(), "lastError", msg, "lastErrorAt", time.Now().UnixMilli())
 }
 
 // SubscriptionStatus is one MCP event subscription as status shows it.
@@ -410,13 +448,25 @@ type SubscriptionStatus struct {
 	Connection string         `json:"connection"`
 	Event      string         `json:"event"`
 	Arguments  map[string]any `json:"arguments"`
-	// Mode is how events are delivered: poll (push and webhook are not
-	// implemented).
+	// Mode is how events are delivered now: poll or webhook.
 	Mode string `json:"mode"`
 	// Triggers are the ids of the triggers it feeds.
 	Triggers []string `json:"triggers"`
-	// Holder is the replica polling it now, if any.
+	// Holder is the replica polling it, or keeping its webhook
+	// subscription, now, if any.
 	Holder string `json:"holder,omitempty"`
+	// SubscriptionID is the server's id of the webhook subscription (sent
+	// with every delivery as X-MCP-Subscription-Id; a routing handle,
+	// not a credential).
+	SubscriptionID string `json:"subscriptionId,omitempty"`
+	// ExpiresAt is when the webhook subscription lapses unless refreshed
+	// (the server's refreshBefore); absent with a webhook subscription
+	// that never expires.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	// RefreshedAt is when events/subscribe last succeeded.
+	RefreshedAt *time.Time `json:"refreshedAt,omitempty"`
+	// LastDeliveryAt is when a webhook delivery was last accepted.
+	LastDeliveryAt *time.Time `json:"lastDeliveryAt,omitempty"`
 	// HasCursor: a cursor is persisted (the server replays from it).
 	HasCursor bool `json:"hasCursor"`
 	// CursorAt is when the persisted cursor last moved.
@@ -453,6 +503,13 @@ func (s *Service) subscriptionStatus(ctx context.Context, sb *subscription) (Sub
 		st.CursorAgeSeconds = &age
 	}
 	st.Events, st.Truncated, st.LastError = num(m, "events"), num(m, "truncated"), m["lastError"]
+	if m["mode"] != "" {
+		st.Mode = m["mode"]
+	}
+	if st.Mode == harness.DeliveryWebhook {
+		st.SubscriptionID, st.ExpiresAt = m["hookId"], msTime(m["refreshBefore"])
+		st.RefreshedAt, st.LastDeliveryAt = msTime(m["subscribedAt"]), msTime(m["deliveredAt"])
+	}
 	return st, nil
 }
 

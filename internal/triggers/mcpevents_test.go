@@ -178,7 +178,7 @@ func TestServerEventWithoutPollIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the subscription's error", func() bool { return subscription(t, b).LastError != "" })
-	if sub := subscription(t, b); !strings.Contains(sub.LastError, "only by [webhook]") {
+	if sub := subscription(t, b); !strings.Contains(sub.LastError, "only by webhook") {
 		t.Errorf("lastError = %q", sub.LastError)
 	}
 }
