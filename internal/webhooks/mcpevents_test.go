@@ -220,6 +220,15 @@ func TestServerEventsByWebhook(t *testing.T) {
 	if n := e.subscription(t, svc).Events; n != int64(len(want)) {
 		t.Errorf("events = %d, want %d", n, len(want))
 	}
+	// The secret is sealed at rest and never shown.
+	shown, _ := json.Marshal(e.subscription(t, svc))
+	keys, _ := e.st.Client.Keys(context.Background(), e.st.Prefix+"*whsec*").Result()
+	if len(keys) != 1 || strings.Contains(string(shown), "whsec_") {
+		t.Fatalf("secret keys %v; status %s", keys, shown)
+	}
+	if stored, _ := e.st.Client.HGet(context.Background(), keys[0], "cur").Result(); !strings.HasPrefix(stored, "v1:") || strings.Contains(stored, "whsec_") {
+		t.Errorf("stored secret %.12s…: want it sealed", stored)
+	}
 
 	// A wait on the connection sees a delivered event.
 	doc := `{"version":1,"connections":{"srv":{"events":["ticket.*"]}},"root":{"kind":"wait","id":"w","connection":"srv","event":"ticket.escalated","timeoutMs":20000}}`
