@@ -94,36 +94,10 @@ func TestServerEventsSurviveKillNine(t *testing.T) {
 	// are not the subscription's.
 	waitUntil(t, "the first poll", func() bool { return ev.Polls() > 0 })
 
-	var want []string
-	open := func(n int) {
-		for i := range n {
-			prio := "low"
-			if i%3 != 0 {
-				prio = "high"
-			}
-			id := ev.Open("ticket", prio)
-			if prio == "high" {
-				want = append(want, id)
-			}
-			time.Sleep(5 * time.Millisecond) // a stream, not a burst
-		}
-	}
-	for round, r := range replicas {
-		open(15)
-		r.kill()
-		open(15)
-		waitUntil(t, fmt.Sprintf("the turns of round %d", round), func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
-		if err := r.start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	open(6)
-	slices.Sort(want)
-	waitUntil(t, "every turn", func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
-	got, all := ticketTurns(t, st)
-	if !slices.Equal(got, want) || all != len(want) {
-		t.Fatalf("%d executions, %d succeeded for %v;\nwant one each for %v", all, len(got), got, want)
-	}
+	tickets := &ticketStream{ev: ev, gap: 5 * time.Millisecond}
+	tickets.killEachInTurn(t, st, replicas)
+	tickets.open(6)
+	want := tickets.checkOneTurnEach(t, st)
 	status, body := get2(replicas[0].addr, "events-reader-key", "/v1/harness/status")
 	subs, _ := body["subscriptions"].([]any)
 	if status != 200 || len(subs) != 1 {
@@ -133,6 +107,55 @@ func TestServerEventsSurviveKillNine(t *testing.T) {
 	if sub["mode"] != "poll" || sub["hasCursor"] != true || sub["events"] != float64(len(want)) {
 		t.Errorf("subscription = %v", sub)
 	}
+}
+
+// ticketStream raises tickets on the demo as a stream, every third of low
+// priority, and keeps the ids of the high ones.
+type ticketStream struct {
+	ev   *demo.Events
+	gap  time.Duration
+	want []string
+}
+
+func (s *ticketStream) open(n int) {
+	for i := range n {
+		prio := "low"
+		if i%3 != 0 {
+			prio = "high"
+		}
+		if id := s.ev.Open("ticket", prio); prio == "high" {
+			s.want = append(s.want, id)
+		}
+		time.Sleep(s.gap) // a stream, not a burst
+	}
+}
+
+// killEachInTurn kills each replica (SIGKILL) while tickets keep coming,
+// waits for the turns of the tickets so far and starts it again.
+func (s *ticketStream) killEachInTurn(t *testing.T, st *store.Store, replicas []*replica) {
+	t.Helper()
+	for round, r := range replicas {
+		s.open(15)
+		r.kill()
+		s.open(15)
+		waitUntil(t, fmt.Sprintf("the turns of round %d", round), func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(s.want) })
+		if err := r.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkOneTurnEach fails unless each high ticket started exactly one
+// execution, which succeeded; it returns their ids, sorted.
+func (s *ticketStream) checkOneTurnEach(t *testing.T, st *store.Store) []string {
+	t.Helper()
+	want := slices.Sorted(slices.Values(s.want))
+	waitUntil(t, "every turn", func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
+	got, all := ticketTurns(t, st)
+	if !slices.Equal(got, want) || all != len(want) {
+		t.Fatalf("%d executions, %d succeeded for %v;\nwant one each for %v", all, len(got), got, want)
+	}
+	return want
 }
 
 // waitUntil polls cond for up to a minute.

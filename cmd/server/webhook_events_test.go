@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,38 +104,12 @@ apiKeys:
 	})
 	waitUntil(t, "the webhook subscription", func() bool { return ev.Hooks.Subscriptions() == 1 })
 
-	var want []string
-	open := func(n int) {
-		for i := range n {
-			prio := "low"
-			if i%3 != 0 {
-				prio = "high"
-			}
-			id := ev.Open("ticket", prio)
-			if prio == "high" {
-				want = append(want, id)
-			}
-			time.Sleep(20 * time.Millisecond) // a stream, not a burst
-		}
-	}
-	for round, r := range replicas {
-		open(15)
-		r.kill()
-		open(15)
-		waitUntil(t, fmt.Sprintf("the turns of round %d", round), func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
-		if err := r.start(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tickets := &ticketStream{ev: ev, gap: 20 * time.Millisecond}
+	tickets.killEachInTurn(t, st, replicas)
 	// Past several grants: the subscription was kept refreshed.
 	time.Sleep(3 * time.Second)
-	open(6)
-	slices.Sort(want)
-	waitUntil(t, "every turn", func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
-	got, all := ticketTurns(t, st)
-	if !slices.Equal(got, want) || all != len(want) {
-		t.Fatalf("%d executions, %d succeeded for %v;\nwant one each for %v", all, len(got), got, want)
-	}
+	tickets.open(6)
+	want := tickets.checkOneTurnEach(t, st)
 	status, body := get2(replicas[0].addr, "events-reader-key", "/v1/harness/status")
 	subs, _ := body["subscriptions"].([]any)
 	if status != 200 || len(subs) != 1 {

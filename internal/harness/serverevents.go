@@ -91,17 +91,29 @@ func (c *Connection) EventTypes() []EventType {
 
 // PollEvents sends one events/poll on the live connection.
 func (c *Connection) PollEvents(ctx context.Context, req EventPoll) (*EventBatch, error) {
+	p, err := liveAs[EventPoller](c)
+	if err != nil {
+		return nil, err
+	}
+	return p.PollEvents(ctx, req)
+}
+
+// liveAs returns the ready connection's Conn as a T (an events
+// interface): ErrUnavailable when it is not ready, ErrNoEvents when its
+// server delivers no events that way.
+func liveAs[T any](c *Connection) (T, error) {
+	var zero T
 	c.mu.RLock()
 	conn, state := c.conn, c.state
 	c.mu.RUnlock()
 	if state != StateReady || conn == nil {
-		return nil, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
+		return zero, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
 	}
-	p, ok := conn.(EventPoller)
+	t, ok := conn.(T)
 	if !ok {
-		return nil, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
+		return zero, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
 	}
-	return p.PollEvents(ctx, req)
+	return t, nil
 }
 
 // EventSubscribe is one events/subscribe request: webhook delivery of an
@@ -135,24 +147,9 @@ type EventSubscriber interface {
 	UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error
 }
 
-// subscriber returns the live connection as an EventSubscriber.
-func (c *Connection) subscriber() (EventSubscriber, error) {
-	c.mu.RLock()
-	conn, state := c.conn, c.state
-	c.mu.RUnlock()
-	if state != StateReady || conn == nil {
-		return nil, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
-	}
-	s, ok := conn.(EventSubscriber)
-	if !ok {
-		return nil, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
-	}
-	return s, nil
-}
-
 // SubscribeEvents sends one events/subscribe on the live connection.
 func (c *Connection) SubscribeEvents(ctx context.Context, req EventSubscribe) (*EventSubscription, error) {
-	s, err := c.subscriber()
+	s, err := liveAs[EventSubscriber](c)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +158,7 @@ func (c *Connection) SubscribeEvents(ctx context.Context, req EventSubscribe) (*
 
 // UnsubscribeEvents sends one events/unsubscribe on the live connection.
 func (c *Connection) UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error {
-	s, err := c.subscriber()
+	s, err := liveAs[EventSubscriber](c)
 	if err != nil {
 		return err
 	}
