@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -113,7 +114,9 @@ func (s *Service) subscribeOnce(ctx context.Context, sb *subscription, c *harnes
 	}
 	res, err := c.SubscribeEvents(ctx, harness.EventSubscribe{Name: sb.event, Arguments: sb.arguments, URL: url, Secret: secret, Cursor: cursor, TTL: s.webhookTTL})
 	if err != nil {
-		return retry, fmt.Errorf("events/subscribe: %w", err)
+		// The error becomes the subscription's last error, shown in
+		// status: a server quoting the request must not show the secret.
+		return retry, errors.New("events/subscribe: " + strings.ReplaceAll(err.Error(), secret, "<redacted>"))
 	}
 	if err := s.recordSubscribed(ctx, sb, st["hookId"], url, cursor, res); err != nil {
 		return retry, err
