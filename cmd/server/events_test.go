@@ -28,14 +28,20 @@ func eventsServer(t *testing.T) (*demo.Events, string) {
 	s.AddTools(ev.Tool())
 	ts := httptest.NewServer(ev.Handler(server.NewStreamableHTTPServer(s)))
 	t.Cleanup(ts.Close)
-	return ev, fmt.Sprintf(`
+	return ev, eventsConfig(ts.URL+"/mcp", "ticket.created", "{ priority: high }")
+}
+
+// eventsConfig is a config with the demo at url and a trigger on its
+// event with arguments: each turn echoes the event's id.
+func eventsConfig(url, event, arguments string) string {
+	return fmt.Sprintf(`
 connections:
   demo: { mcp: { type: http, url: %q } }
 triggers:
   - id: tickets
     connection: demo
-    event: ticket.created
-    arguments: { priority: high }
+    event: %s
+    arguments: %s
     input: { text: { $expr: "event.id" } }
     workflow:
       version: 1
@@ -44,7 +50,19 @@ triggers:
 inbox: { reclaimAfter: 2s, pollFloor: 20ms, pollLease: 1s }
 apiKeys:
   - { name: reader, key: events-reader-key, allowlist: none, roles: [read] }
-`, ts.URL+"/mcp")
+`, url, event, arguments)
+}
+
+// onlySubscription is the one subscription GET /v1/harness/status lists
+// on the replica at addr.
+func onlySubscription(t *testing.T, addr string) map[string]any {
+	t.Helper()
+	status, body := get2(addr, "events-reader-key", "/v1/harness/status")
+	subs, _ := body["subscriptions"].([]any)
+	if status != 200 || len(subs) != 1 {
+		t.Fatalf("status %d: subscriptions %v", status, body["subscriptions"])
+	}
+	return subs[0].(map[string]any)
 }
 
 // ticketTurns are the event ids of the succeeded turns the trigger started.
@@ -98,13 +116,7 @@ func TestServerEventsSurviveKillNine(t *testing.T) {
 	tickets.killEachInTurn(t, st, replicas)
 	tickets.open(6)
 	want := tickets.checkOneTurnEach(t, st)
-	status, body := get2(replicas[0].addr, "events-reader-key", "/v1/harness/status")
-	subs, _ := body["subscriptions"].([]any)
-	if status != 200 || len(subs) != 1 {
-		t.Fatalf("status %d: subscriptions %v", status, body["subscriptions"])
-	}
-	sub := subs[0].(map[string]any)
-	if sub["mode"] != "poll" || sub["hasCursor"] != true || sub["events"] != float64(len(want)) {
+	if sub := onlySubscription(t, replicas[0].addr); sub["mode"] != "poll" || sub["hasCursor"] != true || sub["events"] != float64(len(want)) {
 		t.Errorf("subscription = %v", sub)
 	}
 }

@@ -64,22 +64,7 @@ func TestServerEventsByWebhookAcrossReplicas(t *testing.T) {
 	s.AddTools(ev.Tool())
 	ts := httptest.NewServer(ev.Handler(server.NewStreamableHTTPServer(s)))
 	t.Cleanup(ts.Close)
-	cfg := writeConfig(t, fmt.Sprintf(`
-connections:
-  demo: { mcp: { type: http, url: %q } }
-triggers:
-  - id: escalations
-    connection: demo
-    event: ticket.escalated
-    input: { text: { $expr: "event.id" } }
-    workflow:
-      version: 1
-      connections: { demo: {} }
-      root: { kind: call, id: say, connection: demo, op: echo, args: { text: { $expr: "$input.text" } } }
-inbox: { reclaimAfter: 2s, pollFloor: 20ms, pollLease: 1s }
-apiKeys:
-  - { name: reader, key: events-reader-key, allowlist: none, roles: [read] }
-`, ts.URL+"/mcp"))
+	cfg := writeConfig(t, eventsConfig(ts.URL+"/mcp", "ticket.escalated", "{}"))
 	dir := t.TempDir()
 	replicas := make([]*replica, 2)
 	for i := range replicas {
@@ -110,13 +95,7 @@ apiKeys:
 	time.Sleep(3 * time.Second)
 	tickets.open(6)
 	want := tickets.checkOneTurnEach(t, st)
-	status, body := get2(replicas[0].addr, "events-reader-key", "/v1/harness/status")
-	subs, _ := body["subscriptions"].([]any)
-	if status != 200 || len(subs) != 1 {
-		t.Fatalf("status %d: subscriptions %v", status, body["subscriptions"])
-	}
-	sub := subs[0].(map[string]any)
-	if sub["mode"] != "webhook" || sub["subscriptionId"] == nil || sub["expiresAt"] == nil || sub["events"] != float64(len(want)) {
+	if sub := onlySubscription(t, replicas[0].addr); sub["mode"] != "webhook" || sub["subscriptionId"] == nil || sub["expiresAt"] == nil || sub["events"] != float64(len(want)) {
 		t.Errorf("subscription = %v", sub)
 	}
 }
