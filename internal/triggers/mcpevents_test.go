@@ -327,7 +327,7 @@ func TestServerEventWebhookThenPoll(t *testing.T) {
 	if err := hooked.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "events/subscribe", func() bool { n, _ := conn.calls(); return n > 0 })
+	waitFor(t, "the webhook subscription recorded", func() bool { return subscription(t, a).SubscriptionID != "" })
 	hooked.Close()
 	req := conn.subscribes[0]
 	if req.URL != "https://pb.example.com/hooks/srv" || !strings.HasPrefix(req.Secret, "whsec_") || req.TTL != time.Hour || srv.pollCount() != 0 {
