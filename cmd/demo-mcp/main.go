@@ -4,8 +4,9 @@
 // at /mcp with -http ADDR. Over HTTP, slow_job runs as a task of the MCP
 // Tasks extension
 // for a client that declares it (patchbay does); elsewhere it blocks. Over
-// HTTP it also offers the event ticket.created (MCP Events, poll and push
-// delivery), raised by open_ticket. With -profile chat it also declares profile chat@1
+// HTTP it also offers the event ticket.created (MCP Events, push and poll
+// delivery), raised by open_ticket, and ticket.escalated (webhook delivery),
+// raised by open_ticket with priority high. With -profile chat it also declares profile chat@1
 // and serves chat.post, chat.reply and the read chat.thread.recent. It stops
 // cleanly on SIGINT or SIGTERM, and in stdio mode also
 // when its input is closed.
@@ -79,7 +80,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("-profile %q: the demo speaks only chat", *profile)
 	}
-	jobs, events := demo.NewJobs(), &demo.Events{Push: true}
+	jobs, events := demo.NewJobs(), demo.NewEvents()
+	events.Push, events.Hooks = true, demo.NewHooks()
 	srv.AddTools(jobs.Tool(), events.Tool())
 	if *httpAddr == "" {
 		return serveStdio(ctx, srv, stderr)

@@ -52,6 +52,40 @@ apiKeys:
 `, ts.URL+"/mcp")
 }
 
+// eventsConfig is a config with the demo at url and a trigger on its
+// event with arguments: each turn echoes the event's id.
+func eventsConfig(url, event, arguments string) string {
+	return fmt.Sprintf(`
+connections:
+  demo: { mcp: { type: http, url: %q } }
+triggers:
+  - id: tickets
+    connection: demo
+    event: %s
+    arguments: %s
+    input: { text: { $expr: "event.id" } }
+    workflow:
+      version: 1
+      connections: { demo: {} }
+      root: { kind: call, id: say, connection: demo, op: echo, args: { text: { $expr: "$input.text" } } }
+inbox: { reclaimAfter: 2s, pollFloor: 20ms, pollLease: 1s }
+apiKeys:
+  - { name: reader, key: events-reader-key, allowlist: none, roles: [read] }
+`, url, event, arguments)
+}
+
+// onlySubscription is the one subscription GET /v1/harness/status lists
+// on the replica at addr.
+func onlySubscription(t *testing.T, addr string) map[string]any {
+	t.Helper()
+	status, body := get2(addr, "events-reader-key", "/v1/harness/status")
+	subs, _ := body["subscriptions"].([]any)
+	if status != 200 || len(subs) != 1 {
+		t.Fatalf("status %d: subscriptions %v", status, body["subscriptions"])
+	}
+	return subs[0].(map[string]any)
+}
+
 // ticketTurns are the event ids of the succeeded turns the trigger started.
 func ticketTurns(t *testing.T, st *store.Store) (ids []string, all int) {
 	t.Helper()
@@ -113,49 +147,23 @@ func eventsSurviveKillNine(t *testing.T, push bool) {
 	// before it are not theirs.
 	waitUntil(t, "the first polls or streams", func() bool { return ev.Polls()+ev.Streams() >= 2 })
 
-	var want []string
-	open := func(n int) {
-		for i := range n {
-			prio := "low"
-			if i%3 != 0 {
-				prio = "high"
-			}
-			id := ev.Open("ticket", prio)
-			if prio == "high" {
-				want = append(want, id)
-			}
-			time.Sleep(5 * time.Millisecond) // a stream, not a burst
-		}
-	}
-	for round, r := range replicas {
-		open(15)
-		r.kill()
-		open(15)
-		waitUntil(t, fmt.Sprintf("the turns of round %d", round), func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
-		if err := r.start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	open(6)
+	tickets := &ticketStream{ev: ev, gap: 5 * time.Millisecond}
+	tickets.killEachInTurn(t, st, replicas)
+	tickets.open(6)
 	if push {
 		// The server drops every stream, then leaves the reopened ones
 		// silent: each is reopened from its cursor (the second after
 		// inbox.heartbeatTimeout), and nothing is lost or doubled.
 		opened := ev.Streams()
 		ev.DropStreams()
-		open(6)
+		tickets.open(6)
 		waitUntil(t, "the dropped streams reopened", func() bool { return ev.Streams() >= opened+2 })
 		opened = ev.Streams()
 		ev.StallStreams()
-		open(6)
+		tickets.open(6)
 		waitUntil(t, "the silent streams reopened", func() bool { return ev.Streams() >= opened+2 })
 	}
-	slices.Sort(want)
-	waitUntil(t, "every turn", func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
-	got, all := ticketTurns(t, st)
-	if !slices.Equal(got, want) || all != len(want) {
-		t.Fatalf("%d executions, %d succeeded for %v;\nwant one each for %v", all, len(got), got, want)
-	}
+	want := tickets.checkOneTurnEach(t, st)
 	mode := "poll"
 	if push {
 		mode = "push"
@@ -213,6 +221,55 @@ func waitSeesTicket(t *testing.T, addr string, ev *demo.Events) {
 			ev.Open("for the wait", "low")
 		}
 	}
+}
+
+// ticketStream raises tickets on the demo as a stream, every third of low
+// priority, and keeps the ids of the high ones.
+type ticketStream struct {
+	ev   *demo.Events
+	gap  time.Duration
+	want []string
+}
+
+func (s *ticketStream) open(n int) {
+	for i := range n {
+		prio := "low"
+		if i%3 != 0 {
+			prio = "high"
+		}
+		if id := s.ev.Open("ticket", prio); prio == "high" {
+			s.want = append(s.want, id)
+		}
+		time.Sleep(s.gap) // a stream, not a burst
+	}
+}
+
+// killEachInTurn kills each replica (SIGKILL) while tickets keep coming,
+// waits for the turns of the tickets so far and starts it again.
+func (s *ticketStream) killEachInTurn(t *testing.T, st *store.Store, replicas []*replica) {
+	t.Helper()
+	for round, r := range replicas {
+		s.open(15)
+		r.kill()
+		s.open(15)
+		waitUntil(t, fmt.Sprintf("the turns of round %d", round), func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(s.want) })
+		if err := r.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkOneTurnEach fails unless each high ticket started exactly one
+// execution, which succeeded; it returns their ids, sorted.
+func (s *ticketStream) checkOneTurnEach(t *testing.T, st *store.Store) []string {
+	t.Helper()
+	want := slices.Sorted(slices.Values(s.want))
+	waitUntil(t, "every turn", func() bool { got, _ := ticketTurns(t, st); return len(got) >= len(want) })
+	got, all := ticketTurns(t, st)
+	if !slices.Equal(got, want) || all != len(want) {
+		t.Fatalf("%d executions, %d succeeded for %v;\nwant one each for %v", all, len(got), got, want)
+	}
+	return want
 }
 
 // waitUntil polls cond for up to a minute.

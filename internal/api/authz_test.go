@@ -99,6 +99,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/v1/connections/mem", "", false, [7]int{401, 200, 200, 200, 200, 200, 200}},
 		{"PUT", "/v1/secrets/app.token", `{"value":"a-long-enough-value"}`, false, [7]int{401, 403, 403, 403, 403, 501, 403}},
 		{"POST", "/hooks/deploys", push, false, [7]int{400, 400, 400, 400, 400, 400, 400}}, // signed, not keyed
+		{"POST", "/hooks/tickets", push, false, [7]int{400, 400, 400, 400, 400, 400, 400}}, // an MCP server's deliveries: signed with the subscription's secret, not keyed
 		{"POST", "/v1/sources/deploys/events", push, false, [7]int{401, 403, 403, 403, 403, 202, 202}},
 		{"POST", "/v1/harness/start", "", false, [7]int{401, 403, 403, 403, 403, 200, 403}},
 		{"GET", "/v1/harness/status", "", false, [7]int{401, 403, 403, 200, 403, 200, 403}},
@@ -177,6 +178,7 @@ func routeOf(p string) string {
 		"/v1/connections/mem":               "/v1/connections/:name",
 		"/v1/secrets/app.token":             "/v1/secrets/:name",
 		"/hooks/deploys":                    "/hooks/:connection",
+		"/hooks/tickets":                    "/hooks/:connection",
 		"/v1/sources/deploys/events":        "/v1/sources/:name/events",
 		"/v1/deadletters/dl_nope/redeliver": "/v1/deadletters/:id/redeliver",
 		"/v1/allowlists/test":               "/v1/allowlists/:name",

@@ -56,6 +56,10 @@ func webhookAnswer(c echo.Context, o webhooks.Outcome) error {
 	switch {
 	case o.Status == http.StatusNoContent:
 		return c.NoContent(http.StatusNoContent)
+	case o.Challenge != "":
+		// An MCP server's verification request: the echo proves this
+		// deployment asked for the deliveries.
+		return c.JSON(http.StatusOK, map[string]string{"challenge": o.Challenge})
 	case o.Status < 300:
 		return c.JSON(o.Status, eventAnswer{Status: "duplicate", Connection: o.Event.Connection, Type: o.Event.Type, ID: o.Event.ID, Triggers: []string{}})
 	}

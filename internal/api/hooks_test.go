@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/webhooks"
@@ -23,7 +24,8 @@ const hookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // triggerParts builds the trigger service and webhook receiver the API
 // tests serve: a source "deploys" taking webhooks, and a trigger that
 // echoes on mem (and fails to build its input for service "poison", to
-// make a dead letter).
+// make a dead letter); and an MCP connection "tickets" whose server would
+// deliver its events to /hooks/tickets by webhook (never started here).
 func triggerParts(t testing.TB, st *store.Store, execs *harness.Executions, reg *harness.Registry) (*triggers.Service, *webhooks.Receiver) {
 	t.Helper()
 	f := &config.File{
@@ -34,6 +36,7 @@ func triggerParts(t testing.TB, st *store.Store, execs *harness.Executions, reg 
 				}},
 				Webhooks: &config.Webhooks{Secrets: []string{"whsec_" + "c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24tMTIzNA==", hookSecret}},
 			},
+			"tickets": {MCP: &config.MCP{URL: "http://127.0.0.1:1/mcp", Subscribe: []config.EventSubscription{{Event: "ticket.escalated"}}}},
 		},
 		Triggers: []config.Trigger{{
 			ID: "failures", Connection: "deploys", Event: "deploy.failed",
@@ -41,7 +44,11 @@ func triggerParts(t testing.TB, st *store.Store, execs *harness.Executions, reg 
 			Document: json.RawMessage(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"say","connection":"mem","op":"echo","args":{"text":{"$expr":"$input.text"}}}}`),
 		}},
 	}
-	svc, err := triggers.New(triggers.Options{Store: st, Executions: execs, Registry: reg, File: f})
+	box, err := seal.New(make([]byte, 32), "", "api test hooks", "test\x00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := triggers.New(triggers.Options{Store: st, Executions: execs, Registry: reg, File: f, PublicURL: "https://patchbay.example.com", Seal: box})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,5 +210,18 @@ func TestWebhookBodyLimit(t *testing.T) {
 	r := b.do(t, "POST", "/hooks/deploys", "application/json", big, h...)
 	if r.status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("big body = %d %s", r.status, r.body)
+	}
+}
+
+// TestServerEventHookNeedsTheSubscriptionsSecret: an MCP connection's
+// /hooks takes only deliveries signed with a secret patchbay gave one of
+// its subscriptions; a source's secret, or any other, is refused.
+func TestServerEventHookNeedsTheSubscriptionsSecret(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := `{"eventId":"tkt-1","name":"ticket.escalated","timestamp":"2026-01-01T00:00:00Z","data":{}}`
+	r := b.do(t, "POST", "/hooks/tickets", "application/json", body, signed(t, hookSecret, "tkt-1", time.Now(), body)...)
+	if r.status != http.StatusUnauthorized || r.json(t)["code"] != "WEBHOOK_SIGNATURE_INVALID" {
+		t.Fatalf("POST /hooks/tickets = %d %s, want 401 WEBHOOK_SIGNATURE_INVALID", r.status, r.body)
 	}
 }

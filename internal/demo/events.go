@@ -89,6 +89,9 @@ type Events struct {
 	// Heartbeat is how often a quiet push stream sends a heartbeat; zero
 	// means 10 s.
 	Heartbeat time.Duration
+	// Hooks, when set, also offers ticket.escalated by webhook
+	// (webhooks.go).
+	Hooks *Hooks
 
 	mu    sync.Mutex
 	seq   int64
@@ -115,15 +118,19 @@ func (e *Events) Open(title, priority string) string {
 		priority = "low"
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.seq++
-	e.log = append(e.log, ticket{seq: e.seq, at: time.Now().UTC(), title: title, priority: priority})
+	t := ticket{seq: e.seq, at: time.Now().UTC(), title: title, priority: priority}
+	e.log = append(e.log, t)
 	e.raised()
 	if keep := e.retain(); len(e.log) > keep {
 		e.log = append([]ticket(nil), e.log[len(e.log)-keep:]...)
 	}
 	e.wakeStreams()
-	return eventID(e.seq)
+	e.mu.Unlock()
+	if e.Hooks != nil && priority == "high" {
+		e.Hooks.raise(t)
+	}
+	return eventID(t.seq)
 }
 
 // Polls is how many events/poll requests the server answered.
@@ -185,6 +192,12 @@ func (e *Events) handle(ctx context.Context, method string, raw json.RawMessage)
 	switch method {
 	case "events/list":
 		r, rpcErr := e.list(raw)
+		return r, rpcErr, true
+	case "events/subscribe", "events/unsubscribe":
+		if e.Hooks == nil {
+			return nil, nil, false
+		}
+		r, rpcErr := e.Hooks.handle(method, raw)
 		return r, rpcErr, true
 	case "events/poll":
 		r, rpcErr := e.poll(ctx, raw)

@@ -138,6 +138,9 @@ func (e *Events) list(raw json.RawMessage) (any, *mcp.JSONRPCErrorDetails) {
 	if !e.more.removed[EventTicketCreated] {
 		types = append(types, e.ticketType())
 	}
+	if e.Hooks != nil {
+		types = append(types, escalatedEventType)
+	}
 	for _, t := range e.more.types {
 		types = append(types, map[string]any{
 			"name": t.name, "description": "A test event type (Events.AddType).", "delivery": t.delivery,

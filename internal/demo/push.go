@@ -113,9 +113,6 @@ func (e *Events) streamHandler(next http.Handler) http.Handler {
 	})
 }
 
-// codeUnsupported is the extension's Unsupported error.
-const codeUnsupported = -32014
-
 // stream serves one events/stream until the client goes away or the
 // stream is dropped.
 func (e *Events) stream(w http.ResponseWriter, r *http.Request, msg rpcRequest) {

@@ -99,17 +99,78 @@ func (c *Connection) EventTypes() []EventType {
 
 // PollEvents sends one events/poll on the live connection.
 func (c *Connection) PollEvents(ctx context.Context, req EventPoll) (*EventBatch, error) {
+	p, err := liveAs[EventPoller](c)
+	if err != nil {
+		return nil, err
+	}
+	return p.PollEvents(ctx, req)
+}
+
+// liveAs returns the ready connection's Conn as a T (an events
+// interface): ErrUnavailable when it is not ready, ErrNoEvents when its
+// server delivers no events that way.
+func liveAs[T any](c *Connection) (T, error) {
+	var zero T
 	c.mu.RLock()
 	conn, state := c.conn, c.state
 	c.mu.RUnlock()
 	if state != StateReady || conn == nil {
-		return nil, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
+		return zero, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
 	}
-	p, ok := conn.(EventPoller)
+	t, ok := conn.(T)
 	if !ok {
-		return nil, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
+		return zero, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
 	}
-	return p.PollEvents(ctx, req)
+	return t, nil
+}
+
+// EventSubscribe is one events/subscribe request: webhook delivery of an
+// event type to URL, signed with Secret (a whsec_ value patchbay made).
+// Cursor nil starts from now; TTL is the lifetime suggested (zero: the
+// server's default).
+type EventSubscribe struct {
+	Name      string
+	Arguments map[string]any
+	URL       string
+	Secret    string
+	Cursor    *string
+	TTL       time.Duration
+}
+
+// EventSubscription is the server's answer to events/subscribe: its id
+// for the subscription (sent with every delivery as X-MCP-Subscription-Id),
+// the time to refresh before (nil: no expiry), the safe-to-persist cursor
+// and whether delivery starts later than the cursor asked for.
+type EventSubscription struct {
+	ID            string
+	RefreshBefore *time.Time
+	Cursor        *string
+	Truncated     bool
+}
+
+// EventSubscriber is a Conn whose server delivers events by webhook
+// (events/subscribe, events/unsubscribe of the MCP Events extension).
+type EventSubscriber interface {
+	SubscribeEvents(ctx context.Context, req EventSubscribe) (*EventSubscription, error)
+	UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error
+}
+
+// SubscribeEvents sends one events/subscribe on the live connection.
+func (c *Connection) SubscribeEvents(ctx context.Context, req EventSubscribe) (*EventSubscription, error) {
+	s, err := liveAs[EventSubscriber](c)
+	if err != nil {
+		return nil, err
+	}
+	return s.SubscribeEvents(ctx, req)
+}
+
+// UnsubscribeEvents sends one events/unsubscribe on the live connection.
+func (c *Connection) UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error {
+	s, err := liveAs[EventSubscriber](c)
+	if err != nil {
+		return err
+	}
+	return s.UnsubscribeEvents(ctx, name, args, url)
 }
 
 // EventRefresher is a Conn that can list its server's events again when

@@ -32,6 +32,8 @@ import (
 const (
 	methodEventsList        = "events/list"
 	methodEventsPoll        = "events/poll"
+	methodEventsSubscribe   = "events/subscribe"
+	methodEventsUnsubscribe = "events/unsubscribe"
 	methodEventsListChanged = "notifications/events/list_changed"
 )
 
@@ -41,7 +43,7 @@ const (
 	EventCodeForbidden         = -32012
 	EventCodeResourceExhausted = -32013
 	EventCodeUnsupported       = -32014
-	EventCodeCallbackEndpoint  = -32015
+	EventCodeCallback          = -32015 // the callback URL failed verification or was unreachable
 )
 
 // EventError is a JSON-RPC error the server answered an events request

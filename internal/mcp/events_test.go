@@ -2,7 +2,9 @@ package mcp_test
 
 import (
 	"errors"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -128,5 +130,43 @@ func TestServerWithoutEventsListsNone(t *testing.T) {
 	conn := connect(t, "plain", spec, nil)
 	if ev := conn.Manifest().Events; len(ev) != 0 {
 		t.Errorf("events = %+v", ev)
+	}
+}
+
+func TestEventsSubscribeRefusals(t *testing.T) {
+	t.Parallel()
+	ev := demo.NewEvents()
+	ev.Hooks = demo.NewHooks()
+	conn := connect(t, "tickets", serveEvents(t, ev), nil)
+	sub, ok := conn.(harness.EventSubscriber)
+	if !ok {
+		t.Fatalf("%T is no EventSubscriber", conn)
+	}
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(silent.Close)
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	cases := []struct {
+		name string
+		req  harness.EventSubscribe
+		code int
+	}{
+		{"unknown event", harness.EventSubscribe{Name: "nope", URL: silent.URL, Secret: secret}, pbmcp.EventCodeNotFound},
+		{"poll-only event", harness.EventSubscribe{Name: demo.EventTicketCreated, URL: silent.URL, Secret: secret}, pbmcp.EventCodeUnsupported},
+		{"weak secret", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: "whsec_c2hvcnQ="}, -32602},
+		{"plain http elsewhere", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: "http://example.com/hooks/x", Secret: secret}, -32602},
+		{"endpoint that does not echo the challenge", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: secret}, pbmcp.EventCodeCallback},
+	}
+	for _, c := range cases {
+		_, err := sub.SubscribeEvents(t.Context(), c.req)
+		var ee *pbmcp.EventError
+		if !errors.As(err, &ee) || ee.Code != c.code {
+			t.Errorf("%s: err = %v, want code %d", c.name, err, c.code)
+		}
+		if err != nil && strings.Contains(err.Error(), c.req.Secret) {
+			t.Errorf("%s: the error quotes the secret: %v", c.name, err)
+		}
+	}
+	if err := sub.UnsubscribeEvents(t.Context(), demo.EventTicketEscalated, nil, silent.URL); err != nil {
+		t.Errorf("unsubscribe of no subscription: %v, want nil (gone already)", err)
 	}
 }

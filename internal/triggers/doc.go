@@ -37,6 +37,10 @@
 //	{in:C}:state    counters, cursor (cron watermark, Unix ms), lastEventAt
 //	{in:C}:log      the last LogSize deliveries, newest first (JSON)
 //	{in:C}:dead     dead letters by entry id (JSON)
+//	{in:C}:sub:ID   an MCP event subscription: cursor, mode, figures and,
+//	                for webhook delivery, the server's id and refreshBefore
+//	{in:C}:sub:ID:whsec  its sealed webhook secrets (current, previous)
+//	{in:C}:hooks    the server's webhook subscription ids → ours
 //
 // # Cron
 //

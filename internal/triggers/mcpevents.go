@@ -25,16 +25,17 @@ import (
 // A trigger on an mcp connection, and each entry of the connection's
 // subscribe list, subscribes to one of the server's event types (MCP Events
 // extension) with its arguments; triggers with the same event and
-// arguments share a subscription. Its delivery mode is chosen among those
-// the event type offers (chooseDelivery): push, else poll; webhook is not
-// implemented. A subscription whose event type offers neither records why
-// and is not delivered. Push is in mcppush.go.
+// arguments share a subscription. Its delivery mode is chosen each round
+// among what the event type offers (chooseDelivery): push when the
+// transport can hold a stream (mcppush.go), else webhook when
+// PATCHBAY_PUBLIC_URL is set (mcpwebhook.go), else poll. An event type
+// patchbay cannot take records why and is not delivered.
 //
-// Each subscription is polled or streamed by one replica at a time: the
-// holder of its lease ({in:C}:sub:ID:lease, renewed every third of
-// PollLease); when the holder dies the lease lapses and another replica
-// takes over. One Lua script (serverEventScript) takes a whole events/poll
-// batch, or one message of a push stream: it refuses to run
+// Each subscription is served by one replica at a time: the holder of its
+// lease ({in:C}:sub:ID:lease, renewed every third of PollLease); when the
+// holder dies the lease lapses and another replica takes over. One Lua
+// script (serverEventScript) takes a whole events/poll batch, one message
+// of a push stream or one webhook delivery: it refuses to run
 // for a replica that no longer holds the lease, drops events whose id this
 // subscription saw before, appends the others to the inbox (one entry per
 // matching trigger) and to the subscription's outbox, and persists the
@@ -92,18 +93,19 @@ func (s *Service) addSubscription(src *source, event string, args map[string]any
 	return sb
 }
 
-// serverEventScript ingests one events/poll batch, or one push message, and
-// persists its cursor.
+// serverEventScript ingests one events/poll batch, one push message or
+// one webhook delivery, and persists its cursor.
 //
 // KEYS: stream, state, log, lease, sub, outbox, seen keys (one per event)…
-// ARGV: holder, dedupe ttl ms, cursor JSON, now ms, log size, truncated
-// ("1"/"0"), delivery mode, then per event: event JSON, accepted receipt,
+// ARGV: holder ("" for a webhook delivery, which any replica may take),
+// dedupe ttl ms, cursor JSON, now ms, log size, truncated ("1"/"0"), mode
+// (poll/push/webhook), then per event: event JSON, accepted receipt,
 // duplicate receipt, trigger count k, k trigger ids.
 //
 // It answers -1 when the lease is not the caller's, else the number of
 // events appended.
 var serverEventScript = redis.NewScript(`
-if redis.call('GET', KEYS[4]) ~= ARGV[1] then return -1 end
+if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return -1 end
 local a, fresh, logsize = 8, 0, tonumber(ARGV[5]) - 1
 for i = 1, #KEYS - 6 do
   local ev, acc, dup, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
@@ -130,8 +132,12 @@ end
 if redis.call('HGET', KEYS[5], 'cursor') ~= ARGV[3] then
   redis.call('HSET', KEYS[5], 'cursor', ARGV[3], 'cursorAt', ARGV[4])
 end
-redis.call('HSET', KEYS[5], 'polledAt', ARGV[4], 'mode', ARGV[7])
-redis.call('HDEL', KEYS[5], 'lastError', 'lastErrorAt')
+if ARGV[7] == 'webhook' then
+  redis.call('HSET', KEYS[5], 'deliveredAt', ARGV[4])
+else
+  redis.call('HSET', KEYS[5], 'polledAt', ARGV[4], 'mode', ARGV[7])
+  redis.call('HDEL', KEYS[5], 'lastError', 'lastErrorAt')
+end
 if ARGV[6] == '1' then
   redis.call('HINCRBY', KEYS[5], 'truncated', 1)
   redis.call('HSET', KEYS[5], 'truncatedAt', ARGV[4])
@@ -220,15 +226,22 @@ func (s *Service) deliverOnce(ctx context.Context, sb *subscription) (string, ti
 		return "", retry, fmt.Errorf("connection %s is %s: %w", sb.src.name, st, harness.ErrUnavailable)
 	}
 	s.relistMissing(ctx, c, sb)
-	mode, err := sb.check(c.EventTypes(), c.StreamsEvents())
+	mode, err := sb.check(c.EventTypes(), c.StreamsEvents(), s.hookBase)
 	if err != nil {
 		return mode, retry, err
 	}
-	if mode == harness.DeliveryPush {
+	switch mode {
+	case harness.DeliveryPush:
+		s.dropWebhook(ctx, sb, c)
 		wait, err := s.streamOnce(ctx, sb, c)
+		return mode, wait, err
+	case harness.DeliveryWebhook:
+		sb.backoff = 0
+		wait, err := s.subscribeOnce(ctx, sb, c)
 		return mode, wait, err
 	}
 	sb.backoff = 0
+	s.dropWebhook(ctx, sb, c)
 	wait, err := s.pollOnce(ctx, sb, c)
 	return mode, wait, err
 }
@@ -250,7 +263,7 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *harness.Con
 		}
 		return pollRetry(err, retry), pollError(err)
 	}
-	fresh, err := s.ingestBatch(ctx, sb, batch, harness.DeliveryPoll)
+	fresh, err := s.ingestBatch(ctx, sb, batch, harness.DeliveryPoll, "")
 	if err != nil {
 		return retry, err
 	}
@@ -269,13 +282,13 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *harness.Con
 // check judges the subscription against the server's current event
 // types: the event is listed, offers a mode patchbay can use, and the
 // arguments fit its inputSchema. It returns the mode to deliver by.
-func (sb *subscription) check(types []harness.EventType, canStream bool) (string, error) {
+func (sb *subscription) check(types []harness.EventType, canStream bool, publicURL string) (string, error) {
 	i := slices.IndexFunc(types, func(t harness.EventType) bool { return t.Name == sb.event })
 	if i < 0 {
 		return "", fmt.Errorf("the server offers no event %q", sb.event)
 	}
 	t := types[i]
-	mode, err := chooseDelivery(t, canStream)
+	mode, err := chooseDelivery(t, canStream, publicURL)
 	if err != nil {
 		return "", err
 	}
@@ -287,17 +300,19 @@ func (sb *subscription) check(types []harness.EventType, canStream bool) (string
 
 // chooseDelivery picks how an event type is delivered, in the order the
 // reference asks for: push (when the transport can hold a stream open),
-// then webhook, then poll.
-func chooseDelivery(t harness.EventType, canStream bool) (string, error) {
+// then webhook (when publicURL, PATCHBAY_PUBLIC_URL, is set), then poll.
+func chooseDelivery(t harness.EventType, canStream bool, publicURL string) (string, error) {
 	switch {
 	case t.Offers(harness.DeliveryPush) && canStream:
 		return harness.DeliveryPush, nil
-	// Webhook delivery (events/subscribe) goes here, before poll, once
-	// implemented.
+	case t.Offers(harness.DeliveryWebhook) && publicURL != "":
+		return harness.DeliveryWebhook, nil
 	case t.Offers(harness.DeliveryPoll):
 		return harness.DeliveryPoll, nil
+	case t.Offers(harness.DeliveryWebhook):
+		return "", fmt.Errorf("event %q is delivered only by webhook, which needs PATCHBAY_PUBLIC_URL (the URL at which the server reaches this deployment's /hooks) and a key for the secrets (PATCHBAY_SECRET_KEY on a shared Redis)", t.Name)
 	}
-	return "", fmt.Errorf("event %q is delivered only by %v; patchbay streams (push) or polls (webhook is not implemented, and push needs a transport other than legacy HTTP+SSE)", t.Name, t.Delivery)
+	return "", fmt.Errorf("event %q is delivered only by %v; patchbay takes push (on a transport that can hold a stream, not legacy HTTP+SSE), webhook and poll", t.Name, t.Delivery)
 }
 
 // noFetch refuses every $ref outside the schema: patchbay never loads
@@ -360,8 +375,10 @@ func (s *Service) cursorOf(ctx context.Context, sb *subscription) (*string, erro
 	return c, nil
 }
 
-// ingestBatch runs serverEventScript for batch, delivered in mode.
-func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harness.EventBatch, mode string) (int, error) {
+// ingestBatch runs serverEventScript for batch, delivered in mode: polled
+// or streamed by this replica as the lease holder, or delivered by webhook
+// with webhookID (any replica may take those).
+func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harness.EventBatch, mode, webhookID string) (int, error) {
 	in := sb.src.inbox
 	now := time.Now().UTC()
 	cursor, _ := json.Marshal(batch.Cursor)
@@ -370,7 +387,11 @@ func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harn
 		trunc = "1"
 	}
 	keys := []string{in.stream(), in.state(), in.log(), sb.key("lease"), sb.key(), sb.key("outbox")}
-	argv := []any{s.consumer, sb.src.dedupe.Milliseconds(), cursor, now.UnixMilli(), s.logSize, trunc, mode}
+	holder, via := s.consumer, "mcp"
+	if mode == harness.DeliveryWebhook {
+		holder, via = "", "webhook"
+	}
+	argv := []any{holder, sb.src.dedupe.Milliseconds(), cursor, now.UnixMilli(), s.logSize, trunc, mode}
 	for _, occ := range batch.Events {
 		ev := Event{Connection: sb.src.name, Type: occ.Name, ID: occurrenceID(occ.EventID), Payload: occ.Data, ReceivedAt: now}
 		matched := s.match(sb, ev)
@@ -378,7 +399,7 @@ func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harn
 		if err != nil {
 			return 0, fmt.Errorf("subscription %s: encode event: %w", sb.id, err)
 		}
-		r := Receipt{At: now, Via: "mcp", Outcome: "accepted", EventID: ev.ID, Type: ev.Type, Triggers: len(matched)}
+		r := Receipt{At: now, Via: via, Outcome: "accepted", WebhookID: webhookID, EventID: ev.ID, Type: ev.Type, Triggers: len(matched)}
 		acc, _ := json.Marshal(r)
 		r.Outcome, r.Triggers = "duplicate", 0
 		dup, _ := json.Marshal(r)
@@ -465,13 +486,26 @@ type SubscriptionStatus struct {
 	Connection string         `json:"connection"`
 	Event      string         `json:"event"`
 	Arguments  map[string]any `json:"arguments"`
-	// Mode is how events are delivered: push (events/stream) or poll
-	// (webhook is not implemented), as the holder last delivered them.
+	// Mode is how events are delivered: push (events/stream), webhook
+	// (events/subscribe) or poll, as the holder last delivered them.
 	Mode string `json:"mode"`
 	// Triggers are the ids of the triggers it feeds.
 	Triggers []string `json:"triggers"`
-	// Holder is the replica polling or streaming it now, if any.
+	// Holder is the replica polling or streaming it, or keeping its
+	// webhook subscription, now, if any.
 	Holder string `json:"holder,omitempty"`
+	// SubscriptionID is the server's id of the webhook subscription (sent
+	// with every delivery as X-MCP-Subscription-Id; a routing handle,
+	// not a credential).
+	SubscriptionID string `json:"subscriptionId,omitempty"`
+	// ExpiresAt is when the webhook subscription lapses unless refreshed
+	// (the server's refreshBefore); absent with a webhook subscription
+	// that never expires.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	// RefreshedAt is when events/subscribe last succeeded.
+	RefreshedAt *time.Time `json:"refreshedAt,omitempty"`
+	// LastDeliveryAt is when a webhook delivery was last accepted.
+	LastDeliveryAt *time.Time `json:"lastDeliveryAt,omitempty"`
 	// HasCursor: a cursor is persisted (the server replays from it).
 	HasCursor bool `json:"hasCursor"`
 	// CursorAt is when the persisted cursor last moved.
@@ -513,6 +547,13 @@ func (s *Service) subscriptionStatus(ctx context.Context, sb *subscription) (Sub
 		st.CursorAgeSeconds = &age
 	}
 	st.Events, st.Truncated, st.LastError = num(m, "events"), num(m, "truncated"), m["lastError"]
+	if m["mode"] != "" {
+		st.Mode = m["mode"]
+	}
+	if st.Mode == harness.DeliveryWebhook {
+		st.SubscriptionID, st.ExpiresAt = m["hookId"], msTime(m["refreshBefore"])
+		st.RefreshedAt, st.LastDeliveryAt = msTime(m["subscribedAt"]), msTime(m["deliveredAt"])
+	}
 	return st, nil
 }
 

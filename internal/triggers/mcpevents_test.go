@@ -15,6 +15,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -182,7 +183,7 @@ func TestServerEventWithoutPollIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the subscription's error", func() bool { return subscription(t, b).LastError != "" })
-	if sub := subscription(t, b); !strings.Contains(sub.LastError, "only by [webhook]") {
+	if sub := subscription(t, b); !strings.Contains(sub.LastError, "only by webhook") {
 		t.Errorf("lastError = %q", sub.LastError)
 	}
 }
@@ -286,4 +287,78 @@ func secondClient(t *testing.T, st *store.Store) *store.Store {
 	t.Helper()
 	opts := *st.Client.(*redis.Client).Options()
 	return &store.Store{Client: redis.NewClient(&opts), Prefix: st.Prefix}
+}
+
+// hookConn is eventConn whose server also takes webhook subscriptions; it
+// records the calls and delivers nothing.
+type hookConn struct {
+	eventConn
+	mu           sync.Mutex
+	subscribes   []harness.EventSubscribe
+	unsubscribed []string
+}
+
+func (c *hookConn) SubscribeEvents(_ context.Context, req harness.EventSubscribe) (*harness.EventSubscription, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.subscribes = append(c.subscribes, req)
+	until := time.Now().Add(time.Hour)
+	return &harness.EventSubscription{ID: "sub_1", RefreshBefore: &until}, nil
+}
+
+func (c *hookConn) UnsubscribeEvents(_ context.Context, name string, _ map[string]any, url string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unsubscribed = append(c.unsubscribed, name+" "+url)
+	return nil
+}
+
+func (c *hookConn) calls() (int, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.subscribes), slices.Clone(c.unsubscribed)
+}
+
+// TestServerEventWebhookThenPoll: with a public URL an event type offering
+// both is subscribed by webhook with a whsec_ secret; restarted without
+// one, patchbay unsubscribes and polls.
+func TestServerEventWebhookThenPoll(t *testing.T) {
+	t.Parallel()
+	srv := &eventServer{batch: 2, delivery: []string{"poll", "webhook"}}
+	conn := &hookConn{eventConn: eventConn{srv: srv}}
+	provider := harness.ProviderFunc(func(context.Context) (harness.Conn, error) { return conn, nil })
+	st := storetest.New(t)
+	box, err := seal.New(make([]byte, 32), "", "test", "test\x00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := setupWith(t, st, serverFile(nil), nil, map[string]harness.Provider{"srv": provider})
+	hooked, err := triggers.New(triggers.Options{Store: st, Executions: a.execs, Registry: a.reg, File: serverFile(nil), PublicURL: "https://pb.example.com/", Seal: box})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hooked.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the webhook subscription recorded", func() bool { return subscription(t, a).SubscriptionID != "" })
+	hooked.Close()
+	req := conn.subscribes[0]
+	if req.URL != "https://pb.example.com/hooks/srv" || !strings.HasPrefix(req.Secret, "whsec_") || req.TTL != time.Hour || srv.pollCount() != 0 {
+		t.Fatalf("subscribe %s ttl %s (secret %t), %d polls", req.URL, req.TTL, strings.HasPrefix(req.Secret, "whsec_"), srv.pollCount())
+	}
+	if sub := subscription(t, a); sub.Mode != harness.DeliveryWebhook || sub.SubscriptionID != "sub_1" || sub.ExpiresAt == nil {
+		t.Fatalf("subscription = %+v", sub)
+	}
+	// Restarted without PATCHBAY_PUBLIC_URL: the subscription polls.
+	if err := a.svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a poll", func() bool { return srv.pollCount() > 0 })
+	if _, un := conn.calls(); !slices.Equal(un, []string{"ticket.created https://pb.example.com/hooks/srv"}) {
+		t.Errorf("unsubscribed %v", un)
+	}
+	waitFor(t, "mode poll", func() bool { return subscription(t, a).Mode == harness.DeliveryPoll })
+	if sub := subscription(t, a); sub.SubscriptionID != "" || sub.ExpiresAt != nil {
+		t.Errorf("subscription = %+v, want no webhook left", sub)
+	}
 }

@@ -91,7 +91,7 @@ func (s *Service) ingestMessage(ctx context.Context, sb *subscription, cursor **
 	if m.Kind == harness.StreamEvent {
 		batch.Events = []harness.EventOccurrence{*m.Event}
 	}
-	fresh, err := s.ingestBatch(ctx, sb, batch, harness.DeliveryPush)
+	fresh, err := s.ingestBatch(ctx, sb, batch, harness.DeliveryPush, "")
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func (s *Service) modeNow(sb *subscription) string {
 	if !ok {
 		return harness.DeliveryPoll
 	}
-	if mode, err := chooseDelivery(t, c.StreamsEvents()); err == nil {
+	if mode, err := chooseDelivery(t, c.StreamsEvents(), s.hookBase); err == nil {
 		return mode
 	}
 	return harness.DeliveryPoll

@@ -18,6 +18,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
@@ -42,6 +43,16 @@ type Options struct {
 	// Observer receives delivery figures; nil discards them.
 	Observer Observer
 	Logger   *slog.Logger
+	// PublicURL (PATCHBAY_PUBLIC_URL) is where MCP servers reach this
+	// deployment; their webhook deliveries go to PublicURL/hooks/{name}.
+	// Empty: server events are never delivered by webhook.
+	PublicURL string
+	// Seal encrypts the whsec_ secrets of webhook subscriptions at rest.
+	// Nil: server events are never delivered by webhook.
+	Seal *seal.Box
+	// WebhookTTL is the subscription lifetime patchbay suggests to a
+	// server (ttlMs); the server's refreshBefore decides. Default 1 h.
+	WebhookTTL time.Duration
 }
 
 // Observer receives the figures the inbox produces. Implementations must
@@ -74,6 +85,9 @@ type Service struct {
 	pollLease     time.Duration
 	pollParams    harness.EventPoll // maxEvents, timeoutMs and maxAgeMs of every events/poll
 	heartbeatWait time.Duration     // a push stream quiet this long is broken
+	hookBase      string            // PublicURL when webhook delivery is possible, else ""
+	box           *seal.Box         // seals webhook secrets
+	webhookTTL    time.Duration
 
 	sources  map[string]*source // by connection: every source, cron and webhook connection
 	crons    map[string]*cronSource
@@ -110,6 +124,12 @@ func New(o Options) (*Service, error) {
 		reclaimAfter: config.DefaultReclaimAfter, maxDeliveries: config.DefaultMaxDeliveries, logSize: config.DefaultLogSize,
 		maxInFlight: o.MaxInFlight, pollFloor: config.DefaultPollFloor, pollLease: config.DefaultPollLease, heartbeatWait: config.DefaultHeartbeatWait,
 		sources: map[string]*source{}, crons: map[string]*cronSource{}, triggers: map[string]*trigger{},
+	}
+	if o.PublicURL != "" && o.Seal != nil {
+		s.hookBase, s.box = strings.TrimSuffix(o.PublicURL, "/"), o.Seal
+	}
+	if s.webhookTTL = o.WebhookTTL; s.webhookTTL <= 0 {
+		s.webhookTTL = defaultWebhookTTL
 	}
 	if s.now = o.Now; s.now == nil {
 		s.now = func(ctx context.Context) (time.Time, error) { return s.st.Client.Time(ctx).Result() }

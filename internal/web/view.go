@@ -225,6 +225,19 @@ func jsonText(v any) string {
 }
 
 // cursorAge says how long ago a subscription's persisted cursor moved.
+// hookExpiry is when a webhook subscription lapses unless refreshed.
+func hookExpiry(s triggers.SubscriptionStatus) string {
+	switch {
+	case s.Mode != harness.DeliveryWebhook:
+		return "—"
+	case s.ExpiresAt != nil:
+		return when(*s.ExpiresAt)
+	case s.SubscriptionID != "":
+		return "never"
+	}
+	return "not subscribed yet"
+}
+
 func cursorAge(s triggers.SubscriptionStatus) string {
 	if s.CursorAgeSeconds == nil {
 		return "no cursor yet"

@@ -6,6 +6,12 @@
 // inbox of internal/triggers, which drops a repeated webhook-id or event id
 // and counts and logs every delivery, rejected ones included.
 //
+// The same route takes the webhook deliveries of MCP server events
+// (events/subscribe of the MCP Events extension) for a connection whose
+// subscriptions triggers delivers by webhook: a delivery is verified with
+// the secrets of the subscription it is for (see triggers.HookCandidates),
+// and a verification request is answered 200 with its challenge echoed.
+//
 // Answers: 204 accepted, 200 duplicate, 400 malformed, 401 bad signature
 // or timestamp, 404 no such webhook connection, 413 body too large, 503
 // when Redis cannot take it (so the sender retries). Never a 500 for bad
@@ -114,10 +120,15 @@ type Outcome struct {
 	Problems []triggers.FieldProblem
 	// Event is the accepted or duplicate event.
 	Event *triggers.Event
+	// Challenge is a verification request's nonce, echoed with 200.
+	Challenge string
 }
 
-// Has reports whether connection takes webhooks.
-func (r *Receiver) Has(connection string) bool { return r.hooks[connection] != nil }
+// Has reports whether connection takes webhooks: configured ones, or
+// deliveries of its MCP server's events.
+func (r *Receiver) Has(connection string) bool {
+	return r.hooks[connection] != nil || r.svc.TakesServerHooks(connection)
+}
 
 // MaxBodyBytes is the body limit of connection's webhooks.
 func (r *Receiver) MaxBodyBytes(connection string) int64 {
@@ -138,40 +149,19 @@ func (r *Receiver) TooLarge(ctx context.Context, connection string, header http.
 func (r *Receiver) Receive(ctx context.Context, connection string, header http.Header, body []byte) Outcome {
 	h := r.hooks[connection]
 	if h == nil {
+		if r.svc.TakesServerHooks(connection) {
+			return r.receiveServer(ctx, connection, header, body)
+		}
 		return Outcome{Status: http.StatusNotFound, Code: CodeUnknown, Detail: fmt.Sprintf("no connection %q takes webhooks", connection)}
 	}
-	id := header.Get(standardwebhooks.HeaderWebhookID)
-	ts := header.Get(standardwebhooks.HeaderWebhookTimestamp)
-	sig := header.Get(standardwebhooks.HeaderWebhookSignature)
-	if id == "" || ts == "" || sig == "" {
-		return r.reject(ctx, connection, header, Outcome{Status: http.StatusBadRequest, Code: CodeMalformed, Detail: reasonMissingHeaders})
-	}
-	if !triggers.ValidEventID(id) {
-		return r.reject(ctx, connection, header, Outcome{Status: http.StatusBadRequest, Code: CodeMalformed,
-			Detail: fmt.Sprintf("webhook-id must be 1 to %d printable characters", triggers.MaxEventIDLen)})
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return r.reject(ctx, connection, header, Outcome{Status: http.StatusBadRequest, Code: CodeMalformed, Detail: "webhook-timestamp must be whole seconds since the Unix epoch"})
-	}
-	now := r.now()
-	if skew := now.Sub(time.Unix(sec, 0)); skew > Tolerance || skew < -Tolerance {
-		return r.reject(ctx, connection, header, Outcome{Status: http.StatusUnauthorized, Code: CodeBadTimestamp,
-			Detail: fmt.Sprintf("webhook-timestamp is %s from the server's clock; at most %s either way is accepted", skew.Round(time.Second).Abs(), Tolerance)})
+	id, now, refused := r.checkHeaders(ctx, connection, header)
+	if refused != nil {
+		return *refused
 	}
 	// Any configured secret may have signed it: during a rotation the
 	// sender may sign with the old or the new one.
-	verified := false
-	for _, v := range h.verifiers {
-		if err := v.VerifyIgnoringTimestamp(body, header); err == nil {
-			verified = true
-			break
-		} else if !errors.Is(err, standardwebhooks.ErrNoMatchingSignature) {
-			return r.reject(ctx, connection, header, Outcome{Status: http.StatusBadRequest, Code: CodeMalformed, Detail: "the webhook headers cannot be read"})
-		}
-	}
-	if !verified {
-		return r.reject(ctx, connection, header, Outcome{Status: http.StatusUnauthorized, Code: CodeBadSignature, Detail: "no signature in webhook-signature matches a secret of this connection"})
+	if o := r.verify(ctx, connection, header, body, h.verifiers); o != nil {
+		return *o
 	}
 	ev, err := triggers.DecodeEvent(body, id)
 	if err != nil {
@@ -187,6 +177,64 @@ func (r *Receiver) Receive(ctx context.Context, connection string, header http.H
 		return Outcome{Status: http.StatusOK, Event: &ev}
 	}
 	return Outcome{Status: http.StatusNoContent, Event: &ev}
+}
+
+// checkHeaders checks the Standard Webhooks headers and the timestamp; it
+// returns the webhook-id and the time of receipt, or the refusal.
+func (r *Receiver) checkHeaders(ctx context.Context, connection string, header http.Header) (string, time.Time, *Outcome) {
+	refuse := func(o Outcome) (string, time.Time, *Outcome) {
+		o = r.reject(ctx, connection, header, o)
+		return "", time.Time{}, &o
+	}
+	id := header.Get(standardwebhooks.HeaderWebhookID)
+	ts := header.Get(standardwebhooks.HeaderWebhookTimestamp)
+	sig := header.Get(standardwebhooks.HeaderWebhookSignature)
+	if id == "" || ts == "" || sig == "" {
+		return refuse(Outcome{Status: http.StatusBadRequest, Code: CodeMalformed, Detail: reasonMissingHeaders})
+	}
+	if !triggers.ValidEventID(id) {
+		return refuse(Outcome{Status: http.StatusBadRequest, Code: CodeMalformed,
+			Detail: fmt.Sprintf("webhook-id must be 1 to %d printable characters", triggers.MaxEventIDLen)})
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return refuse(Outcome{Status: http.StatusBadRequest, Code: CodeMalformed, Detail: "webhook-timestamp must be whole seconds since the Unix epoch"})
+	}
+	now := r.now()
+	if skew := now.Sub(time.Unix(sec, 0)); skew > Tolerance || skew < -Tolerance {
+		return refuse(Outcome{Status: http.StatusUnauthorized, Code: CodeBadTimestamp,
+			Detail: fmt.Sprintf("webhook-timestamp is %s from the server's clock; at most %s either way is accepted", skew.Round(time.Second).Abs(), Tolerance)})
+	}
+	return id, now, nil
+}
+
+// verify refuses a delivery that none of verifiers signed.
+func (r *Receiver) verify(ctx context.Context, connection string, header http.Header, body []byte, verifiers []*standardwebhooks.Webhook) *Outcome {
+	ok, err := signedByAny(header, body, verifiers)
+	if err != nil {
+		o := r.reject(ctx, connection, header, Outcome{Status: http.StatusBadRequest, Code: CodeMalformed, Detail: "the webhook headers cannot be read"})
+		return &o
+	}
+	if !ok {
+		o := r.reject(ctx, connection, header, Outcome{Status: http.StatusUnauthorized, Code: CodeBadSignature, Detail: "no signature in webhook-signature matches a secret of this connection"})
+		return &o
+	}
+	return nil
+}
+
+// signedByAny reports whether one of verifiers signed the delivery; the
+// error is for headers that cannot be read.
+func signedByAny(header http.Header, body []byte, verifiers []*standardwebhooks.Webhook) (bool, error) {
+	for _, v := range verifiers {
+		err := v.VerifyIgnoringTimestamp(body, header)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, standardwebhooks.ErrNoMatchingSignature) {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 func (r *Receiver) refuseEvent(ctx context.Context, connection string, header http.Header, err error) Outcome {
@@ -217,4 +265,51 @@ func truncate(s string, n int) string {
 // for the admin UI.
 func (r *Receiver) Deliveries(ctx context.Context, connection string, n int) ([]triggers.Receipt, error) {
 	return r.svc.Deliveries(ctx, connection, n)
+}
+
+// HeaderSubscriptionID names the MCP server's webhook subscription a
+// delivery is for (the Events extension's one header of its own).
+const HeaderSubscriptionID = "X-MCP-Subscription-Id"
+
+// receiveServer verifies a delivery of an MCP server's events with the
+// secrets of connection's webhook subscriptions and hands it to triggers.
+func (r *Receiver) receiveServer(ctx context.Context, connection string, header http.Header, body []byte) Outcome {
+	id, _, refused := r.checkHeaders(ctx, connection, header)
+	if refused != nil {
+		return *refused
+	}
+	cands, err := r.svc.HookCandidates(ctx, connection, header.Get(HeaderSubscriptionID))
+	if err != nil {
+		return Outcome{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Detail: "the subscription could not be read; retry later"}
+	}
+	for _, c := range cands {
+		verifiers := make([]*standardwebhooks.Webhook, 0, len(c.Secrets))
+		for _, secret := range c.Secrets {
+			if v, err := standardwebhooks.NewWebhook(secret); err == nil {
+				verifiers = append(verifiers, v)
+			}
+		}
+		ok, err := signedByAny(header, body, verifiers)
+		if err != nil {
+			return r.reject(ctx, connection, header, Outcome{Status: http.StatusBadRequest, Code: CodeMalformed, Detail: "the webhook headers cannot be read"})
+		}
+		if ok {
+			return r.deliverServer(ctx, connection, header, c, id, body)
+		}
+	}
+	return r.reject(ctx, connection, header, Outcome{Status: http.StatusUnauthorized, Code: CodeBadSignature, Detail: "no signature in webhook-signature matches a secret of this connection's event subscriptions"})
+}
+
+func (r *Receiver) deliverServer(ctx context.Context, connection string, header http.Header, c triggers.HookCandidate, id string, body []byte) Outcome {
+	ans, err := r.svc.DeliverHook(ctx, c, id, body)
+	if err != nil {
+		return r.refuseEvent(ctx, connection, header, err)
+	}
+	switch {
+	case ans.Challenge != "":
+		return Outcome{Status: http.StatusOK, Challenge: ans.Challenge}
+	case ans.Event != nil && ans.Duplicate:
+		return Outcome{Status: http.StatusOK, Event: ans.Event}
+	}
+	return Outcome{Status: http.StatusNoContent, Event: ans.Event}
 }
