@@ -628,69 +628,54 @@ func TestParkedApprovalsInBothPathsResumeInAnotherProcess(t *testing.T) {
 }
 
 // A decision recorded by a process that died before it enqueued the
-// execution leaves the run parked; the approver's retry of the same
-// decision (its answer was lost) brings it back.
-func TestRepeatedDecisionResumesTheParkedRun(t *testing.T) {
+// execution leaves the run parked. Two things bring it back: the
+// approver's retry of the same decision (its answer was lost), and, when
+// nobody retries, the repair sweep once the grace period has passed. Either
+// way the approved call is sent once.
+func TestDecisionNotEnqueuedIsRecovered(t *testing.T) {
 	t.Parallel()
-	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		t.Parallel()
-		ctx := context.Background()
-		reg, mem := parkRegistry(t)
-		execs := startWorkers(t, st, reg, 2, "park", parkGrant, harness.ExecutionsOptions{})
-		id := submitAs(t, execs, "park", `{"version":1,"connections":{"svc":{}},"root":{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}}`)
-		ap := parked(t, execs, id, 1)[0]
-		// What the decision script writes, and nothing after it.
-		must(t, st.Client.HSet(ctx, st.Key("approval", "{"+ap.ID+"}"), "state", string(harness.ApprovalApproved),
-			"decidedBy", "op", "decidedAt", time.Now().UTC().Format(time.RFC3339Nano), "note", "").Err())
-		approve(t, execs, ap)
-		ex, err := execs.Wait(ctx, id, 10*time.Second)
-		must(t, err)
-		if ex.Status != harness.ExecSucceeded {
-			t.Fatalf("after the repeated decision: %s %+v", ex.Status, ex.Error)
-		}
-		if n := sends(mem)["a"]; n != 1 {
-			t.Errorf("the approved call was sent %d times, want once", n)
-		}
-	})
-}
-
-// A decision recorded by a process that died before it enqueued the run,
-// and never retried, is found by the repair sweep once the grace period has
-// passed: the run resumes and sends the approved call once.
-func TestRepairResumesARunWhoseDecisionWasNotEnqueued(t *testing.T) {
-	t.Parallel()
-	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		t.Parallel()
-		ctx := context.Background()
-		reg, mem := parkRegistry(t)
-		execs := startWorkers(t, st, reg, 2, "park", parkGrant, harness.ExecutionsOptions{})
-		id := submitAs(t, execs, "park", `{"version":1,"connections":{"svc":{}},"root":{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}}`)
-		ap := parked(t, execs, id, 1)[0]
-		rep, err := execs.Repair(ctx)
-		must(t, err)
-		if rep.Resumed != 0 {
-			t.Fatalf("a pending approval's run was resumed: %+v", rep)
-		}
-		// What the decision script writes, a minute ago, and nothing after it.
-		must(t, st.Client.HSet(ctx, st.Key("approval", "{"+ap.ID+"}"), "state", string(harness.ApprovalApproved),
-			"decidedBy", "op", "decidedAt", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano), "note", "").Err())
-		rep, err = execs.Repair(ctx)
-		must(t, err)
-		if rep.Resumed != 1 {
-			t.Fatalf("sweep = %+v, want the parked run resumed", rep)
-		}
-		ex, err := execs.Wait(ctx, id, 10*time.Second)
-		must(t, err)
-		if ex.Status != harness.ExecSucceeded {
-			t.Fatalf("after the sweep: %s %+v", ex.Status, ex.Error)
-		}
-		if n := sends(mem)["a"]; n != 1 {
-			t.Errorf("the approved call was sent %d times, want once", n)
-		}
-		if rep, err = execs.Repair(ctx); err != nil || rep.Resumed != 0 {
-			t.Errorf("second sweep = %+v, %v; want nothing to resume", rep, err)
-		}
-	})
+	for _, tc := range []struct {
+		name    string
+		recover func(t *testing.T, execs *harness.Executions, ap *harness.Approval)
+	}{
+		{"the approver retries", func(t *testing.T, execs *harness.Executions, ap *harness.Approval) { approve(t, execs, ap) }},
+		{"the repair sweep", func(t *testing.T, execs *harness.Executions, _ *harness.Approval) {
+			rep, err := execs.Repair(context.Background())
+			if err != nil || rep.Resumed != 1 {
+				t.Fatalf("sweep = %+v, %v; want the parked run resumed", rep, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Each(t, func(t *testing.T, st *store.Store) {
+				t.Parallel()
+				ctx := context.Background()
+				reg, mem := parkRegistry(t)
+				execs := startWorkers(t, st, reg, 2, "park", parkGrant, harness.ExecutionsOptions{})
+				id := submitAs(t, execs, "park", `{"version":1,"connections":{"svc":{}},"root":{"kind":"call","id":"a","connection":"svc","op":"send","args":{"to":"a"}}}`)
+				ap := parked(t, execs, id, 1)[0]
+				if rep, err := execs.Repair(ctx); err != nil || rep.Resumed != 0 {
+					t.Fatalf("sweep = %+v, %v: a pending approval's run was resumed", rep, err)
+				}
+				// What the decision script writes, a minute ago, and nothing after it.
+				must(t, st.Client.HSet(ctx, st.Key("approval", "{"+ap.ID+"}"), "state", string(harness.ApprovalApproved),
+					"decidedBy", "op", "decidedAt", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano), "note", "").Err())
+				tc.recover(t, execs, ap)
+				ex, err := execs.Wait(ctx, id, 10*time.Second)
+				must(t, err)
+				if ex.Status != harness.ExecSucceeded {
+					t.Fatalf("after recovery: %s %+v", ex.Status, ex.Error)
+				}
+				if n := sends(mem)["a"]; n != 1 {
+					t.Errorf("the approved call was sent %d times, want once", n)
+				}
+				if rep, err := execs.Repair(ctx); err != nil || rep.Resumed != 0 {
+					t.Errorf("sweep after the run = %+v, %v; want nothing to resume", rep, err)
+				}
+			})
+		})
+	}
 }
 
 // An execution cancelled while parked is not run again: the leases its
