@@ -170,11 +170,11 @@ func (f *redisFreeze) serve(client net.Conn, redisAddr string) {
 		for {
 			n, err := server.Read(buf)
 			if n > 0 {
-				if _, werr := client.Write(buf[:n]); werr != nil {
-					return
-				}
+				// Frozen before the answer reaches the process: frozen
+				// after, the process's next write (on another pooled
+				// connection) could pass before the flag was set.
 				select {
-				case <-armed: // the marked write was answered
+				case <-armed: // this is the marked write's answer
 					f.mu.Lock()
 					if !f.frozen {
 						f.frozen = true
@@ -182,6 +182,9 @@ func (f *redisFreeze) serve(client net.Conn, redisAddr string) {
 					}
 					f.mu.Unlock()
 				default:
+				}
+				if _, werr := client.Write(buf[:n]); werr != nil {
+					return
 				}
 			}
 			if err != nil {
