@@ -13,13 +13,15 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
-// The demo offers one event type of the MCP Events extension
+// The demo offers event types of the MCP Events extension
 // (experimental-ext-triggers-events, design sketch at commit 6104601d for
-// poll, 082166f0 for push), ticket.created, delivered by poll, and by push
-// when Events.Push is set (see push.go): events/list, events/poll and
-// events/stream are answered by Events.Handler in front of mcp-go's Streamable HTTP handler
-// (mcp-go serves neither), so over stdio the demo lists no events. The
-// open_ticket tool raises one. Cursors are the sequence number of the last
+// poll and webhook, 082166f0 for push): ticket.created, delivered by poll,
+// and by push when Events.Push is set (see push.go), and, when Events.Hooks
+// is set, ticket.escalated by webhook (see webhooks.go). events/list,
+// events/poll, events/stream and events/subscribe are answered by
+// Events.Handler in front of mcp-go's Streamable HTTP handler (mcp-go
+// serves none of them), so over stdio the demo lists no events. The
+// open_ticket tool raises them. Cursors are the sequence number of the last
 // event looked at; the last Retain events are kept, and a cursor older
 // than that is answered from the oldest kept with truncated: true.
 const (
