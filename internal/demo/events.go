@@ -41,7 +41,9 @@ func EventsCapability() server.ServerOption {
 
 // Extension error codes the demo answers with.
 const (
-	codeNotFound = -32011
+	codeNotFound      = -32011
+	codeUnsupported   = -32014
+	codeCallbackError = -32015
 )
 
 var ticketEventType = map[string]any{

@@ -48,8 +48,6 @@ const (
 	secretGrace          = time.Minute
 	deliveryAttempts     = 5
 	defaultRetryBase     = 200 * time.Millisecond
-	codeCallbackError    = -32015
-	codeUnsupported      = -32014
 )
 
 var escalatedEventType = map[string]any{

@@ -16,6 +16,16 @@ const (
 	DeliveryWebhook = "webhook"
 )
 
+// Error codes of the MCP Events extension (design sketch, "Error
+// Codes"), as a server answers an events request.
+const (
+	EventCodeNotFound          = -32011
+	EventCodeForbidden         = -32012
+	EventCodeResourceExhausted = -32013
+	EventCodeUnsupported       = -32014
+	EventCodeCallback          = -32015 // the callback URL failed verification or was unreachable
+)
+
 // EventType is one event type a server offers: its subscription arguments
 // (InputSchema) and the shape of its payloads.
 type EventType struct {

@@ -37,15 +37,6 @@ const (
 	methodEventsListChanged = "notifications/events/list_changed"
 )
 
-// Error codes of the extension, carried in an *EventError.
-const (
-	EventCodeNotFound          = -32011
-	EventCodeForbidden         = -32012
-	EventCodeResourceExhausted = -32013
-	EventCodeUnsupported       = -32014
-	EventCodeCallback          = -32015 // the callback URL failed verification or was unreachable
-)
-
 // EventError is a JSON-RPC error the server answered an events request
 // with. Data is the error's data object (kind, limit, feature, reason…),
 // nil when it had none.

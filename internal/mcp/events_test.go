@@ -96,7 +96,7 @@ func TestEventsPollErrors(t *testing.T) {
 		req  harness.EventPoll
 		code int
 	}{
-		{"unknown event", harness.EventPoll{Name: "nope"}, pbmcp.EventCodeNotFound},
+		{"unknown event", harness.EventPoll{Name: "nope"}, harness.EventCodeNotFound},
 		{"arguments", harness.EventPoll{Name: demo.EventTicketCreated, Arguments: map[string]any{"priority": "urgent"}}, -32602},
 	}
 	for _, tt := range tests {
@@ -150,11 +150,11 @@ func TestEventsSubscribeRefusals(t *testing.T) {
 		req  harness.EventSubscribe
 		code int
 	}{
-		{"unknown event", harness.EventSubscribe{Name: "nope", URL: silent.URL, Secret: secret}, pbmcp.EventCodeNotFound},
-		{"poll-only event", harness.EventSubscribe{Name: demo.EventTicketCreated, URL: silent.URL, Secret: secret}, pbmcp.EventCodeUnsupported},
+		{"unknown event", harness.EventSubscribe{Name: "nope", URL: silent.URL, Secret: secret}, harness.EventCodeNotFound},
+		{"poll-only event", harness.EventSubscribe{Name: demo.EventTicketCreated, URL: silent.URL, Secret: secret}, harness.EventCodeUnsupported},
 		{"weak secret", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: "whsec_c2hvcnQ="}, -32602},
 		{"plain http elsewhere", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: "http://example.com/hooks/x", Secret: secret}, -32602},
-		{"endpoint that does not echo the challenge", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: secret}, pbmcp.EventCodeCallback},
+		{"endpoint that does not echo the challenge", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: secret}, harness.EventCodeCallback},
 	}
 	for _, c := range cases {
 		_, err := sub.SubscribeEvents(t.Context(), c.req)

@@ -51,7 +51,7 @@ func (c *conn) SubscribeEvents(ctx context.Context, req harness.EventSubscribe) 
 func (c *conn) UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error {
 	params := map[string]any{"name": name, "arguments": argsOrEmpty(args), "delivery": map[string]any{"url": url}}
 	_, err := c.rpc(ctx, methodEventsUnsubscribe, params)
-	if ee := (*EventError)(nil); errors.As(err, &ee) && ee.Code == EventCodeNotFound {
+	if ee := (*EventError)(nil); errors.As(err, &ee) && ee.Code == harness.EventCodeNotFound {
 		return nil
 	}
 	if err != nil {

@@ -107,8 +107,8 @@ func TestEventsStreamRefused(t *testing.T) {
 		req  harness.EventStreamRequest
 		code int
 	}{
-		{"only poll offered", &demo.Events{}, harness.EventStreamRequest{Name: demo.EventTicketCreated}, pbmcp.EventCodeUnsupported},
-		{"unknown event", &demo.Events{Push: true}, harness.EventStreamRequest{Name: "nope"}, pbmcp.EventCodeNotFound},
+		{"only poll offered", &demo.Events{}, harness.EventStreamRequest{Name: demo.EventTicketCreated}, harness.EventCodeUnsupported},
+		{"unknown event", &demo.Events{Push: true}, harness.EventStreamRequest{Name: "nope"}, harness.EventCodeNotFound},
 		{"arguments", &demo.Events{Push: true}, harness.EventStreamRequest{Name: demo.EventTicketCreated, Arguments: map[string]any{"priority": "urgent"}}, -32602},
 	}
 	for _, tt := range tests {

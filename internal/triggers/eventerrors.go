@@ -1,49 +1,16 @@
 package triggers
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
-// pollParams are the knobs every events/poll sends (inbox settings, else
-// their defaults): maxEvents bounds one ingest script, timeoutMs lets the
-// server answer as soon as an event arrives instead of after nextPollMs,
-// and maxAgeMs keeps a subscription resumed after a long stop from
-// starting turns for stale events.
-func pollParams(in *config.Inbox) harness.EventPoll {
-	p := harness.EventPoll{MaxEvents: config.DefaultPollMaxEvents, Timeout: config.DefaultPollTimeout, MaxAge: config.DefaultPollMaxAge}
-	if in == nil {
-		return p
-	}
-	if in.PollMaxEvents > 0 {
-		p.MaxEvents = in.PollMaxEvents
-	}
-	if in.PollTimeout > 0 {
-		p.Timeout = in.PollTimeout
-	}
-	if in.PollMaxAge > 0 {
-		p.MaxAge = in.PollMaxAge
-	}
-	return p
-}
-
-// Error codes of the MCP Events extension (design sketch, "Error Codes"),
-// and JSON-RPC's invalid params, which a server answers when the
-// arguments or the cursor do not suit it.
-const (
-	codeInvalidParams     = -32602
-	codeNotFound          = -32011
-	codeForbidden         = -32012
-	codeResourceExhausted = -32013
-	codeUnsupported       = -32014
-	codeCallbackEndpoint  = -32015
-)
+// codeInvalidParams is JSON-RPC's invalid params, which a server answers
+// when the arguments or the cursor do not suit it.
+const codeInvalidParams = -32602
 
 // rpcError is an error a server answered a request with; the mcp
 // provider's EventError is one. Declared here so triggers imports no
@@ -76,7 +43,7 @@ func pollRetry(err error, retry time.Duration) time.Duration {
 		return retry
 	}
 	switch re.RPCCode() {
-	case codeForbidden, codeResourceExhausted, codeUnsupported, codeCallbackEndpoint:
+	case harness.EventCodeForbidden, harness.EventCodeResourceExhausted, harness.EventCodeUnsupported, harness.EventCodeCallback:
 		return max(retry, refusalBackoff)
 	}
 	return retry
@@ -90,26 +57,7 @@ func staleList(err error) bool {
 	if !errors.As(err, &re) {
 		return false
 	}
-	return re.RPCCode() == codeNotFound || re.RPCCode() == codeUnsupported && re.RPCData()["reason"] == "schema_changed"
-}
-
-// relistEvery bounds how often a subscription whose event type the
-// connection does not list makes it list its events again.
-const relistEvery = 30 * time.Second
-
-// relistMissing lists c's events again when sb's event type is missing
-// from them, at most every relistEvery: a stateless (2026-07-28) session
-// hears no list_changed, so this is how a type the server adds later is
-// found.
-func (s *Service) relistMissing(ctx context.Context, c *harness.Connection, sb *subscription) {
-	listed := slices.ContainsFunc(c.EventTypes(), func(t harness.EventType) bool { return t.Name == sb.event })
-	if listed || time.Since(sb.relisted) < relistEvery {
-		return
-	}
-	sb.relisted = time.Now()
-	if err := c.RefreshEvents(ctx); err != nil {
-		s.logger.Warn("events/list again failed", "connection", sb.src.name, "event", sb.event, "err", err)
-	}
+	return re.RPCCode() == harness.EventCodeNotFound || re.RPCCode() == harness.EventCodeUnsupported && re.RPCData()["reason"] == "schema_changed"
 }
 
 // explainCode says what a server's error code means for a subscription;
@@ -119,21 +67,21 @@ func explainCode(code int, data map[string]any) string {
 	switch code {
 	case codeInvalidParams:
 		return "InvalidParams (-32602): the server refused the subscription's arguments or cursor" + detail(data, "reason")
-	case codeNotFound:
+	case harness.EventCodeNotFound:
 		return "NotFound (-32011): the server no longer offers this event type" + detail(data, "kind") +
 			"; its events are listed again, and polling resumes once it lists it again"
-	case codeForbidden:
+	case harness.EventCodeForbidden:
 		return "Forbidden (-32012): the server does not permit this subscription to the connection's principal, or revoked its access" +
 			detail(data, "reason") + "; retried every 30s"
-	case codeResourceExhausted:
+	case harness.EventCodeResourceExhausted:
 		return "ResourceExhausted (-32013): a limit of the server was reached" + detail(data, "limit", "max") + "; retried every 30s"
-	case codeUnsupported:
+	case harness.EventCodeUnsupported:
 		if data["reason"] == "schema_changed" {
 			return "Unsupported (-32014): the event type changed incompatibly" + detail(data, "feature") +
 				"; its events are listed again; a subscription under its new name or arguments may be needed"
 		}
 		return "Unsupported (-32014): the server does not support an option of this subscription" + detail(data, "feature", "value") + "; retried every 30s"
-	case codeCallbackEndpoint:
+	case harness.EventCodeCallback:
 		return "CallbackEndpointError (-32015): the server could not reach or verify patchbay's webhook endpoint" + detail(data, "reason") + "; retried every 30s"
 	}
 	return fmt.Sprintf("error %d", code)

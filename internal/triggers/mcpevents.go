@@ -230,20 +230,41 @@ func (s *Service) deliverOnce(ctx context.Context, sb *subscription) (string, ti
 	if err != nil {
 		return mode, retry, err
 	}
+	if mode != harness.DeliveryPush {
+		sb.backoff = 0 // the push stream's reopening backoff starts anew
+	}
+	if mode != harness.DeliveryWebhook {
+		s.dropWebhook(ctx, sb, c)
+	}
+	var wait time.Duration
 	switch mode {
 	case harness.DeliveryPush:
-		s.dropWebhook(ctx, sb, c)
-		wait, err := s.streamOnce(ctx, sb, c)
-		return mode, wait, err
+		wait, err = s.streamOnce(ctx, sb, c)
 	case harness.DeliveryWebhook:
-		sb.backoff = 0
-		wait, err := s.subscribeOnce(ctx, sb, c)
-		return mode, wait, err
+		wait, err = s.subscribeOnce(ctx, sb, c)
+	default:
+		wait, err = s.pollOnce(ctx, sb, c)
 	}
-	sb.backoff = 0
-	s.dropWebhook(ctx, sb, c)
-	wait, err := s.pollOnce(ctx, sb, c)
 	return mode, wait, err
+}
+
+// relistEvery bounds how often a subscription whose event type the
+// connection does not list makes it list its events again.
+const relistEvery = 30 * time.Second
+
+// relistMissing lists c's events again when sb's event type is missing
+// from them, at most every relistEvery: a stateless (2026-07-28) session
+// hears no list_changed, so this is how a type the server adds later is
+// found.
+func (s *Service) relistMissing(ctx context.Context, c *harness.Connection, sb *subscription) {
+	listed := slices.ContainsFunc(c.EventTypes(), func(t harness.EventType) bool { return t.Name == sb.event })
+	if listed || time.Since(sb.relisted) < relistEvery {
+		return
+	}
+	sb.relisted = time.Now()
+	if err := c.RefreshEvents(ctx); err != nil {
+		s.logger.Warn("events/list again failed", "connection", sb.src.name, "event", sb.event, "err", err)
+	}
 }
 
 // pollOnce sends one events/poll and ingests its batch. It returns how
@@ -526,7 +547,7 @@ type SubscriptionStatus struct {
 
 // subscriptionStatus reads sb's figures.
 func (s *Service) subscriptionStatus(ctx context.Context, sb *subscription) (SubscriptionStatus, error) {
-	st := SubscriptionStatus{Connection: sb.src.name, Event: sb.event, Arguments: sb.arguments, Mode: harness.DeliveryPoll, Triggers: []string{}}
+	st := SubscriptionStatus{Connection: sb.src.name, Event: sb.event, Arguments: sb.arguments, Triggers: []string{}}
 	for _, t := range sb.triggers {
 		st.Triggers = append(st.Triggers, t.ID)
 	}
@@ -547,9 +568,6 @@ func (s *Service) subscriptionStatus(ctx context.Context, sb *subscription) (Sub
 		st.CursorAgeSeconds = &age
 	}
 	st.Events, st.Truncated, st.LastError = num(m, "events"), num(m, "truncated"), m["lastError"]
-	if m["mode"] != "" {
-		st.Mode = m["mode"]
-	}
 	if st.Mode == harness.DeliveryWebhook {
 		st.SubscriptionID, st.ExpiresAt = m["hookId"], msTime(m["refreshBefore"])
 		st.RefreshedAt, st.LastDeliveryAt = msTime(m["subscribedAt"]), msTime(m["deliveredAt"])

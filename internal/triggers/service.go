@@ -548,3 +548,25 @@ func isPermanent(err error) bool {
 	}
 	return true
 }
+
+// pollParams are the knobs every events/poll sends (inbox settings, else
+// their defaults): maxEvents bounds one ingest script, timeoutMs lets the
+// server answer as soon as an event arrives instead of after nextPollMs,
+// and maxAgeMs keeps a subscription resumed after a long stop from
+// starting turns for stale events.
+func pollParams(in *config.Inbox) harness.EventPoll {
+	p := harness.EventPoll{MaxEvents: config.DefaultPollMaxEvents, Timeout: config.DefaultPollTimeout, MaxAge: config.DefaultPollMaxAge}
+	if in == nil {
+		return p
+	}
+	if in.PollMaxEvents > 0 {
+		p.MaxEvents = in.PollMaxEvents
+	}
+	if in.PollTimeout > 0 {
+		p.Timeout = in.PollTimeout
+	}
+	if in.PollMaxAge > 0 {
+		p.MaxAge = in.PollMaxAge
+	}
+	return p
+}
