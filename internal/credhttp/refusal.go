@@ -147,13 +147,19 @@ func fromJSON(m map[string]any) (code, desc string) {
 	return code, desc
 }
 
-// jwtRE matches a compact JWS/JWT: an assertion or token some servers
-// echo in their error descriptions.
-var jwtRE = regexp.MustCompile(`[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
+var (
+	// jwtRE matches a compact JWS/JWT: an assertion or token some
+	// servers echo in their error descriptions.
+	jwtRE = regexp.MustCompile(`[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
+	// pemRE matches a PEM block (a private key), which the redactor
+	// would no longer recognise once put on one line.
+	pemRE = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]+-----.*?(-----END [A-Z0-9 ]+-----|$)`)
+)
 
 // clean puts upstream text on one line (it goes into messages and log
-// lines), clips it and removes JWT-shaped strings.
+// lines), clips it and removes JWT- and PEM-shaped strings.
 func clean(s string) string {
+	s = pemRE.ReplaceAllString(s, "<redacted>")
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {
 			return ' '

@@ -37,6 +37,7 @@ func TestParseRefusal(t *testing.T) {
 		{"html", "text/html", "<html><body>Error 500</body></html>", "HTTP 400 Bad Request"},
 		{"empty", "", "", "HTTP 400 Bad Request"},
 		{"echoed assertion", "application/json", `{"error":"invalid_grant","error_description":"bad assertion ` + assertion + `"}`, "invalid_grant: bad assertion <redacted>"},
+		{"echoed key", "application/json", `{"message":"key -----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAK\n-----END RSA PRIVATE KEY-----\n is not this App's"}`, "key <redacted> is not this App's"},
 		{"long", "application/json", `{"error":"invalid_request","error_description":"` + long + `"}`, "invalid_request: " + long[:300] + "…"},
 	}
 	for _, tt := range tests {
