@@ -4,7 +4,8 @@
 // which redirects such a request follows and what crosses one, and how a
 // token endpoint's refusal is put into words. The OpenAPI, Drive and
 // GitHub App clients and the OAuth refresh all use it, so the rule is
-// written once.
+// written once. It is not in DESIGN.md's layout: it imports nothing
+// internal, so the providers, oauth and config can all depend on it.
 //
 // # Redirects
 //
