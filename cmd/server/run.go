@@ -116,7 +116,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 				opts.Shared, opts.SharedOnly = oauthSvc, !spec.Auth.PerUser
 			}
 			if c := apps.conns[name]; c != nil {
-				opts.Shared = c
+				// The App's tokens go to its GitHub only, whatever the
+				// document or baseUrl say.
+				opts.Shared, opts.CredentialsOnlyTo = c, c.src.APIBaseURL()
 			}
 			p = openapi.New(name, *spec.OpenAPI, opts)
 			redactor.Add(openapi.Secrets(*spec.OpenAPI)...)

@@ -266,6 +266,11 @@ type OpenAPI struct {
 	// MaxResponseBytes bounds the document and every response body,
 	// default 16 MiB.
 	MaxResponseBytes int64 `yaml:"maxResponseBytes"`
+	// FollowRedirects says which redirects a call follows: none,
+	// same-origin (the default: GET and HEAD within the base URL's
+	// origin) or any (GET and HEAD elsewhere too, without credentials).
+	// See package credhttp.
+	FollowRedirects string `yaml:"followRedirects"`
 }
 
 // Transport is the MCP transport the entry uses after inference.

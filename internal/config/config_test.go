@@ -424,6 +424,7 @@ connections:
       headers: { Authorization: "Bearer ${env:GH_TOKEN}", X-Other: "t=${secret:gh.other}" }
       include: [issues, pulls/get, { $expr: "method == 'GET' && 'repos' in tags" }]
       docAuth: false
+      followRedirects: any
     policy: { approve: ["issues/create"] }
     determinism: costly
 `,
@@ -431,7 +432,7 @@ connections:
 			check: func(t *testing.T, f config.File) {
 				c := f.Connections["github"]
 				o := c.OpenAPI
-				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.Headers["X-Other"] != "t=${secret:gh.other}" || o.DocAuth == nil || *o.DocAuth || c.Determinism != "costly" ||
+				if c.Kind() != "openapi" || o.Headers["Authorization"] != "Bearer ghp_123" || o.Headers["X-Other"] != "t=${secret:gh.other}" || o.DocAuth == nil || *o.DocAuth || c.Determinism != "costly" || o.FollowRedirects != "any" ||
 					!reflect.DeepEqual(o.Include, []config.Include{{Name: "issues"}, {Name: "pulls/get"}, config.IncludeExpr("method == 'GET' && 'repos' in tags")}) {
 					t.Errorf("github = %+v %+v", c, o)
 				}
@@ -441,12 +442,13 @@ connections:
 			name: "openapi problems",
 			file: `
 connections:
-  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: ["", { $expr: "method ==" }, { $expr: "path" }, { $expr: "nope == 1" }, { expr: x }, [x]], timeoutMs: -1 } }
+  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: ["", { $expr: "method ==" }, { $expr: "path" }, { $expr: "nope == 1" }, { expr: x }, [x]], timeoutMs: -1, followRedirects: always } }
   b: { openapi: { url: "gopher://x" }, pool: { max: 2 }, auth: oauth }
   c: { openapi: { url: ./api.yaml, headers: { X-Key: "${env:NOPE}", X-Bad: "${secret:a b}" } }, mcp: { command: x } }
 `,
 			wants: []want{
 				{"connections.a.openapi.baseUrl", "absolute http:// or https:// URL"},
+				{"connections.a.openapi.followRedirects", `none, same-origin (the default) or any, not "always"`},
 				{"connections.a.openapi.headers.bad header", "not a valid HTTP header name"},
 				{"connections.a.openapi.include[0]", "not empty"},
 				{"connections.a.openapi.include[1].$expr", "not a valid include expression"},

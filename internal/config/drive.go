@@ -33,6 +33,9 @@ type Drive struct {
 	// MaxFileBytes bounds what read_file returns and what a write sends,
 	// default 5 MiB (Google's bound for a single-request upload).
 	MaxFileBytes int64 `yaml:"maxFileBytes"`
+	// FollowRedirects says which redirects a call follows, as on an
+	// openapi entry (default same-origin).
+	FollowRedirects string `yaml:"followRedirects"`
 }
 
 // ServiceAccount is a Google service account a drive entry acts as: the
@@ -79,6 +82,7 @@ func (d *Drive) validate(ps *problems, path string) {
 	if d.MaxFileBytes < 0 || d.MaxFileBytes > MaxDriveFileBytes {
 		ps.add(path+".maxFileBytes", "must be between 0 (the default, 5 MiB) and %d (64 MiB), not %d", MaxDriveFileBytes, d.MaxFileBytes)
 	}
+	validateRedirects(ps, path+".followRedirects", d.FollowRedirects)
 }
 
 // validateDriveAuth checks a drive entry's auth: exactly one of oauth and

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // Problem is one thing wrong with the configuration. Path names where: an
@@ -538,6 +539,14 @@ func (o *OpenAPI) validate(ps *problems, path string) {
 		ps.add(path+".maxResponseBytes", "must not be negative")
 	} else if o.MaxResponseBytes > 0 && o.MaxResponseBytes < MinMaxResponseBytes {
 		ps.add(path+".maxResponseBytes", "must be at least %d (1 KiB), not %d", MinMaxResponseBytes, o.MaxResponseBytes)
+	}
+	validateRedirects(ps, path+".followRedirects", o.FollowRedirects)
+}
+
+// validateRedirects checks a followRedirects value.
+func validateRedirects(ps *problems, path, v string) {
+	if _, err := credhttp.ParseRedirects(v); err != nil {
+		ps.add(path, "must be none, same-origin (the default) or any, not %q", v)
 	}
 }
 

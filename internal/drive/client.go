@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -71,7 +72,10 @@ func (cl *call) send(ctx context.Context, r request) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := cl.conn.provider.opts.HTTPClient.Do(hreq)
+		resp, err := cl.conn.client.Do(hreq)
+		if re, ok := credhttp.AsRedirect(err); ok {
+			return nil, &harness.CallError{Op: cl.op, Message: re.Error()}
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -67,7 +67,15 @@
 // per replica per hour); a 401 drops it and the call is sent once more
 // with a new one. An exchange is bounded by 30 s. A call with neither is refused before anything is sent. The
 // key, its private key and every access token are given to the redactor
-// before use, and no error quotes them.
+// before use, and no error quotes them. A refused exchange says what the
+// token endpoint said ("invalid_grant: Invalid JWT Signature.", read
+// from the body x/oauth2/jwt keeps; see credhttp.RefusalOf).
+//
+// Either credential goes to Drive's origin only: requests follow
+// redirects as the entry's followRedirects says, under package
+// credhttp's rules (same-origin GET and HEAD by default; with any, other
+// origins without the token), and the token request follows none off the
+// token_uri's origin.
 //
 // # Why not google.golang.org/api/drive/v3
 //

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -45,7 +46,9 @@ type Redactor interface {
 // Options are the provider's optional parts; nil means defaults.
 type Options struct {
 	// HTTPClient sends the Drive requests and the service account's token
-	// requests; nil is a client of its own.
+	// requests; nil is a client of its own. Its redirects follow package
+	// credhttp's rules: the entry's followRedirects for Drive requests,
+	// same-origin for token requests.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	// ServiceAccount makes calls that carry no per-call credentials act
@@ -83,7 +86,8 @@ func New(name string, spec config.Drive, opts *Options) *Provider {
 		p.opts.Redactor = noRedactor{}
 	}
 	if p.opts.ServiceAccount != nil {
-		p.sa = newServiceAccount(*p.opts.ServiceAccount, p.opts.Secrets, p.opts.Redactor, p.opts.HTTPClient)
+		// The assertion goes to the key's token_uri only.
+		p.sa = newServiceAccount(*p.opts.ServiceAccount, p.opts.Secrets, p.opts.Redactor, credhttp.Client(p.opts.HTTPClient, credhttp.FollowSameOrigin))
 	}
 	return p
 }
@@ -104,6 +108,10 @@ func (p *Provider) Connect(context.Context) (harness.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("drive %s: uploadBaseUrl: %w", p.name, err)
 	}
+	mode, err := credhttp.ParseRedirects(p.spec.FollowRedirects)
+	if err != nil {
+		return nil, fmt.Errorf("drive %s: %w", p.name, err)
+	}
 	root := p.spec.RootFolderID
 	if root == "" {
 		root = DefaultRootFolderID
@@ -113,7 +121,7 @@ func (p *Provider) Connect(context.Context) (harness.Conn, error) {
 		auth = "serviceAccount"
 	}
 	c := &conn{
-		provider: p, api: api, upload: upload, root: root,
+		provider: p, api: api, upload: upload, root: root, client: credhttp.Client(p.opts.HTTPClient, mode),
 		manifest: harness.Manifest{Operations: operations()},
 		identity: harness.Identity{Surface: "drive", Instance: api.String() + "#" + root, Epoch: 1},
 		info: map[string]any{
@@ -153,10 +161,12 @@ func (p *Provider) maxFileBytes() int64 {
 type conn struct {
 	provider    *Provider
 	api, upload *url.URL
-	root        string
-	manifest    harness.Manifest
-	identity    harness.Identity
-	info        map[string]any
+	// client sends the calls, following redirects as the entry says.
+	client   *http.Client
+	root     string
+	manifest harness.Manifest
+	identity harness.Identity
+	info     map[string]any
 }
 
 func (c *conn) Manifest() harness.Manifest { return c.manifest }

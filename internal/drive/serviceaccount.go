@@ -18,6 +18,7 @@ import (
 	"golang.org/x/oauth2/jwt"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // googleTokenURL is where a key without token_uri exchanges its
@@ -68,10 +69,11 @@ func (sa *serviceAccount) token(ctx context.Context) (string, error) {
 	}
 	tok, err := src.Token()
 	if err != nil {
-		var re *oauth2.RetrieveError
-		if errors.As(err, &re) {
-			// Its text quotes the answer (an OAuth error, never a token).
-			return "", fmt.Errorf("service account token: %s %s", re.ErrorCode, re.ErrorDescription)
+		// x/oauth2/jwt keeps only the answer's body: Google's code and
+		// description are read from it. A token endpoint echoing the
+		// assertion has it cut out; the key is the redactor's.
+		if r, ok := credhttp.RefusalOf(err); ok {
+			return "", fmt.Errorf("service account token: %s", r)
 		}
 		return "", fmt.Errorf("service account token: %w", err)
 	}

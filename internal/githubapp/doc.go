@@ -32,7 +32,9 @@
 // from retry-after, else from x-ratelimit-reset, else 0 when GitHub did
 // not say), network (no response; the cause is wrapped), invalid_key,
 // invalid_request, and http for anything else, a success without a token
-// included. Redis failures are plain wrapped errors.
+// included. A Message quotes what GitHub said (its message and first
+// error, or an OAuth-shaped code and description; see
+// credhttp.ParseRefusal). Redis failures are plain wrapped errors.
 //
 // # The cache
 //
@@ -83,7 +85,9 @@
 // replaced binary, and the model can repeat it. Give the sandbox the
 // working tree, not the credential. Transport sends the token to one
 // origin only (the API's, or the one it is given), so a redirect elsewhere
-// never carries it.
+// never carries it; the lookup and the exchange follow a redirect only
+// within the API's origin and never for the exchange's POST
+// (credhttp.FollowSameOrigin), so the App JWT stays there too.
 //
 // Least privilege is the caller's policy: ask for contents: read to clone
 // and for write only when a human has approved it. A per-caller scope

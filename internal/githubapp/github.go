@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // What GitHub's REST API asks every client to send.
@@ -124,6 +126,9 @@ func (s *Source) send(ctx context.Context, method, path, appJWT string, body []b
 		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := s.http.Do(req)
+	if re, ok := credhttp.AsRedirect(err); ok {
+		return response{}, &Error{Code: HTTP, Message: method + " " + s.apiBase + path + ": " + re.Error()}
+	}
 	if err != nil {
 		return response{}, &Error{Code: Network, Message: method + " " + s.apiBase + path, Err: err}
 	}
@@ -138,8 +143,11 @@ func (s *Source) send(ctx context.Context, method, path, appJWT string, body []b
 // classify turns an error response into an Error. Rate limits come
 // first: GitHub answers them with 403 as well as 429.
 func (s *Source) classify(resp response, what string) *Error {
-	msg := githubMessage(resp.body)
-	e := &Error{Status: resp.status, Message: what + ": " + clipTo(msg, 200)}
+	msg := githubMessage(resp)
+	e := &Error{Status: resp.status, Message: what}
+	if msg != "" {
+		e.Message += ": " + clipTo(msg, 200)
+	}
 	lower := strings.ToLower(msg)
 	switch {
 	case s.rateLimited(resp, lower, e):
@@ -198,14 +206,15 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// githubMessage is the message of a GitHub error body; the start of the
-// body when it is not GitHub's JSON.
-func githubMessage(body []byte) string {
-	var e struct {
-		Message string `json:"message"`
+// githubMessage is what a GitHub error body says: its message (and the
+// first of its errors), an OAuth-shaped error's code and description, or
+// the start of a text body — on one line, without anything shaped like
+// a JWT.
+// "" when it says nothing readable (the status is in the Error).
+func githubMessage(resp response) string {
+	r := credhttp.ParseRefusal(resp.status, resp.header.Get("Content-Type"), resp.body)
+	if r.Code == "" && r.Description == "" {
+		return ""
 	}
-	if json.Unmarshal(body, &e) == nil && e.Message != "" {
-		return e.Message
-	}
-	return clipTo(strings.TrimSpace(string(body)), 200)
+	return r.String()
 }

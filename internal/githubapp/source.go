@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
@@ -40,7 +41,8 @@ type Options struct {
 	// UserAgent is sent on every request GitHub sees ("patchbay" when
 	// empty; GitHub refuses requests without one).
 	UserAgent string
-	// HTTPClient talks to GitHub (a 30-second-timeout client when nil).
+	// HTTPClient talks to GitHub (a 30-second-timeout client when nil);
+	// its redirects follow credhttp.FollowSameOrigin.
 	HTTPClient *http.Client
 	// Store holds the token cache and the exchange lock (required).
 	Store *store.Store
@@ -106,6 +108,9 @@ func New(o Options) (*Source, error) {
 	if s.http == nil {
 		s.http = &http.Client{Timeout: defaultTimeout}
 	}
+	// The App JWT goes to the API's origin only: a redirect elsewhere,
+	// or of the exchange's POST, is not followed.
+	s.http = credhttp.Client(s.http, credhttp.FollowSameOrigin)
 	if s.now == nil {
 		s.now = time.Now
 	}

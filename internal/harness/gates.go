@@ -137,6 +137,13 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, gua
 				return 0, nil, &denied{GateSchema, "arguments do not match the schema of " + op + ": " + err.Error()}
 			}
 		}
+		if m, ok := opened.(map[string]any); ok {
+			// A value that leaves the operation's path would reach
+			// another path than the one granted and judged below.
+			if err := CheckPathArgs(operation.HTTP, m); err != nil {
+				return 0, nil, &denied{GateSchema, "arguments do not fit the path of " + op + ": " + err.Error()}
+			}
+		}
 	} else {
 		return 0, nil, &denied{GateRefs, refErr.Error()}
 	}

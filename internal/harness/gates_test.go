@@ -48,6 +48,8 @@ func setupGates(t *testing.T, st *store.Store) gateBundle {
 		harness.MemoryOp{Operation: harness.Operation{Name: "send", InputSchema: schema}},
 		harness.MemoryOp{Operation: harness.Operation{Name: "read"}},
 		harness.MemoryOp{Operation: harness.Operation{Name: "drop_all"}},
+		harness.MemoryOp{Operation: harness.Operation{Name: "fetch", HTTP: &harness.HTTPRoute{Method: "GET", Path: "/files/{dir}/{name}"},
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"dir":{"type":"string"},"name":{}},"required":["dir","name"]}`)}},
 	)
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
@@ -91,12 +93,31 @@ func TestGatesRefuseInOrder(t *testing.T) {
 			{"schema: extra field", callDoc("send", `{"to":"x","cc":"y"}`), 2},
 			{"schema: wrong type", callDoc("send", `{"to":5}`), 2},
 			{"policy deny", callDoc("drop_all", `{}`), 4},
+			// Path parameters that would leave /files/{dir}/{name}.
+			{"path: ..", callDoc("fetch", `{"dir":"..","name":"admin"}`), 2},
+			{"path: .", callDoc("fetch", `{"dir":".","name":"x"}`), 2},
+			{"path: slash", callDoc("fetch", `{"dir":"a/b","name":"x"}`), 2},
+			{"path: encoded dots", callDoc("fetch", `{"dir":"%2e%2e","name":"x"}`), 2},
+			{"path: encoded slash", callDoc("fetch", `{"dir":"a%2Fb","name":"x"}`), 2},
+			{"path: encoded twice", callDoc("fetch", `{"dir":"%252E%252e","name":"x"}`), 2},
+			{"path: backslash", callDoc("fetch", `{"dir":"..\\admin","name":"x"}`), 2},
+			{"path: empty", callDoc("fetch", `{"dir":"","name":"x"}`), 2},
+			{"path: in a list", callDoc("fetch", `{"dir":"d","name":["a",".."]}`), 2},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				ex := g.run(t, tt.doc)
 				if ex.Status != harness.ExecFailed || ex.Error.Code != "steering_denied" || ex.Error.Gate != tt.gate {
 					t.Fatalf("got %s %+v, want steering_denied at gate %d", ex.Status, ex.Error, tt.gate)
+				}
+				if arg := strings.TrimPrefix(tt.name, "path: "); arg != tt.name {
+					want := `argument "dir"`
+					if arg == "in a list" {
+						want = `argument "name"`
+					}
+					if !strings.Contains(ex.Error.Message, want) || !strings.Contains(ex.Error.Message, "/files/{dir}/{name}") {
+						t.Fatalf("message %q does not name the argument and the path", ex.Error.Message)
+					}
 				}
 			})
 		}
@@ -272,5 +293,49 @@ func TestParseAllowlist(t *testing.T) {
 				t.Fatalf("ParseAllowlist = %v, want a problem at %q", err, tt.path)
 			}
 		})
+	}
+}
+
+// TestPathArgsThatStayOnThePath: values that stay one segment pass gate
+// 2 and are sent as they are.
+func TestPathArgsThatStayOnThePath(t *testing.T) {
+	t.Parallel()
+	g := setupGates(t, storetest.New(t))
+	ex := g.run(t, callDoc("fetch", `{"dir":"..a","name":"report 100%.txt"}`))
+	if ex.Status != harness.ExecSucceeded {
+		t.Fatalf("got %s %+v", ex.Status, ex.Error)
+	}
+	if calls := g.mem.Calls(); len(calls) != 1 || calls[0].Args["dir"] != "..a" {
+		t.Fatalf("calls = %+v", calls)
+	}
+}
+
+func TestCheckPathArgs(t *testing.T) {
+	t.Parallel()
+	route := &harness.HTTPRoute{Method: "GET", Path: "/files/{dir}/{name}"}
+	for _, tt := range []struct {
+		args map[string]any
+		want string // "" when it passes
+	}{
+		{map[string]any{"dir": "docs", "name": "a.txt"}, ""},
+		{map[string]any{"dir": "...", "name": 5.0}, ""},
+		{map[string]any{"dir": "%zz", "name": "x"}, ""},
+		{map[string]any{"other": "..", "dir": "d"}, ""},
+		{map[string]any{"dir": ".."}, `argument "dir" is ".."`},
+		{map[string]any{"dir": ".%2E"}, `argument "dir" is ".%2E" (decoded: "..")`},
+		{map[string]any{"dir": "d", "name": "a%2fb"}, `argument "name" is "a%2fb" (decoded: "a/b") and holds "/" or "\"`},
+		{map[string]any{"dir": map[string]any{"k": "x/y"}}, `argument "dir" is "x/y" and holds`},
+	} {
+		err := harness.CheckPathArgs(route, tt.args)
+		var pe *harness.PathArgError
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%v: %v", tt.args, err)
+		case tt.want != "" && (!errors.As(err, &pe) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%v: err = %v, want %s", tt.args, err, tt.want)
+		}
+	}
+	if err := harness.CheckPathArgs(nil, map[string]any{"dir": ".."}); err != nil {
+		t.Fatalf("an operation without a route: %v", err)
 	}
 }

@@ -85,9 +85,13 @@
 // just have refreshed it), refreshes, stores. The others poll the token
 // until it is fresh, or the lock is gone (then they try to take it). A
 // refresh the server refuses (an OAuth error or a 4xx) drops the token and
-// is an error wrapping harness.ErrNeedsSignIn; a refresh that fails to get
+// is an error wrapping harness.ErrNeedsSignIn that quotes the server's
+// error code and description, read from the body when x/oauth2 left them
+// empty (credhttp.RefusalOf); a refresh that fails to get
 // an answer keeps the token and uses it while it is still valid. A token
-// without a refresh token is used until it expires, then dropped.
+// without a refresh token is used until it expires, then dropped. Token
+// requests (code exchange and refresh) follow no redirect of their POST
+// and none off the token endpoint's origin (credhttp.FollowSameOrigin).
 //
 // # Departures
 //

@@ -38,6 +38,9 @@ type fakeAS struct {
 	deny         bool
 	noRefresh    bool // issue no refresh tokens
 	preClient    [2]string
+	// refuseType and refuseBody, when set, answer every refresh with 400
+	// and that body; {refresh_token} in it stands for the one sent.
+	refuseType, refuseBody string
 
 	mu            sync.Mutex
 	clients       map[string]regClient
@@ -257,6 +260,12 @@ func (a *fakeAS) token(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		s, ok := a.refreshTokens[r.PostForm.Get("refresh_token")]
 		a.mu.Unlock()
+		if a.refuseBody != "" {
+			w.Header().Set("Content-Type", a.refuseType)
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(strings.ReplaceAll(a.refuseBody, "{refresh_token}", r.PostForm.Get("refresh_token"))))
+			return
+		}
 		if !ok || a.refuseRefresh.Load() || r.PostForm.Get("resource") == "" {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_grant", "error_description": "refresh token revoked"})
 			return

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/oauth2"
+
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // pending is one sign-in between Begin and Complete, kept encrypted under
@@ -201,41 +203,24 @@ func (s *Service) Complete(ctx context.Context, sessionID string, query url.Valu
 	return c.Name, p.SignedInBy, nil
 }
 
-// describeTokenError is a token endpoint failure in words, without the
-// response body (which may echo what was sent).
+// describeTokenError is a token endpoint failure in words: the
+// endpoint's code and description however x/oauth2 returned them (see
+// credhttp.RefusalOf), never the raw body, which may echo what was sent.
 func describeTokenError(err error) string {
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) {
-		msg := re.ErrorCode
-		if re.ErrorDescription != "" {
-			msg += ": " + re.ErrorDescription
-		}
-		if msg == "" && re.Response != nil {
-			msg = re.Response.Status
-		}
-		return clip(msg)
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return clip(ue.Err.Error())
-	}
-	return clip(err.Error())
+	return clip(credhttp.DescribeTokenError(err))
 }
 
 // isRefusal reports whether the token endpoint refused (an OAuth error or a
 // 4xx), as opposed to failing to answer; with codes, only those codes.
 func isRefusal(err error, codes ...string) bool {
-	var re *oauth2.RetrieveError
-	if !errors.As(err, &re) {
+	r, ok := credhttp.RefusalOf(err)
+	if !ok {
 		return false
 	}
 	if len(codes) > 0 {
-		return slices.Contains(codes, re.ErrorCode)
+		return slices.Contains(codes, r.Code)
 	}
-	if re.ErrorCode != "" {
-		return true
-	}
-	return re.Response != nil && re.Response.StatusCode >= 400 && re.Response.StatusCode < 500
+	return r.Code != "" || r.Status >= 400 && r.Status < 500
 }
 
 func principalName(p string) string { return base64.RawURLEncoding.EncodeToString([]byte(p)) }

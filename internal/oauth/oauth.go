@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -267,6 +268,9 @@ func needsSignIn(connection, principal, why string) error {
 	return fmt.Errorf("oauth: %s (principal %q): %s: %w", connection, principal, why, harness.ErrNeedsSignIn)
 }
 
+// withClient is ctx with the client of token requests: the code and the
+// client's secret go to the token endpoint's origin only, and its POST is
+// never redirected (see credhttp).
 func (s *Service) withClient(ctx context.Context) context.Context {
-	return context.WithValue(ctx, oauth2.HTTPClient, s.http)
+	return context.WithValue(ctx, oauth2.HTTPClient, credhttp.Client(s.http, credhttp.FollowSameOrigin))
 }

@@ -437,6 +437,31 @@ func TestRefusedRefreshNeedsSignIn(t *testing.T) {
 	}
 }
 
+// TestRefusedRefreshSaysWhy: the token endpoint's code and description
+// reach the error a call is refused with, whatever shape x/oauth2 left
+// them in (a JSON body sent as text/plain, which it reads as a form),
+// and the refresh token it echoes is redacted there.
+func TestRefusedRefreshSaysWhy(t *testing.T) {
+	t.Parallel()
+	for _, contentType := range []string{"application/json", "text/plain"} {
+		b := setup(t, func(a *fakeAS) {
+			a.expiresIn = 30
+			a.refuseType = contentType
+			a.refuseBody = `{"error":"invalid_grant","error_description":"Token has been expired or revoked: {refresh_token}"}`
+		}, nil, nil)
+		b.signIn(t, b.svc, "admin")
+		_, _, err := b.svc.Headers(t.Context(), connName, "admin")
+		if !errors.Is(err, harness.ErrNeedsSignIn) {
+			t.Fatalf("%s: err = %v", contentType, err)
+		}
+		shown := b.redactor.String(err.Error())
+		refresh := b.as.lastTokenForm().Get("refresh_token")
+		if !strings.Contains(shown, "invalid_grant: Token has been expired or revoked: "+harness.RedactedText) || refresh == "" || strings.Contains(shown, refresh) {
+			t.Errorf("%s: the error reads %q", contentType, shown)
+		}
+	}
+}
+
 func TestExpiredWithoutRefreshToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(a *fakeAS) { a.expiresIn = 30; a.noRefresh = true }, nil, nil)

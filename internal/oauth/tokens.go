@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/oauth2"
+
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // record is one principal's tokens for one connection, with what a refresh
@@ -286,7 +288,9 @@ func (s *Service) refreshLocked(ctx context.Context, connection, principal, reje
 	// resource (RFC 8707) is added on the way out.
 	hc := *s.http
 	hc.Transport = formParams{base: transportOf(s.http), add: url.Values{"resource": {rec.Resource}}}
-	tok, err := conf.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, &hc), &oauth2.Token{RefreshToken: rec.RefreshToken}).Token()
+	// The refresh token goes to the token endpoint only (see withClient).
+	refresher := credhttp.Client(&hc, credhttp.FollowSameOrigin)
+	tok, err := conf.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, refresher), &oauth2.Token{RefreshToken: rec.RefreshToken}).Token()
 	if err != nil {
 		if isRefusal(err) {
 			s.log.Warn("oauth: refresh refused; sign-in needed", "connection", connection, "principal", principal, "reason", describeTokenError(err))

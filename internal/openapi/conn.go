@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -22,6 +23,10 @@ import (
 type conn struct {
 	provider *Provider
 	base     *url.URL
+	// client sends the calls, following redirects as the entry says.
+	client *http.Client
+	// credErr is why credentials may not go to base, nil when they may.
+	credErr  error
 	manifest harness.Manifest
 	ops      map[string]operation
 	identity harness.Identity
@@ -41,6 +46,9 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		return nil, fmt.Errorf("%w: %s", harness.ErrUnknownOperation, req.Op)
 	}
 	p := c.provider
+	if c.credErr != nil && len(req.Headers) > 0 {
+		return nil, fmt.Errorf("openapi %s: %s: %w", p.name, req.Op, c.credErr)
+	}
 	timeout := DefaultRequestTimeout
 	if p.spec.RequestTimeoutMs > 0 {
 		timeout = time.Duration(p.spec.RequestTimeoutMs) * time.Millisecond
@@ -56,8 +64,12 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		return nil, &harness.CallError{Op: req.Op, Message: err.Error()}
 	}
 	traceRequest(ctx, hreq, op)
-	resp, err := p.opts.HTTPClient.Do(hreq)
+	resp, err := c.client.Do(hreq)
 	if err != nil {
+		if re, ok := credhttp.AsRedirect(err); ok {
+			// The API's own answer, as a 4xx would be.
+			return nil, &harness.CallError{Op: req.Op, Message: re.Error()}
+		}
 		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("openapi %s: %s: no answer within %s: %w", p.name, req.Op, timeout, err)
 		}
@@ -86,6 +98,11 @@ func (c *conn) request(ctx context.Context, op operation, call harness.CallReque
 	path := op.Path
 	query := url.Values{}
 	headers := http.Header{}
+	// Gate 2 refused these already; checked again where the path is
+	// built, for a caller that skipped the gates.
+	if err := harness.CheckPathArgs(op.Spec.HTTP, args); err != nil {
+		return nil, err
+	}
 	isParam := map[string]bool{}
 	for _, prm := range op.Params {
 		isParam[prm.Name] = true
@@ -131,7 +148,7 @@ func (c *conn) request(ctx context.Context, op operation, call harness.CallReque
 		}
 	}
 	// The template's literal segments are URL-safe in practice; values
-	// were escaped above, so "a/b" stays one segment (a%2Fb).
+	// were checked and escaped above, so each stays one segment.
 	u := *c.base
 	u.RawPath = strings.TrimSuffix(c.base.EscapedPath(), "/") + path
 	unescaped, err := url.PathUnescape(u.RawPath)

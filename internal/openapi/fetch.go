@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -30,6 +31,9 @@ func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) 
 		return nil, nil, fmt.Errorf("openapi %s: document url: %w", p.name, err)
 	}
 	withCreds := p.docAuth(docURL)
+	if to := p.opts.CredentialsOnlyTo; withCreds && p.opts.Shared != nil && to != "" && !credhttp.SameOrigin(raw, to) {
+		return nil, nil, fmt.Errorf("openapi %s: docAuth would send the GitHub App's token to the document at %s, but its tokens go only to its apiBaseUrl %s: read the document without it (docAuth: false) or from that origin", p.name, redactURL(raw), redactURL(to))
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("openapi %s: document request: %w", p.name, err)
@@ -54,31 +58,14 @@ func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) 
 		}
 	}
 	// Credentials belong to the document's origin: a redirect elsewhere
-	// goes without them (net/http drops only Authorization and cookies).
-	client := *p.opts.HTTPClient
-	next := client.CheckRedirect
-	client.CheckRedirect = func(r *http.Request, via []*http.Request) error {
-		if origin(r.URL) != origin(docURL) {
-			for k := range p.spec.Headers {
-				r.Header.Del(k)
-			}
-			r.Header.Del("Authorization")
-		}
-		if next != nil {
-			return next(r, via)
-		}
-		if len(via) >= 10 {
-			return fmt.Errorf("stopped after 10 redirects")
-		}
-		return nil
-	}
-	resp, err := client.Do(req)
+	// is followed without them (documents move to CDNs).
+	resp, err := credhttp.Client(p.opts.HTTPClient, credhttp.FollowAnyOrigin).Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("openapi %s: fetch document: %w", p.name, err)
 	}
 	defer resp.Body.Close()
 	final := resp.Request.URL
-	if resp.StatusCode == http.StatusUnauthorized && signInMissing && origin(final) == origin(docURL) {
+	if resp.StatusCode == http.StatusUnauthorized && signInMissing && credhttp.Origin(final) == credhttp.Origin(docURL) {
 		// The document wants the credential nobody has signed in for yet.
 		return nil, nil, fmt.Errorf("openapi %s: fetch document: HTTP 401 and no shared sign-in: %w", p.name, harness.ErrNeedsSignIn)
 	}
@@ -130,14 +117,14 @@ func (p *Provider) docAuth(docURL *url.URL) bool {
 		return false
 	}
 	base, err := url.Parse(p.spec.BaseURL)
-	return err == nil && origin(base) == origin(docURL)
+	return err == nil && credhttp.Origin(base) == credhttp.Origin(docURL)
 }
 
 // docAuthHint says which fix applies to a document refused with 401 or
 // 403.
 func (p *Provider) docAuthHint(sent bool, docURL, final *url.URL) string {
 	switch {
-	case origin(final) != origin(docURL):
+	case credhttp.Origin(final) != credhttp.Origin(docURL):
 		return fmt.Sprintf("the document redirected to %s, another origin, and credentials do not follow a redirect: point url at the final location", redactURL(final.String()))
 	case sent:
 		return "the document's server refused the configured headers"
@@ -148,16 +135,4 @@ func (p *Provider) docAuthHint(sent bool, docURL, final *url.URL) string {
 	default:
 		return "the document was fetched without credentials, which go with it only when baseUrl has the document's origin: set baseUrl, or docAuth: true"
 	}
-}
-
-// origin is a URL's scheme and host (with port), lower case.
-func origin(u *url.URL) string {
-	host := strings.ToLower(u.Host)
-	switch {
-	case u.Scheme == "http" && strings.HasSuffix(host, ":80"):
-		host = strings.TrimSuffix(host, ":80")
-	case u.Scheme == "https" && strings.HasSuffix(host, ":443"):
-		host = strings.TrimSuffix(host, ":443")
-	}
-	return strings.ToLower(u.Scheme) + "://" + host
 }

@@ -28,6 +28,17 @@
 // The document is read once for everyone, so it only ever carries the
 // entry's headers and, with auth, the shared sign-in's token (see
 // SharedCredentials), and those only as docAuth allows.
+//
+// Credentials go where the config says, never where a document or an
+// answer says: an entry with headers or auth loads only when its calls go
+// to baseUrl or to the origin of the document's configured URL (a
+// servers[0].url elsewhere is refused, naming both, until baseUrl says
+// so), and a GitHub App's only to its apiBaseUrl's origin
+// (Options.CredentialsOnlyTo). Calls follow redirects as followRedirects
+// says, under package credhttp's rules: nothing crosses to another
+// origin but Accept and User-Agent, and only GET and HEAD are
+// redirected. A path parameter that would leave its segment (see
+// harness.CheckPathArgs) is refused at gate 2 and checked again here.
 package openapi
 
 import (
@@ -53,6 +64,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -73,9 +85,9 @@ const (
 // Options are the provider's optional parts; nil means defaults.
 type Options struct {
 	// HTTPClient sends the document request and the calls; nil is a
-	// client of its own. Its CheckRedirect is replaced for the document
-	// request so that credentials do not follow a redirect to another
-	// origin.
+	// client of its own. Its redirects follow package credhttp's rules
+	// (the entry's followRedirects for calls; any origin, credentials
+	// left behind, for the document), and then its own CheckRedirect.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	// ReadFile reads a document given as a file path; nil is os.ReadFile.
@@ -97,6 +109,10 @@ type Options struct {
 	// as a shared MCP server does, rather than being ready for calls
 	// that are all refused.
 	SharedOnly bool
+	// CredentialsOnlyTo is the only origin the entry's credentials may
+	// go to, whatever baseUrl says: a GitHub App's apiBaseUrl. Empty:
+	// baseUrl, else the document's own origin (see checkCredentialTarget).
+	CredentialsOnlyTo string
 }
 
 // Provider opens the connection behind one openapi entry.
@@ -197,12 +213,23 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
 	}
-	base, err := p.baseURL(root, docURL)
+	base, from, err := p.baseURL(root, docURL)
+	if err != nil {
+		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
+	}
+	// Per-call credentials are refused later on a base they may not go
+	// to, should the harness hand some to an entry without auth.
+	credErr := p.checkCredentialTarget(base, from)
+	if credErr != nil && p.hasCredentials() {
+		return nil, fmt.Errorf("openapi %s: %w", p.name, credErr)
+	}
+	mode, err := credhttp.ParseRedirects(p.spec.FollowRedirects)
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
 	}
 	c := &conn{
-		provider: p, base: base, ops: map[string]operation{},
+		provider: p, base: base, ops: map[string]operation{}, credErr: credErr,
+		client: credhttp.Client(p.opts.HTTPClient, mode),
 		info: map[string]any{
 			"document": redactURL(p.spec.URL), "baseUrl": redactURL(base.String()), "openapi": version,
 			"operations": len(ops), "loadMs": time.Since(started).Milliseconds(),
@@ -317,12 +344,20 @@ func jsonish(v any) any {
 	}
 }
 
+// Where a base URL came from, for messages.
+const (
+	fromBaseURL   = "baseUrl"
+	fromServers   = "servers[0].url"
+	fromDocOrigin = "the document's origin"
+)
+
 // baseURL is baseUrl, else servers[0].url (its variables at their
 // defaults, resolved against the document's URL when relative), else the
-// document's origin.
-func (p *Provider) baseURL(root map[string]any, docURL *url.URL) (*url.URL, error) {
+// document's origin; from says which.
+func (p *Provider) baseURL(root map[string]any, docURL *url.URL) (*url.URL, string, error) {
 	if p.spec.BaseURL != "" {
-		return url.Parse(p.spec.BaseURL)
+		u, err := url.Parse(p.spec.BaseURL)
+		return u, fromBaseURL, err
 	}
 	if servers, ok := root["servers"].([]any); ok && len(servers) > 0 {
 		if s, ok := servers[0].(map[string]any); ok {
@@ -335,21 +370,52 @@ func (p *Provider) baseURL(root map[string]any, docURL *url.URL) (*url.URL, erro
 				}
 				u, err := url.Parse(raw)
 				if err != nil {
-					return nil, fmt.Errorf("servers[0].url: %w", err)
+					return nil, "", fmt.Errorf("servers[0].url: %w", err)
 				}
 				if docURL != nil && !u.IsAbs() {
 					u = docURL.ResolveReference(u)
 				}
 				if u.IsAbs() && (u.Scheme == "http" || u.Scheme == "https") {
-					return u, nil
+					return u, fromServers, nil
 				}
 			}
 		}
 	}
 	if docURL != nil && (docURL.Scheme == "http" || docURL.Scheme == "https") {
-		return &url.URL{Scheme: docURL.Scheme, Host: docURL.Host}, nil
+		return &url.URL{Scheme: docURL.Scheme, Host: docURL.Host}, fromDocOrigin, nil
 	}
-	return nil, errors.New("no base URL: set baseUrl, or give the document an absolute servers[0].url")
+	return nil, "", errors.New("no base URL: set baseUrl, or give the document an absolute servers[0].url")
+}
+
+// hasCredentials says whether calls carry anything secret: configured
+// headers, or a sign-in's or a GitHub App's token.
+func (p *Provider) hasCredentials() bool {
+	return len(p.spec.Headers) > 0 || p.opts.Shared != nil || p.opts.CredentialsOnlyTo != ""
+}
+
+// checkCredentialTarget refuses a base URL the entry's credentials may
+// not go to. Credentials go where the config says, never where a
+// document says: to CredentialsOnlyTo's origin when it is set (a GitHub
+// App's tokens go only to its GitHub), else to baseUrl, else only to
+// the origin of the document's configured URL — a servers[0].url on
+// another host, a document read from a file or redirected elsewhere
+// need baseUrl to say so.
+func (p *Provider) checkCredentialTarget(base *url.URL, from string) error {
+	shown := redactURL(base.String())
+	if to := p.opts.CredentialsOnlyTo; to != "" {
+		if !credhttp.SameOrigin(base.String(), to) {
+			return fmt.Errorf("calls would go to %s (%s), but the GitHub App's tokens go only to its apiBaseUrl %s: set baseUrl on that origin", shown, from, redactURL(to))
+		}
+		return nil
+	}
+	if from == fromBaseURL || credhttp.SameOrigin(base.String(), p.spec.URL) {
+		return nil
+	}
+	where := "names " + shown + " as its " + from
+	if from == fromDocOrigin {
+		where = "was read from " + shown + ", another origin"
+	}
+	return fmt.Errorf("the document %s %s, and credentials go only where the config says: set baseUrl: %s to send them there", redactURL(p.spec.URL), where, shown)
 }
 
 // redactURL drops a URL's userinfo and query, which may hold credentials,

@@ -78,9 +78,9 @@ func TestCalls(t *testing.T) {
 		{
 			name: "path, query and header parameters",
 			req: harness.CallRequest{Op: "get", Args: map[string]any{
-				"id": "a/b", "tags": []any{"x", "y"}, "csv": []any{1.0, 2.0}, "X-Trace": "t1"}},
+				"id": "a b?", "tags": []any{"x", "y"}, "csv": []any{1.0, 2.0}, "X-Trace": "t1"}},
 			want:    map[string]any{"ok": true},
-			wantReq: "GET /items/a%2Fb?csv=1%2C2&tags=x&tags=y key=k-123 trace=t1 idem=",
+			wantReq: "GET /items/a%20b%3F?csv=1%2C2&tags=x&tags=y key=k-123 trace=t1 idem=",
 		},
 		{
 			name:    "empty 2xx is null; writes carry the idempotency key",

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,13 @@ type Account struct {
 	n   atomic.Int64
 	// Issued are the access tokens minted, in order.
 	issued []string
+	// refusal, when set, answers every token request.
+	refusal *refusal
+}
+
+type refusal struct {
+	status            int
+	contentType, body string
 }
 
 // NewAccount starts the token endpoint of an account whose tokens open
@@ -96,7 +104,26 @@ func (a *Account) Rotate() {
 	a.key, a.pub = string(key), &k.PublicKey
 }
 
+// Refuse makes every token request answered with status and body, as
+// Google answers a key it does not know; {assertion} in body stands for
+// the request's assertion, as an endpoint that echoes it would send.
+func (a *Account) Refuse(status int, contentType, body string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refusal = &refusal{status: status, contentType: contentType, body: body}
+}
+
 func (a *Account) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	ref := a.refusal
+	a.mu.Unlock()
+	if ref != nil {
+		_ = r.ParseForm()
+		w.Header().Set("Content-Type", ref.contentType)
+		w.WriteHeader(ref.status)
+		fmt.Fprint(w, strings.ReplaceAll(ref.body, "{assertion}", r.PostForm.Get("assertion")))
+		return
+	}
 	if err := a.check(r); err != nil {
 		a.t.Errorf("token request: %v", err)
 		w.Header().Set("Content-Type", "application/json")
