@@ -285,7 +285,7 @@ func apiKeys(cfg *config.Config, stdout io.Writer) []api.Key {
 	if len(keys) == 0 {
 		key := "pb_" + rand.Text()
 		fmt.Fprintf(stdout, "No PATCHBAY_API_KEYS set; this run's API key is: %s\n", key)
-		keys = append(keys, api.Key{SHA256: sha256.Sum256([]byte(key)), Principal: authz.Principal{Name: "generated", Allowlist: config.DefaultAllowlist}})
+		keys = append(keys, api.Key{SHA256: sha256.Sum256([]byte(key)), Principal: authz.Principal{Name: authz.GeneratedName, Allowlist: config.DefaultAllowlist}})
 	}
 	return keys
 }

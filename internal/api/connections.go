@@ -48,10 +48,18 @@ func (h *handlers) listConnections(c echo.Context) error {
 	out := connectionList{Items: []harness.Status{}}
 	for _, conn := range h.Registry.List() {
 		if sees(conn.Name()) {
-			out.Items = append(out.Items, conn.Status())
+			out.Items = append(out.Items, h.statusFor(c, conn))
 		}
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// statusFor is conn's status as the request's key may see it: a pool's
+// leases held by others' executions without their holders.
+func (h *handlers) statusFor(c echo.Context, conn *harness.Connection) harness.Status {
+	st := conn.Status()
+	st.Pool = h.Executions.PoolStatusFor(c.Request().Context(), st.Pool, principal(c))
+	return st
 }
 
 func (h *handlers) getConnection(c echo.Context) error {
@@ -71,5 +79,5 @@ func (h *handlers) getConnection(c echo.Context) error {
 	if ops == nil {
 		ops = []harness.Operation{}
 	}
-	return c.JSON(http.StatusOK, connectionDetail{Status: conn.Status(), Operations: ops, Events: conn.EventTypes()})
+	return c.JSON(http.StatusOK, connectionDetail{Status: h.statusFor(c, conn), Operations: ops, Events: conn.EventTypes()})
 }

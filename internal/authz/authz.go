@@ -24,6 +24,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 )
 
 // Role is a named set of permissions.
@@ -59,6 +60,49 @@ type Principal struct {
 	Approve []string
 	// Push names the sources it may push events into.
 	Push []string
+}
+
+// Names patchbay gives principals of its own. A configured key named like
+// one would be that principal: it would own, read and replay what that
+// one owns (executions, idempotency keys, OAuth sign-ins), so Reserved
+// refuses them.
+const (
+	// OperatorName is the operator signed in with the admin token; a
+	// shared OAuth connection's sign-in is kept under it.
+	OperatorName = "admin"
+	// HostName owns host-trusted runs: triggers, cron, pushed events.
+	HostName = "trigger"
+	// SystemName is recorded as the decider of approvals that expire.
+	SystemName = "patchbay"
+	// GeneratedName is the key a server makes for one run when none is
+	// configured.
+	GeneratedName = "generated"
+)
+
+// EnvKeyName is the name of the key at position i (from 0) of the
+// environment's key list, whose keys have no names of their own.
+func EnvKeyName(i int) string { return "env-" + strconv.Itoa(i+1) }
+
+var envKeyName = regexp.MustCompile(`^env-[0-9]+$`)
+
+// Reserved says why name may not be given to a configured key, or ""
+// when it may: patchbay's own principals and the names of the
+// environment's keys (env-<n>) are taken.
+func Reserved(name string) string {
+	switch name {
+	case OperatorName:
+		return "the operator's (the admin token's) principal"
+	case HostName:
+		return "the principal of host-trusted runs (triggers, cron)"
+	case SystemName:
+		return "the decider of expired approvals"
+	case GeneratedName:
+		return "the key made for a run when none is configured"
+	}
+	if envKeyName.MatchString(name) {
+		return "names env-<n> are given to the keys of the environment's list"
+	}
+	return ""
 }
 
 // Operator is the principal of the admin token: every role.

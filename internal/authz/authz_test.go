@@ -71,3 +71,19 @@ func TestApproversAndPush(t *testing.T) {
 		}
 	}
 }
+
+func TestReservedNames(t *testing.T) {
+	t.Parallel()
+	for name, reserved := range map[string]bool{
+		authz.OperatorName: true, authz.HostName: true, authz.SystemName: true, authz.GeneratedName: true,
+		authz.EnvKeyName(0): true, "env-12": true, "env-007": true,
+		"ci": false, "env": false, "env-": false, "env-1a": false, "Admin": false, "environment-1": false,
+	} {
+		if got := authz.Reserved(name) != ""; got != reserved {
+			t.Errorf("Reserved(%q) = %q, want reserved %v", name, authz.Reserved(name), reserved)
+		}
+	}
+	if authz.EnvKeyName(0) != "env-1" {
+		t.Errorf("EnvKeyName(0) = %q, want env-1", authz.EnvKeyName(0))
+	}
+}

@@ -134,6 +134,9 @@ type APIKey struct {
 // allowlist. Exactly one of Key (plain, usually ${env:...}) and SHA256 (64
 // hex digits) is given.
 type FileAPIKey struct {
+	// Name is the key's principal: unique among all keys, and none of
+	// the names authz.Reserved keeps (env-<n> are the names of
+	// PATCHBAY_API_KEYS's keys).
 	Name      string   `yaml:"name"`
 	Key       string   `yaml:"key"`
 	SHA256    string   `yaml:"sha256"`

@@ -477,6 +477,17 @@ apiKeys:
 			wants: []want{{"apiKeys", `keys "env-1" and "dev" are the same key`}},
 		},
 		{
+			name: "a file key named like an environment key",
+			file: `
+apiKeys:
+  - { name: ci, key: ci-key, allowlist: default }
+  - { name: ops, key: ops-key, allowlist: default }
+  - { name: env-1, key: other-key, allowlist: default }
+`,
+			env:   env{"PATCHBAY_API_KEYS": "env-key"},
+			wants: []want{{"apiKeys[2].name", `"env-1" is reserved: it is the name of PATCHBAY_API_KEYS[0]`}},
+		},
+		{
 			name: "roles from the file",
 			file: `
 apiKeys:
@@ -656,6 +667,25 @@ func TestValidate(t *testing.T) {
 				{"apiKeys[0].sha256", "64 hex digits"},
 				{"apiKeys[1].allowlist", "is required"},
 				{"apiKeys[1].name", "is required"},
+			},
+		},
+		{
+			name: "api key names: one principal per name",
+			edit: func(c *config.Config) {
+				key := func(name string) config.FileAPIKey {
+					return config.FileAPIKey{Name: name, Key: "key-of-" + name, Allowlist: "a"}
+				}
+				c.File.APIKeys = []config.FileAPIKey{key("ci"), key("ops"), key("ci"), key("ci"),
+					key("admin"), key("trigger"), key("generated"), key("env-1"), key("env-007"), key("env-x")}
+			},
+			wants: []want{
+				{"apiKeys[2].name", `"ci" is also the name of apiKeys[0]`},
+				{"apiKeys[3].name", `"ci" is also the name of apiKeys[0]`},
+				{"apiKeys[4].name", `"admin" is reserved: the operator's`},
+				{"apiKeys[5].name", `"trigger" is reserved: the principal of host-trusted runs`},
+				{"apiKeys[6].name", `"generated" is reserved: the key made for a run`},
+				{"apiKeys[7].name", `"env-1" is reserved: it is the name of PATCHBAY_API_KEYS[0]`},
+				{"apiKeys[8].name", `"env-007" is reserved: names env-<n>`},
 			},
 		},
 		{

@@ -322,7 +322,7 @@ func parseAPIKeys(v string, ps *problems) []APIKey {
 		} else {
 			key = HashAPIKey(k)
 		}
-		key.Name, key.Allowlist, key.Roles = fmt.Sprintf("env-%d", i+1), DefaultAllowlist, roles
+		key.Name, key.Allowlist, key.Roles = authz.EnvKeyName(i), DefaultAllowlist, roles
 		keys = append(keys, key)
 	}
 	return keys

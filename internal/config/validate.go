@@ -352,16 +352,19 @@ func (p *Policy) validate(ps *problems, path string) {
 }
 
 func (f *File) validateAPIKeys(ps *problems) {
+	// A key's name is its principal: two keys with one name, or a key
+	// with the name of one of patchbay's own principals, would own and
+	// read each other's work.
+	first := map[string]int{}
 	for i, k := range f.APIKeys {
 		path := fmt.Sprintf("apiKeys[%d]", i)
-		switch k.Name {
-		case "":
+		if k.Name == "" {
 			ps.add(path+".name", "is required")
-		case "admin", "trigger", "patchbay":
-			// admin is the operator's principal (shared sign-ins), trigger
-			// that of host-trusted runs, patchbay the decider of expired
-			// approvals.
-			ps.add(path+".name", "%q is reserved", k.Name)
+		} else if j, ok := first[k.Name]; ok {
+			ps.add(path+".name", "%q is also the name of apiKeys[%d]; each key needs a name of its own", k.Name, j)
+		} else {
+			first[k.Name] = i
+			checkKeyName(ps, path+".name", k.Name)
 		}
 		if (k.Key == "") == (k.SHA256 == "") {
 			ps.add(path, "needs exactly one of key and sha256")
@@ -390,6 +393,20 @@ func (f *File) validateAPIKeys(ps *problems) {
 			}
 		}
 	}
+}
+
+// checkKeyName refuses a name patchbay keeps for a principal of its own,
+// naming the key of PATCHBAY_API_KEYS that an env-<n> name stands for.
+func checkKeyName(ps *problems, path, name string) {
+	why := authz.Reserved(name)
+	if why == "" {
+		return
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(name, "env-")); err == nil && n > 0 && authz.EnvKeyName(n-1) == name {
+		ps.add(path, "%q is reserved: it is the name of PATCHBAY_API_KEYS[%d] (keys given there are named env-<n>)", name, n-1)
+		return
+	}
+	ps.add(path, "%q is reserved: %s", name, why)
 }
 
 // Kinds lists the kinds the entry declares (mcp, openapi, drive, source, cron),

@@ -276,7 +276,7 @@ func (a *Approvals) expire(ctx context.Context) {
 		return
 	}
 	for _, id := range ids {
-		_, _ = a.Decide(ctx, id, ApprovalExpired, "patchbay", "no decision before the approval expired")
+		_, _ = a.Decide(ctx, id, ApprovalExpired, authz.SystemName, "no decision before the approval expired")
 		a.store.Client.ZRem(ctx, a.pendingKey(), id)
 	}
 }

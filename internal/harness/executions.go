@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
@@ -317,7 +318,7 @@ func (e *Executions) workKey() string            { return e.store.Key("work") }
 // HostPrincipal is recorded as the principal of host-trusted runs (a
 // trigger's turn): they run for no user, so connections that act as a
 // user are hidden from them.
-const HostPrincipal = "trigger"
+const HostPrincipal = authz.HostName
 
 // forNoOne reports whether an execution with this principal runs for no
 // user.

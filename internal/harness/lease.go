@@ -104,7 +104,9 @@ type PoolStatus struct {
 
 // PoolLease is one live lease in PoolStatus.
 type PoolLease struct {
-	Holder string `json:"holder"`
+	// Holder is "<execution>/<handle>"; empty where the viewer may not
+	// see the execution (PoolStatusFor).
+	Holder string `json:"holder,omitempty"`
 	Slot   int    `json:"slot"`
 	AgeMs  int64  `json:"ageMs"`
 	// SinceRenewMs is how long ago the holder last renewed.

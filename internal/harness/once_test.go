@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,10 +90,21 @@ operations:
 `
 
 // guarding is a vault@1 server that refuses vault.put on key "root" as
-// guarded (code "guarded") unless the call carries an approval.
+// guarded (code "guarded") unless the call carries an approval. It keeps
+// the approval every call arrived with, refused or not.
 type guarding struct {
 	*harness.Memory
-	calls atomic.Int32
+	calls atomic.Int32 // calls it acted on
+
+	mu   sync.Mutex
+	sent []string // every call's approval id, "" for none, in order
+}
+
+// sends is a copy of what every call so far carried as its approval.
+func (g *guarding) sends() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.sent)
 }
 
 func (g *guarding) Connect(context.Context) (harness.Conn, error) { return g, nil }
@@ -103,6 +116,9 @@ func (g *guarding) Manifest() harness.Manifest {
 }
 
 func (g *guarding) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+	g.mu.Lock()
+	g.sent = append(g.sent, req.Approval)
+	g.mu.Unlock()
 	if req.Op == "vault.put" && req.Args["key"] == "root" && req.Approval == "" {
 		return nil, &harness.CallError{Op: req.Op, Message: "the root entry is guarded", Code: harness.CodeGuarded}
 	}
@@ -167,4 +183,31 @@ func TestGuardedWaitsForApproval(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A target the server refuses as guarded is sent twice in all: the
+// refused call, then, once a person approves, the call with the
+// approval's id. The resumed run does not try it bare again first.
+func TestServerGuardedCallIsSentAgainOnceWithTheApproval(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		execs, srv := guardedSetup(t, st, harness.Policy{})
+		doc := `{"version":1,"connections":{"vault":{"profile":"vault@^1"}},"root":{"kind":"call","id":"v","connection":"vault","op":"vault.put","args":{"key":"root"}}}`
+		id := submitAs(t, execs, "test", doc)
+		aps := parked(t, execs, id, 1)
+		if got := srv.sends(); !slices.Equal(got, []string{""}) {
+			t.Fatalf("before the approval the server was sent %q, want one call without an approval", got)
+		}
+		approve(t, execs, aps...)
+		ex := approveUntilDone(t, execs, id)
+		if ex.Status != harness.ExecSucceeded {
+			t.Fatalf("%s: %+v", ex.Status, ex.Error)
+		}
+		if got := srv.sends(); !slices.Equal(got, []string{"", aps[0].ID}) {
+			t.Fatalf("the server was sent %q, want the refused call and then one carrying %s", got, aps[0].ID)
+		}
+		if n := srv.calls.Load(); n != 1 {
+			t.Fatalf("the server acted %d times, want 1", n)
+		}
+	})
 }

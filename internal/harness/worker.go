@@ -1169,6 +1169,14 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 			return nil, Identity{}, err
 		}
 		approval = approvalID(r.rec.ID, *key)
+	} else if key != nil && r.askedApproval(*key) {
+		// The server refused this call as guarded before the run parked:
+		// the call sent now is the approved one, and only it (sent bare
+		// it would only be refused again).
+		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
+			return nil, Identity{}, err
+		}
+		approval = approvalID(r.rec.ID, *key)
 	}
 	filled, err := r.e.fillSecrets(ctx, args)
 	if err != nil {
@@ -1224,6 +1232,15 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 		}
 	}
 	return r.answered(ctx, n, conn, id, out, err)
+}
+
+// askedApproval reports whether ledger entry key asked a person before:
+// its call waited for an approval.
+func (r *run) askedApproval(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := r.entry(key)
+	return i >= 0 && r.rec.Steps[i].ApprovalID != ""
 }
 
 // guardedRefusal reports whether err is a server refusing the call's

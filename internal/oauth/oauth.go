@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/seal"
@@ -22,7 +23,7 @@ import (
 
 // SharedPrincipal is the principal a shared (not per-user) connection's
 // token is kept under: the operator's.
-const SharedPrincipal = "admin"
+const SharedPrincipal = authz.OperatorName
 
 // Paths under Options.PublicURL that the web layer serves.
 const (

@@ -80,7 +80,9 @@ func (h *handler) connection(c echo.Context) error {
 	if err != nil {
 		return &notFound{"No connection is named " + c.Param("name") + "."}
 	}
-	d := connectionData{Status: conn.Status(), Operations: conn.Manifest().Operations, Policy: conn.Policy(), SignIn: h.signInPanel(c, conn),
+	st := conn.Status()
+	st.Pool = h.Executions.PoolStatusFor(bg(c), st.Pool, h.principal(c))
+	d := connectionData{Status: st, Operations: conn.Manifest().Operations, Policy: conn.Policy(), SignIn: h.signInPanel(c, conn),
 		Profiles: conn.Profiles()}
 	d.Events = conn.EventTypes()
 	if h.Triggers != nil && h.Triggers.HasSource(conn.Name()) {

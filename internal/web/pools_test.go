@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"strings"
@@ -60,5 +61,38 @@ func TestConnectionPageShowsPoolUsage(t *testing.T) {
 	}
 	if p := c.get("/admin/connections/browsers"); p.doc.Find("#h-signin").Length() != 0 {
 		t.Error("a pool without OAuth shows a sign-in panel")
+	}
+}
+
+// A lease's holder names an execution: the connection page shows it to
+// the execution's owner, to read and to the operator; to another user the
+// lease shows as held, without the holder.
+func TestConnectionPageHidesOthersLeaseHolders(t *testing.T) {
+	t.Parallel()
+	const holder = "ex_alices/app"
+	pool := &fakePool{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "browser_navigate"}}),
+		usage: &harness.PoolStatus{Max: 2, Leased: 1, Leases: []harness.PoolLease{{Holder: holder, Slot: 1, AgeMs: 2_000, SinceRenewMs: 1_000}}}}
+	b := setupConns(t, nil, func(reg *harness.Registry) { must(t, reg.Add("browsers", pool)) }, roleUsers()...)
+	_, err := b.execs.Submit(context.Background(), harness.Request{ID: "ex_alices", Workflow: json.RawMessage(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"e","connection":"mem","op":"echo","args":{}}}`), Principal: "alice", Allowlist: "ops"})
+	must(t, err)
+
+	for _, tc := range []struct {
+		who  string
+		cl   *client
+		want string
+	}{
+		{"alice", signInWith(t, b, "alice-key"), holder},
+		{"auditor", signInWith(t, b, "auditor-key"), holder},
+		{"the operator", signIn(t, b), holder},
+		{"bob", signInWith(t, b, "bob-key"), "held by another principal's run"},
+		{"approver", signInWith(t, b, "approver-key"), "held by another principal's run"},
+	} {
+		p := tc.cl.get("/admin/connections/browsers")
+		if got := text(p.doc.Find("#pool-leases tbody tr td").First()); got != tc.want {
+			t.Errorf("%s sees the lease held by %q, want %q", tc.who, got, tc.want)
+		}
+		if tc.want != holder && strings.Contains(p.doc.Text(), holder) {
+			t.Errorf("%s's page names the holder %s", tc.who, holder)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 )
@@ -36,7 +37,7 @@ func (h *handler) clientMetadata(c echo.Context) error {
 }
 
 // operatorPrincipal is whom a shared sign-in is kept for.
-const operatorPrincipal = "admin"
+const operatorPrincipal = authz.OperatorName
 
 // signInTarget is the connection the path names and whom this session
 // signs in for there: a shared connection is signed in to by operators for

@@ -341,7 +341,7 @@ func (h *handler) signIn(c echo.Context) error {
 	token := c.FormValue("token")
 	var subject, method string
 	check := func() bool {
-		subject, method = "admin", methodToken
+		subject, method = authz.OperatorName, methodToken
 		if !tokenMatches(token, h.token) {
 			subject, method = h.user(token)
 		}
@@ -460,7 +460,7 @@ func by(c echo.Context) string {
 	if s := sessionOf(c); s != nil {
 		return s.Subject
 	}
-	return "admin"
+	return authz.OperatorName
 }
 
 func bg(c echo.Context) context.Context { return c.Request().Context() }
