@@ -2,6 +2,8 @@ package harness
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,5 +125,59 @@ func TestLostConfirmationIsGivenUp(t *testing.T) {
 	defer stop()
 	if took := time.Since(began); took > subscribeWait/2 {
 		t.Fatalf("the next watcher waited %s", took)
+	}
+}
+
+// BenchmarkFeedFanOut: one execution's events, each written once, read by
+// feeds=N followers waiting on the shared subscription. ns/op is the time
+// from an event's write until every feed has read it (events written
+// back to back, so it is throughput, not latency); busy-conns is how
+// many of the Redis pool's connections are in use while the feeds wait
+// (none: the reads between waits are short).
+func BenchmarkFeedFanOut(b *testing.B) {
+	url := storetest.URL(b)
+	for _, feeds := range []int{1, 32, 256} {
+		b.Run(fmt.Sprintf("feeds=%d", feeds), func(b *testing.B) {
+			var st *store.Store
+			if url != "" {
+				st = storetest.New(b)
+			} else {
+				st = storetest.NewEmbedded(b)
+			}
+			e := NewExecutions(st, NewRegistry(nil), nil)
+			ctx := context.Background()
+			const id = "ex_bench"
+			if err := st.Client.Set(ctx, e.recordKey(id), `{"status":"running"}`, time.Hour).Err(); err != nil {
+				b.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for range feeds {
+				f, err := e.Follow(ctx, id, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				wg.Go(func() {
+					defer f.Close()
+					for seen := 0; seen < b.N; {
+						evs, err := f.Next(ctx, 10*time.Second)
+						if err != nil || len(evs) == 0 {
+							b.Errorf("feed: %d of %d events, then %v", seen, b.N, err)
+							return
+						}
+						seen += len(evs)
+					}
+				})
+			}
+			time.Sleep(100 * time.Millisecond) // every feed has read and waits
+			ps := st.Client.PoolStats()
+			busy := ps.TotalConns - ps.IdleConns
+			b.ResetTimer()
+			for range b.N {
+				e.emit(ctx, id, "bench", map[string]any{"n": 1})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(busy), "busy-conns")
+		})
 	}
 }
