@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -277,27 +279,39 @@ func TestFeedOutlivesALostSubscription(t *testing.T) {
 }
 
 // killSubscriber kills the connections named name that are subscribed
-// to something, and returns how many.
+// to something (on every node of a cluster), and returns how many.
 func killSubscriber(t *testing.T, st *store.Store, name string) int {
 	t.Helper()
-	list, err := st.Client.ClientList(context.Background()).Result()
+	var n atomic.Int64
+	kill := func(ctx context.Context, c redis.Cmdable) error {
+		list, err := c.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(list, "\n") {
+			f := map[string]string{}
+			for _, kv := range strings.Fields(line) {
+				k, v, _ := strings.Cut(kv, "=")
+				f[k] = v
+			}
+			if f["name"] != name || (f["sub"] == "0" && f["psub"] == "0") {
+				continue
+			}
+			if err := c.ClientKillByFilter(ctx, "ID", f["id"]).Err(); err != nil {
+				return err
+			}
+			n.Add(1)
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := st.Client.(*redis.ClusterClient); ok {
+		err = cc.ForEachShard(context.Background(), func(ctx context.Context, c *redis.Client) error { return kill(ctx, c) })
+	} else {
+		err = kill(context.Background(), st.Client)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(list, "\n") {
-		f := map[string]string{}
-		for _, kv := range strings.Fields(line) {
-			k, v, _ := strings.Cut(kv, "=")
-			f[k] = v
-		}
-		if f["name"] != name || (f["sub"] == "0" && f["psub"] == "0") {
-			continue
-		}
-		if err := st.Client.Do(context.Background(), "CLIENT", "KILL", "ID", f["id"]).Err(); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	return n
+	return int(n.Load())
 }

@@ -4,21 +4,36 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
-// numsub is how many clients Redis has subscribed to channel.
+// numsub is how many clients Redis has subscribed to channel (on every
+// node of a cluster: a subscription lives on the node it was made on).
 func numsub(t *testing.T, st *store.Store, channel string) int64 {
 	t.Helper()
-	m, err := st.Client.PubSubNumSub(context.Background(), channel).Result()
+	var n atomic.Int64
+	count := func(ctx context.Context, c redis.Cmdable) error {
+		m, err := c.PubSubNumSub(ctx, channel).Result()
+		n.Add(m[channel])
+		return err
+	}
+	var err error
+	if cc, ok := st.Client.(*redis.ClusterClient); ok {
+		err = cc.ForEachShard(context.Background(), func(ctx context.Context, c *redis.Client) error { return count(ctx, c) })
+	} else {
+		err = count(context.Background(), st.Client)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m[channel]
+	return n.Load()
 }
 
 func heard(ch <-chan struct{}, within time.Duration) bool {
