@@ -25,6 +25,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
@@ -191,9 +192,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Free: cfg.Limits.AuthFailures, Backoff: cfg.Limits.AuthBackoff, MaxBackoff: cfg.Limits.AuthBackoffMax,
 	})
 	proxies := throttle.Proxies(cfg.Limits.TrustedProxies)
+	// One count of open event streams for the API and the admin UI: a
+	// stream is a stream on either.
+	streams := eventstream.New(execs, &eventstream.Options{
+		PerPrincipal: cfg.Limits.MaxStreamsPerPrincipal, Total: cfg.Limits.MaxStreams,
+	})
 	handler := api.New(api.Options{
 		Executions: execs, Registry: reg, APIKeys: keys, Allowlists: als, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
 		Triggers: trig, Webhooks: hooks, Secrets: secretWriter, Throttle: guesses, TrustedProxies: proxies, Tracer: tel.Tracer,
+		Streams: streams,
 		Ready: func(ctx context.Context) error {
 			if !started.Load() {
 				return errors.New("connections are still starting")
@@ -204,7 +211,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	webOpts := web.Options{
 		AdminToken: adminToken(cfg, stdout), Store: st, Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Logger: logger,
-		Users: uiUsers(cfg), Throttle: guesses, TrustedProxies: proxies, TraceURL: cfg.TraceURL,
+		Users: uiUsers(cfg), Throttle: guesses, TrustedProxies: proxies, TraceURL: cfg.TraceURL, Streams: streams,
 	}
 	if oauthSvc != nil {
 		webOpts.SignIns = oauthSvc

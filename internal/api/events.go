@@ -4,22 +4,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
-// heartbeat keeps idle event streams open through proxies.
-const heartbeat = 15 * time.Second
-
 // streamEvents serves an execution's events as Server-Sent Events. A client
 // that reconnects with Last-Event-ID (or ?after=) gets every event after
-// that one, none twice. The stream ends after execution.finished.
+// that one, none twice. The stream ends after execution.finished. Open
+// streams are capped per key and per process (package eventstream).
 func (h *handlers) streamEvents(c echo.Context) error {
-	ctx := c.Request().Context()
 	id := c.Param("id")
 	after := c.Request().Header.Get("Last-Event-ID")
 	if after == "" {
@@ -28,44 +26,16 @@ func (h *handlers) streamEvents(c echo.Context) error {
 	if _, err := h.visible(c, id); err != nil {
 		return err
 	}
-	// The first read answers 404 before any stream headers are sent.
-	events, err := h.Executions.Events(ctx, id, after, 0)
-	if err != nil {
-		return err
-	}
-	w := c.Response()
-	w.Header().Set(echo.HeaderContentType, "text/event-stream")
-	w.Header().Set(echo.HeaderCacheControl, "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	w.Flush()
-	for {
-		for _, ev := range events {
-			data, _ := json.Marshal(ev.Data)
-			fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, data)
-			after = ev.ID
-			if ev.Type == harness.EventFinished {
-				w.Flush()
-				return nil
-			}
-		}
-		if len(events) == 0 {
-			// Resumed after the last event of a finished execution: nothing
-			// more will come.
-			if ex, err := h.Executions.Get(ctx, id); err == nil && ex.Status.Terminal() {
-				return nil
-			}
-			fmt.Fprint(w, ": keep-alive\n\n")
-		}
-		w.Flush()
-		if events, err = h.Executions.Events(ctx, id, after, heartbeat); err != nil {
-			if ctx.Err() != nil || errors.Is(err, harness.ErrNotFound) {
-				return nil
-			}
-			return nil // headers are sent: end the stream, the client reconnects
-		}
-	}
+	return h.Streams.Serve(c.Request().Context(), c.Response(), principal(c).Name, id, after, eventFormat)
 }
+
+// eventFormat names each message after its event's type, with the event's
+// data as its data.
+var eventFormat = eventstream.Format{Event: func(w io.Writer, ev harness.Event) error {
+	data, _ := json.Marshal(ev.Data)
+	_, err := fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, data)
+	return err
+}}
 
 type resumeRequest struct {
 	Rerun []string `json:"rerun"`

@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
@@ -46,6 +48,7 @@ const (
 	codeValidationFailed   = string(harness.CodeValidationFailed)
 	codeConnectionNotFound = string(harness.CodeConnectionUnknown)
 	codeStoreUnavailable   = "STORE_UNAVAILABLE" // also webhooks.CodeUnavailable
+	codeTooManyStreams     = "TOO_MANY_STREAMS"
 )
 
 // Seconds a client is asked to wait (Retry-After) before retrying a 503:
@@ -109,6 +112,7 @@ func toProblem(err error) *Problem {
 		ve *harness.ValidationError
 		he *harness.Error
 		ee *echo.HTTPError
+		le *eventstream.LimitError
 	)
 	if p := idempotencyProblem(err); p != nil {
 		return p
@@ -126,6 +130,10 @@ func toProblem(err error) *Problem {
 		return problem(http.StatusBadRequest, codeInvalidEventID, "Last-Event-ID (or after) must be an event id as the stream sent it, such as 1733225000000-0")
 	case errors.Is(err, harness.ErrNotFound):
 		return problem(http.StatusNotFound, codeExecutionNotFound, "no execution with that id")
+	case errors.As(err, &le):
+		p := problem(http.StatusTooManyRequests, codeTooManyStreams, le.Error())
+		p.retryAfter = int(eventstream.RetryAfter / time.Second)
+		return p
 	case errors.As(err, &he):
 		return problem(statusOf(he.Code), string(he.Code), he.Message)
 	case errors.As(err, &ee):

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
@@ -57,6 +58,11 @@ type Options struct {
 	TrustedProxies throttle.Proxies
 	// Tracer starts a span per request (see trace.go); nil: none.
 	Tracer trace.Tracer
+	// Streams serves the event streams and caps how many are open (429
+	// TOO_MANY_STREAMS past a cap); nil: a Streams of its own with the
+	// defaults. The server shares one with the admin UI, so streams on
+	// either count together.
+	Streams *eventstream.Streams
 }
 
 // New returns the HTTP handler of the API.
@@ -69,6 +75,9 @@ func New(o Options) *echo.Echo {
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
+	}
+	if o.Streams == nil {
+		o.Streams = eventstream.New(o.Executions, nil)
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

@@ -108,6 +108,15 @@ type Limits struct {
 	// (PATCHBAY_AUTH_BACKOFF_MAX, default 5m).
 	AuthBackoff    time.Duration
 	AuthBackoffMax time.Duration
+	// MaxStreams (PATCHBAY_MAX_STREAMS, default 512) caps the event
+	// streams open in this process: the API's execution events and the
+	// admin UI's live pages together. Past it a stream is refused with
+	// 429 and Retry-After.
+	MaxStreams int
+	// MaxStreamsPerPrincipal (PATCHBAY_MAX_STREAMS_PER_PRINCIPAL, default
+	// 32) caps the event streams one API key or UI user holds open in
+	// this process, so that one caller cannot take them all.
+	MaxStreamsPerPrincipal int
 }
 
 // APIKey is one accepted API key. Keys are kept only as SHA-256 digests so a

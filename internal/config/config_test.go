@@ -570,6 +570,7 @@ func TestValidate(t *testing.T) {
 				{"PATCHBAY_CLAIM_TIMEOUT", "from 1s to 1h"}, {"PATCHBAY_IDLE_TIMEOUT", "from 10ms"},
 				{"PATCHBAY_MAX_BODY_BYTES", "between"}, {"PATCHBAY_MAX_CONNS", "between 1"},
 				{"PATCHBAY_MAX_CONNS_PER_ADDRESS", "between 1"}, {"PATCHBAY_MAX_HEADER_BYTES", "between 4096"},
+				{"PATCHBAY_MAX_STREAMS", "between 1"}, {"PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", "between 1"},
 				{"PATCHBAY_POOL_RECLAIM_AFTER", "from 100ms to 24h"}, {"PATCHBAY_READ_HEADER_TIMEOUT", "from 10ms"},
 				{"PATCHBAY_READ_TIMEOUT", "from 10ms"}, {"PATCHBAY_RETENTION", "at least"}, {"PATCHBAY_WORKERS", "between"},
 				{"PATCHBAY_WRITE_TIMEOUT", "from 10ms"},
@@ -864,6 +865,7 @@ func TestLoadLimits(t *testing.T) {
 					ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
 					IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, MaxConns: 1024, MaxConnsPerAddress: 256,
 					AuthFailures: 5, AuthBackoff: time.Second, AuthBackoffMax: 5 * time.Minute,
+					MaxStreams: 512, MaxStreamsPerPrincipal: 32,
 				}
 				if !reflect.DeepEqual(l, want) {
 					t.Errorf("limits = %+v, want %+v", l, want)
@@ -878,12 +880,14 @@ func TestLoadLimits(t *testing.T) {
 				"PATCHBAY_MAX_CONNS_PER_ADDRESS": "3",
 				"PATCHBAY_AUTH_FAILURES":         "2", "PATCHBAY_AUTH_BACKOFF": "100ms", "PATCHBAY_AUTH_BACKOFF_MAX": "1m",
 				"PATCHBAY_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7 ,fd00::/8,::ffff:198.51.100.1,",
+				"PATCHBAY_MAX_STREAMS":     "9", "PATCHBAY_MAX_STREAMS_PER_PRINCIPAL": "9",
 			},
 			check: func(t *testing.T, l config.Limits) {
 				want := config.Limits{
 					ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
 					IdleTimeout: 4 * time.Second, MaxHeaderBytes: 8192, MaxConns: 7, MaxConnsPerAddress: 3,
 					AuthFailures: 2, AuthBackoff: 100 * time.Millisecond, AuthBackoffMax: time.Minute,
+					MaxStreams: 9, MaxStreamsPerPrincipal: 9,
 					TrustedProxies: []netip.Prefix{
 						netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
 						netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("198.51.100.1/32"),
@@ -898,9 +902,10 @@ func TestLoadLimits(t *testing.T) {
 			name: "unparsable",
 			env: env{
 				"PATCHBAY_READ_TIMEOUT": "60", "PATCHBAY_MAX_CONNS": "many", "PATCHBAY_TRUSTED_PROXIES": "10.0.0.0/8,proxy.local",
+				"PATCHBAY_MAX_STREAMS": "lots",
 			},
 			wants: []want{
-				{"PATCHBAY_MAX_CONNS", "whole number"}, {"PATCHBAY_READ_TIMEOUT", "duration"},
+				{"PATCHBAY_MAX_CONNS", "whole number"}, {"PATCHBAY_MAX_STREAMS", "whole number"}, {"PATCHBAY_READ_TIMEOUT", "duration"},
 				{"PATCHBAY_TRUSTED_PROXIES[1]", "CIDR"},
 			},
 		},
@@ -920,6 +925,25 @@ func TestLoadLimits(t *testing.T) {
 				{"PATCHBAY_READ_HEADER_TIMEOUT", "not be longer than PATCHBAY_READ_TIMEOUT"},
 				{"PATCHBAY_WRITE_TIMEOUT", "from 10ms to 24h"},
 			},
+		},
+		{
+			name: "stream caps out of range",
+			env:  env{"PATCHBAY_MAX_STREAMS": "0"},
+			wants: []want{
+				{"PATCHBAY_MAX_STREAMS", "not 0"},
+			},
+		},
+		{
+			name: "more streams per principal than in all",
+			env:  env{"PATCHBAY_MAX_STREAMS": "10", "PATCHBAY_MAX_STREAMS_PER_PRINCIPAL": "11"},
+			wants: []want{
+				{"PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", "between 1 and PATCHBAY_MAX_STREAMS (10), not 11"},
+			},
+		},
+		{
+			name:  "no streams per principal",
+			env:   env{"PATCHBAY_MAX_STREAMS_PER_PRINCIPAL": "0"},
+			wants: []want{{"PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", "not 0"}},
 		},
 	}
 	for _, tt := range tests {

@@ -59,6 +59,9 @@ const (
 	DefaultAuthFailures      = 5
 	DefaultAuthBackoff       = time.Second
 	DefaultAuthBackoffMax    = 5 * time.Minute
+	// The stream caps: see package eventstream for why these values.
+	DefaultMaxStreams             = 512
+	DefaultMaxStreamsPerPrincipal = 32
 )
 
 // DefaultWorkers is PATCHBAY_WORKERS when unset: WorkersPerCPU for each
@@ -99,6 +102,9 @@ func Default() *Config {
 			AuthFailures:       DefaultAuthFailures,
 			AuthBackoff:        DefaultAuthBackoff,
 			AuthBackoffMax:     DefaultAuthBackoffMax,
+
+			MaxStreams:             DefaultMaxStreams,
+			MaxStreamsPerPrincipal: DefaultMaxStreamsPerPrincipal,
 		},
 	}
 }
@@ -269,6 +275,8 @@ func (l *Limits) loadEnv(getenv func(string) string, ps *problems) {
 	num("PATCHBAY_AUTH_FAILURES", &l.AuthFailures)
 	dur("PATCHBAY_AUTH_BACKOFF", &l.AuthBackoff)
 	dur("PATCHBAY_AUTH_BACKOFF_MAX", &l.AuthBackoffMax)
+	num("PATCHBAY_MAX_STREAMS", &l.MaxStreams)
+	num("PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", &l.MaxStreamsPerPrincipal)
 	if v := getenv("PATCHBAY_TRUSTED_PROXIES"); strings.TrimSpace(v) != "" {
 		l.TrustedProxies = parseProxies(v, ps)
 	}

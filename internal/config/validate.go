@@ -198,6 +198,12 @@ func (l Limits) validate(ps *problems) {
 	if l.AuthFailures < 1 || l.AuthFailures > MaxAuthFailures {
 		ps.add("PATCHBAY_AUTH_FAILURES", "must be between 1 and %d, not %d", MaxAuthFailures, l.AuthFailures)
 	}
+	if l.MaxStreams < 1 || l.MaxStreams > MaxMaxConns {
+		ps.add("PATCHBAY_MAX_STREAMS", "must be between 1 and %d, not %d", MaxMaxConns, l.MaxStreams)
+	}
+	if l.MaxStreamsPerPrincipal < 1 || l.MaxStreamsPerPrincipal > l.MaxStreams && l.MaxStreams >= 1 {
+		ps.add("PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", "must be between 1 and PATCHBAY_MAX_STREAMS (%d), not %d", l.MaxStreams, l.MaxStreamsPerPrincipal)
+	}
 }
 
 // checkLoopback accepts host:port whose host is a loopback address or

@@ -65,6 +65,11 @@
 // the run's epoch, writes the events that report it (and, when the
 // execution finishes, the announcement Wait listens for) in the same
 // script; a call's started event goes out with its pending entry's save.
+// Every event written is also announced on the channel named like the
+// execution's event stream: an EventFeed (an SSE client's stream) waits
+// for that on the same subscription, which subscribes to the channel while
+// someone follows it, and reads without blocking, so no waiting stream
+// holds a pooled connection in a blocking XREAD.
 //
 // # The record and its ledger in Redis
 //

@@ -38,8 +38,10 @@ type Event struct {
 
 func (e *Executions) eventsKey(id string) string { return e.store.Key("{exec:"+id+"}", "events") }
 
-// emit appends a redacted event to the execution's stream. Events are
-// progress reports: a failure to write one is logged, not fatal.
+// emit appends a redacted event to the execution's stream and announces
+// it on the channel of the same name, which followers of the stream
+// watch (see Follow). Events are progress reports: a failure to write one
+// is logged, not fatal.
 func (e *Executions) emit(ctx context.Context, exec, typ string, data map[string]any) {
 	raw, err := json.Marshal(e.redact(data))
 	if err != nil {
@@ -49,6 +51,7 @@ func (e *Executions) emit(ctx context.Context, exec, typ string, data map[string
 	_, err = e.store.Client.Pipelined(context.WithoutCancel(ctx), func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: maxEvents, Approx: true, Values: map[string]any{"type": typ, "data": raw}})
 		p.PExpire(ctx, key, e.retention)
+		p.Publish(ctx, key, "")
 		return nil
 	})
 	if err != nil {
@@ -75,25 +78,48 @@ func ValidEventID(s string) bool {
 }
 
 // Events returns the events after the stream id `after` ("" or "0": from
-// the start), waiting up to block for new ones when there are none. An
-// unknown execution is ErrNotFound; an `after` that is no event id is
+// the start), waiting up to block for new ones when there are none (as a
+// Follow would, holding no pooled connection meanwhile). An unknown
+// execution is ErrNotFound; an `after` that is no event id is
 // ErrInvalidEventID.
 func (e *Executions) Events(ctx context.Context, exec, after string, block time.Duration) ([]Event, error) {
+	if block > 0 {
+		f, err := e.Follow(ctx, exec, after)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return f.Next(ctx, block)
+	}
+	after, err := e.checkFollow(ctx, exec, after)
+	if err != nil {
+		return nil, err
+	}
+	return e.readEvents(ctx, exec, after)
+}
+
+// checkFollow checks a resume point and that the execution exists, and
+// returns the resume point as a stream id.
+func (e *Executions) checkFollow(ctx context.Context, exec, after string) (string, error) {
 	if after == "" {
 		after = "0"
 	}
 	if !ValidEventID(after) {
-		return nil, fmt.Errorf("events of %s after %.40q: %w", exec, after, ErrInvalidEventID)
+		return "", fmt.Errorf("events of %s after %.40q: %w", exec, after, ErrInvalidEventID)
 	}
 	if n, err := e.store.Client.Exists(ctx, e.recordKey(exec)).Result(); err != nil {
-		return nil, fmt.Errorf("executions: events %s: %w", exec, err)
+		return "", fmt.Errorf("executions: events %s: %w", exec, err)
 	} else if n == 0 {
-		return nil, fmt.Errorf("execution %s: %w", exec, ErrNotFound)
+		return "", fmt.Errorf("execution %s: %w", exec, ErrNotFound)
 	}
-	if block <= 0 {
-		block = -1 // go-redis sends no BLOCK for a negative value; BLOCK 0 would wait forever
-	}
-	streams, err := e.store.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{e.eventsKey(exec), after}, Count: 100, Block: block}).Result()
+	return after, nil
+}
+
+// readEvents reads up to 100 events after `after`, without blocking: a
+// blocking XREAD would hold a pooled connection for as long as it waits,
+// and a few dozen waiting readers would leave none for anything else.
+func (e *Executions) readEvents(ctx context.Context, exec, after string) ([]Event, error) {
+	streams, err := e.store.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{e.eventsKey(exec), after}, Count: 100, Block: -1}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -113,6 +139,67 @@ func (e *Executions) Events(ctx context.Context, exec, after string, block time.
 	}
 	return out, nil
 }
+
+// EventFeed follows one execution's event stream for a reader that stays
+// (an event stream served to a client). While it waits it holds no Redis
+// connection: every event written is announced on a channel, which the
+// process's one shared subscription watches for as long as some feed
+// follows that execution, and a feed that hears it reads what is new
+// without blocking. Announcements are hints: a feed also reads whenever
+// Next's wait runs out, so one lost with a dropped subscription delays an
+// event, never loses it.
+type EventFeed struct {
+	e     *Executions
+	exec  string
+	after string
+	wake  <-chan struct{}
+	stop  func()
+}
+
+// Follow opens a feed of exec's events after `after` ("" or "0": from the
+// start). An unknown execution is ErrNotFound; an `after` that is no
+// event id is ErrInvalidEventID. The caller must Close it.
+func (e *Executions) Follow(ctx context.Context, exec, after string) (*EventFeed, error) {
+	after, err := e.checkFollow(ctx, exec, after)
+	if err != nil {
+		return nil, err
+	}
+	// Watch before the first read, so an event written between the two
+	// is heard.
+	wake, stop := e.notify.watch(ctx, e.eventsKey(exec))
+	return &EventFeed{e: e, exec: exec, after: after, wake: wake, stop: stop}, nil
+}
+
+// Next returns the events after the last one it returned (at most 100 at
+// a time), in order, each once. When there are none it waits up to wait
+// for some, and returns none if none came.
+func (f *EventFeed) Next(ctx context.Context, wait time.Duration) ([]Event, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		evs, err := f.e.readEvents(ctx, f.exec, f.after)
+		if err != nil || len(evs) > 0 {
+			if len(evs) > 0 {
+				f.after = evs[len(evs)-1].ID
+			}
+			return evs, err
+		}
+		select {
+		case <-f.wake:
+		case <-t.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Ended reports whether the execution is terminal; ErrNotFound once its
+// record is gone (expired).
+func (f *EventFeed) Ended(ctx context.Context) (bool, error) { return f.e.ended(ctx, f.exec) }
+
+// Close stops following.
+func (f *EventFeed) Close() { f.stop() }
 
 // ErrNotResumable: resume was asked of an execution that is not failed.
 var ErrNotResumable = errors.New("execution cannot be resumed")

@@ -289,7 +289,9 @@ return 1
 // record again. With them go the events that report the change (step
 // started or finished, execution running or finished) and, when the
 // execution finished, the message Wait listens for: one round trip, and a
-// fenced runner's events are dropped with its writes.
+// fenced runner's events are dropped with its writes. Written events are
+// announced on the channel named like their stream, for followers (see
+// EventFeed).
 //
 // KEYS: epoch, record, events, ledger. ARGV: epoch, retention ms, head
 // JSON ("" unchanged), "1" to empty the ledger first, "1" to set the
@@ -335,6 +337,7 @@ for i = 0, nv - 1 do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', '` + strconv.Itoa(maxEvents) + `', '*', 'type', ARGV[at + 2 * i], 'data', ARGV[at + 2 * i + 1])
 end
 if nv > 0 and ARGV[3] ~= '' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+if nv > 0 then redis.call('PUBLISH', KEYS[3], '') end
 if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 `
 

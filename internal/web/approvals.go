@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -93,14 +94,18 @@ func (h *handler) pendingFragment(c echo.Context) error {
 // was rendered with (?v=). It looks every PollInterval: approvals are
 // written by any replica, and a short poll of one sorted set is cheaper
 // than a second notification path through Redis.
+//
+// It counts against the same caps as the execution streams.
 func (h *handler) approvalsStream(c echo.Context) error {
+	release, err := h.Streams.Hold(h.principal(c).Name)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx := bg(c)
 	last := c.QueryParam("v")
 	w := c.Response()
-	w.Header().Set(echo.HeaderContentType, "text/event-stream")
-	w.Header().Set(echo.HeaderCacheControl, "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	eventstream.Start(w)
 	fmt.Fprint(w, "retry: 2000\n\n")
 	w.Flush()
 	tick := time.NewTicker(h.PollInterval)

@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -89,8 +90,7 @@ func (h *handler) loadExecution(c echo.Context) (executionData, error) {
 	}
 	after := ""
 	for range 10 { // at most the last 1000 events (the stream keeps about that many)
-		// A block of 0 would wait forever at the tail; 1ms reads what is there.
-		evs, err := h.Executions.Events(ctx, ex.ID, after, time.Millisecond)
+		evs, err := h.Executions.Events(ctx, ex.ID, after, 0)
 		if err != nil || len(evs) == 0 {
 			break
 		}
@@ -120,47 +120,40 @@ func (h *handler) executionBody(c echo.Context) error {
 
 // executionStream relays the execution's event stream as SSE: "update"
 // for every event, then "finished" once it ends (the page closes the
-// stream on it). It reads harness.Executions.Events, as the API's
-// /v1/executions/{id}/events does, under the session instead of an API key.
+// stream on it). It is the API's /v1/executions/{id}/events under the
+// session instead of an API key, served by the same Streams and counted
+// against the same caps.
 func (h *handler) executionStream(c echo.Context) error {
-	ctx := bg(c)
 	id := c.Param("id")
-	after := c.Request().Header.Get("Last-Event-ID")
 	if _, err := h.visible(c, id); err != nil {
 		return err
 	}
-	events, err := h.Executions.Events(ctx, id, after, time.Millisecond)
+	err := h.Streams.Serve(bg(c), c.Response(), h.principal(c).Name, id, c.Request().Header.Get("Last-Event-ID"), updateFormat)
 	switch {
 	case errors.Is(err, harness.ErrInvalidEventID):
 		return echo.NewHTTPError(http.StatusBadRequest)
-	case err != nil:
+	case errors.Is(err, harness.ErrNotFound):
 		return &notFound{"No execution has that id."}
 	}
-	w := c.Response()
-	w.Header().Set(echo.HeaderContentType, "text/event-stream")
-	w.Header().Set(echo.HeaderCacheControl, "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	w.Flush()
-	for {
-		for _, ev := range events {
-			data, _ := json.Marshal(map[string]any{"type": ev.Type, "data": ev.Data})
-			fmt.Fprintf(w, "id: %s\nevent: update\ndata: %s\n\n", ev.ID, data)
-			after = ev.ID
-			if ev.Type == harness.EventFinished {
-				fmt.Fprintf(w, "event: finished\ndata: %s\n\n", data)
-				w.Flush()
-				return nil
-			}
+	return err
+}
+
+// updateFormat tells the page that something changed ("update", with the
+// event), and that nothing more will ("finished").
+var updateFormat = eventstream.Format{
+	Event: func(w io.Writer, ev harness.Event) error {
+		data, _ := json.Marshal(map[string]any{"type": ev.Type, "data": ev.Data})
+		_, err := fmt.Fprintf(w, "id: %s\nevent: update\ndata: %s\n\n", ev.ID, data)
+		return err
+	},
+	End: func(w io.Writer, last *harness.Event) error {
+		data := []byte("{}")
+		if last != nil {
+			data, _ = json.Marshal(map[string]any{"type": last.Type, "data": last.Data})
 		}
-		if len(events) == 0 {
-			fmt.Fprint(w, ": keep-alive\n\n")
-		}
-		w.Flush()
-		if events, err = h.Executions.Events(ctx, id, after, 15*time.Second); err != nil {
-			return nil
-		}
-	}
+		_, err := fmt.Fprintf(w, "event: finished\ndata: %s\n\n", data)
+		return err
+	},
 }
 
 func (h *handler) cancel(c echo.Context) error {

@@ -24,7 +24,9 @@
 // compared in constant time; without it the request is refused with 403.
 // Failed sign-ins are counted per client address (package throttle): past
 // a few, the address is shown the sign-in page with 429 and Retry-After
-// until its backoff lifts, whatever token it sends.
+// until its backoff lifts, whatever token it sends. The live streams (an
+// execution's events, the pending approvals) count against the caps on
+// open streams the server shares with the API (package eventstream).
 //
 // The UI changes nothing itself: allowlists are parsed with
 // harness.ParseAllowlist and saved through harness.Allowlists, decisions
@@ -54,6 +56,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -100,6 +103,12 @@ type Options struct {
 	// replaced by the execution's trace id. Empty: the id is shown
 	// without a link.
 	TraceURL string
+	// Streams serves the live execution page's event stream and caps the
+	// live streams (that one and the approvals list) per principal and
+	// per process; nil: a Streams of its own with the defaults. The
+	// server shares one with the API, so streams on either count
+	// together.
+	Streams *eventstream.Streams
 }
 
 // User is an API key that may sign in to the UI as its principal. Its
@@ -135,6 +144,9 @@ func Mount(e *echo.Echo, o Options) error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Streams == nil {
+		o.Streams = eventstream.New(o.Executions, nil)
 	}
 	h := &handler{Options: o, token: sha256.Sum256([]byte(o.AdminToken)), sessions: &sessions{store: o.Store, ttl: o.SessionTTL}}
 
@@ -214,6 +226,12 @@ func (h *handler) wrap(f echo.HandlerFunc) echo.HandlerFunc {
 		var rf *refused
 		if errors.As(err, &rf) {
 			return h.forbidden(c, rf.why)
+		}
+		var le *eventstream.LimitError
+		if errors.As(err, &le) {
+			// A live part of a page (its EventSource retries later).
+			c.Response().Header().Set("Retry-After", strconv.Itoa(int(eventstream.RetryAfter/time.Second)))
+			return h.render(c, http.StatusTooManyRequests, errorPage(h.page(c, "Too many live pages", ""), le.Error()))
 		}
 		var he *echo.HTTPError
 		if errors.As(err, &he) && he.Code < 500 {
