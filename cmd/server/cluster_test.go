@@ -32,12 +32,13 @@ type refusal struct {
 
 // TestClusterFailoverUnderLoad: two server processes on a real Redis
 // Cluster (three masters with a replica each, cluster-node-timeout 2 s)
-// take submissions from a client that retries on 503 every 100 ms, under
-// an Idempotency-Key; the master holding the work stream is killed with
-// SIGKILL mid-load. Every accepted execution must succeed, each step's
-// effect once, and be listed; the 503s after the replica's promotion must
-// stop within clusterWindow, each with a Retry-After. The window is
-// logged.
+// take submissions from four clients that retry on 503 every 100 ms, under
+// an Idempotency-Key, while an execution whose record is on one master is
+// read every 50 ms from both; that master, which also holds the work
+// stream, is killed with SIGKILL mid-load. Every accepted execution must
+// succeed, each step's effect once, and be listed; the 503s after the
+// replica's promotion must stop within clusterWindow, each with a
+// Retry-After. The window is logged.
 func TestClusterFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
 	cluster := storetest.StartCluster(t)
@@ -125,6 +126,50 @@ allowlists:
 
 	accepted := func() int { mu.Lock(); defer mu.Unlock(); return len(ids) }
 	waitUntil(t, "ten accepted submissions", func() bool { return accepted() >= 10 })
+	// Submissions stall on their keys' in-flight locks for a while after
+	// the failover (see below), so the reads of an execution whose record
+	// is on the killed master probe the window too, from both processes.
+	var probed string
+	for i := 0; probed == ""; i++ {
+		waitUntil(t, "more accepted submissions", func() bool { return accepted() > i })
+		mu.Lock()
+		id := ids[i]
+		mu.Unlock()
+		if on, _ := cluster.MasterOf(t, prefix+"{exec:"+id+"}:record"); on == master {
+			probed = id
+		}
+	}
+	for _, r := range replicas {
+		load.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				req, _ := http.NewRequest("GET", "http://"+r.addr+"/v1/executions/"+probed, nil)
+				req.Header.Set("Authorization", "Bearer cluster-key")
+				resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+				if err != nil {
+					continue
+				}
+				var p map[string]any
+				_ = json.NewDecoder(resp.Body).Decode(&p)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+				case http.StatusServiceUnavailable:
+					code, _ := p["code"].(string)
+					mu.Lock()
+					refusals = append(refusals, refusal{at: time.Now(), code: code, retryAfter: resp.Header.Get("Retry-After")})
+					mu.Unlock()
+				default:
+					t.Errorf("GET %s: %d %v", probed, resp.StatusCode, p)
+					return
+				}
+			}
+		})
+	}
 	killedAt := time.Now()
 	master.Kill()
 	promoAt = storetest.WaitMaster(t, promoted, 30*time.Second)
@@ -140,6 +185,7 @@ allowlists:
 	mu.Lock()
 	accepted0, refused, held := len(ids), slices.Clone(refusals), slices.Clone(inFlight)
 	mu.Unlock()
+	slices.SortFunc(refused, func(a, b refusal) int { return a.at.Compare(b.at) })
 	var last time.Time
 	for _, r := range refused {
 		if r.code != "STORE_UNAVAILABLE" || r.retryAfter == "" {
@@ -148,8 +194,9 @@ allowlists:
 		last = r.at
 	}
 	window := max(last.Sub(promoAt), 0)
-	t.Logf("promotion %s after the kill; %d 503s, the last %s after the promotion (Retry-After %s); %d accepted",
-		promoAt.Sub(killedAt).Round(time.Millisecond), len(refused), window.Round(time.Millisecond), retryAfterOf(refused), accepted0)
+	t.Logf("promotion %s after the kill; %d 503s, the last %s after the kill, %s after the promotion (Retry-After %s); %d accepted",
+		promoAt.Sub(killedAt).Round(time.Millisecond), len(refused), last.Sub(killedAt).Round(time.Millisecond),
+		window.Round(time.Millisecond), retryAfterOf(refused), accepted0)
 	if len(held) > 0 {
 		// A submission whose attempt failed with the master while its
 		// key's in-flight lock was on that master cannot release the

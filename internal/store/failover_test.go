@@ -99,8 +99,8 @@ func checkGap(t *testing.T, s *store.Store, keys []string, kill func(), promoted
 		t.Errorf("a write failed with %v, not as unavailable", err)
 	}
 	gap := max(last.Sub(at), 0)
-	t.Logf("promotion %s after the kill; writes failed until %s after it (%d of %d failed)",
-		at.Sub(killed).Round(time.Millisecond), gap.Round(time.Millisecond), failed, all)
+	t.Logf("promotion %s after the kill; writes failed until %s after the kill, %s after the promotion (%d of %d failed)",
+		at.Sub(killed).Round(time.Millisecond), last.Sub(killed).Round(time.Millisecond), gap.Round(time.Millisecond), failed, all)
 	if gap > failoverBound {
 		t.Errorf("writes failed until %s after the promotion, want within %s", gap, failoverBound)
 	}

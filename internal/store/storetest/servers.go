@@ -96,7 +96,11 @@ func startServer(t testing.TB, bin, dir string, args ...string) *Server {
 		common = append([]string{args[0]}, common...)
 		args = args[1:]
 	} else {
-		common = append(common, "--save", "", "--appendonly", "no")
+		// A replica's first sync starts at once (not after the 5 s a
+		// diskless sync waits for more replicas), and its offset moves
+		// within a second (a cluster lists a replica at offset 0 as not
+		// yet available).
+		common = append(common, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1")
 	}
 	s.cmd = exec.Command(bin, append(common, args...)...)
 	if err := s.cmd.Start(); err != nil {
