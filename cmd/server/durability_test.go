@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,27 +68,52 @@ func allRecords(t *testing.T, ctx context.Context, c redis.UniversalClient, pref
 func records[T any](t *testing.T, ctx context.Context, c redis.UniversalClient, prefix string, keep func(T) bool) []T {
 	t.Helper()
 	var out []T
-	var cursor uint64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, prefix+"{exec:*}:record", 1000).Result()
+	for _, k := range scanKeys(t, ctx, c, prefix+"{exec:*}:record") {
+		data, err := c.Get(ctx, k).Bytes()
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		for _, k := range keys {
-			data, err := c.Get(ctx, k).Bytes()
-			if err != nil {
-				continue
-			}
-			var r T
-			if json.Unmarshal(data, &r) == nil && keep(r) {
-				out = append(out, r)
-			}
+		var r T
+		if json.Unmarshal(data, &r) == nil && keep(r) {
+			out = append(out, r)
 		}
-		if next == 0 {
-			return out
-		}
-		cursor = next
 	}
+	return out
+}
+
+// scanKeys returns the keys matching match, on every master of a cluster.
+func scanKeys(t *testing.T, ctx context.Context, c redis.UniversalClient, match string) []string {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		out []string
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, match, 1000).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			out = append(out, keys...)
+			mu.Unlock()
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // orphanedQueued returns the queued records that have no item on the work

@@ -214,8 +214,8 @@ func TestConnectionStartingIs503(t *testing.T) {
 	}
 }
 
-// downSetup serves the API over a store whose Redis refuses connections.
-func downSetup(t *testing.T) *bundle {
+// refusingStore is a store whose Redis refuses connections.
+func refusingStore(t *testing.T) *store.Store {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -228,6 +228,12 @@ func downSetup(t *testing.T) *bundle {
 		Prefix: storetest.Prefix(),
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// downSetup serves the API over st, whose Redis is out of reach.
+func downSetup(t *testing.T, st *store.Store) *bundle {
+	t.Helper()
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("mem", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "add"}}, harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
 	must(t, reg.Start(context.Background()))
@@ -256,13 +262,33 @@ func downSetup(t *testing.T) *bundle {
 	return &bundle{url: srv.URL, router: router, spec: s, seen: map[string]bool{}, routes: e.Routes()}
 }
 
+// downBound is how soon a route must answer with Redis out of reach: the
+// request's wait on Redis, and slack for a loaded machine.
+const downBound = store.RequestWait + 2*time.Second
+
 // TestStoreDownIs503: with Redis out of reach, every route that needs it
-// answers 503 STORE_UNAVAILABLE with Retry-After, never a 500. A route the
-// server has that the table does not cover fails the test; the routes that
-// never touch Redis are listed as such.
+// answers 503 STORE_UNAVAILABLE with Retry-After, never a 500, within
+// store.RequestWait (and some slack): Redis refusing connections, and
+// Redis frozen (connections open, nothing answered), where only the
+// request's wait ends it. A route the server has that the table does not
+// cover fails the test; the routes that never touch Redis are listed as
+// such.
 func TestStoreDownIs503(t *testing.T) {
 	t.Parallel()
-	b := downSetup(t)
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		storeDownIs503(t, downSetup(t, refusingStore(t)))
+	})
+	t.Run("frozen", func(t *testing.T) {
+		t.Parallel()
+		st, proxy := storetest.NewFreezable(t)
+		b := downSetup(t, st)
+		proxy.Freeze()
+		storeDownIs503(t, b)
+	})
+}
+
+func storeDownIs503(t *testing.T, b *bundle) {
 	const ct = "application/json"
 	event := deployFailed("evt-down", "api")
 	// Liveness and metrics answer from the process alone.
@@ -303,11 +329,17 @@ func TestStoreDownIs503(t *testing.T) {
 	} {
 		covered[tc.method+" "+tc.route] = true
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			// In parallel: frozen, each takes the whole wait.
+			t.Parallel()
 			contentType := ""
 			if tc.body != "" {
 				contentType = ct
 			}
+			start := time.Now()
 			r := b.do(t, tc.method, tc.path, contentType, tc.body, tc.headers...)
+			if d := time.Since(start); d > downBound {
+				t.Errorf("answered after %s, want within %s", d, downBound)
+			}
 			if r.status != http.StatusServiceUnavailable {
 				t.Fatalf("status %d, want 503: %s", r.status, r.body)
 			}

@@ -85,6 +85,7 @@ func New(o Options) *echo.Echo {
 	// echo's default RealIP believes X-Forwarded-For from anyone.
 	e.IPExtractor = o.TrustedProxies.IP
 	e.Use(middleware.RequestID())
+	e.Use(storeWait)
 	e.Use(tracing(o.Tracer))
 	e.Use(requestLogger(o.Logger))
 	e.Use(middleware.Recover())
@@ -136,6 +137,19 @@ func New(o Options) *echo.Echo {
 
 type handlers struct {
 	Options
+}
+
+// storeWait bounds, once for the whole request, how long it waits on a
+// Redis that does not answer (store.RequestWait): every route, and the
+// admin UI mounted on the same server, answers 503 STORE_UNAVAILABLE within
+// it when Redis freezes, however many reads it makes.
+func storeWait(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx, end := store.WithRequestWait(c.Request().Context(), store.RequestWait)
+		defer end()
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
+	}
 }
 
 func requestLogger(logger *slog.Logger) echo.MiddlewareFunc {

@@ -31,6 +31,62 @@
 //
 // Passwords never appear in a log line or an error: URLs are shown with the
 // password replaced by "xxxxx".
+//
+// # Client options
+//
+// Every client gets these go-redis options unless the URL sets the same
+// option as a query parameter (options.go):
+//
+//   - DialTimeout 2 s (go-redis: 5 s). Reaching Redis takes milliseconds;
+//     a host that is gone (SYNs dropped) must fail within the request
+//     wait below, not eat it.
+//   - DialerRetries 1 (go-redis: 5, 100 ms apart). A refused dial is
+//     answered at once; the command-level retries below retry it, and on
+//     a cluster the slot map is reloaded between them, which a retry
+//     inside the dial would only delay.
+//   - ReadTimeout and WriteTimeout 3 s (go-redis: 5 s), PoolTimeout 3 s
+//     (go-redis: ReadTimeout + 1 s). patchbay's commands and scripts are
+//     small; this bounds background work (workers, sweeps) on a frozen
+//     server. Requests are bounded more tightly by the request wait.
+//   - MinRetryBackoff 10 ms, MaxRetryBackoff 250 ms (go-redis: 10 ms–1 s):
+//     the retries of one command all fit in the request wait, and come
+//     often enough to find a promoted replica soon after its promotion.
+//   - MaxRetries stays go-redis's (3 on a single server or through
+//     Sentinel; none on a cluster, whose client retries through
+//     MaxRedirects instead). MaxRedirects 5 (go-redis: 3): a command may
+//     meet a refused dial, CLUSTERDOWN and a MOVED in one failover.
+//   - ReadOnly, RouteRandomly and RouteByLatency stay off: every read goes
+//     to the master, because patchbay reads what it has just written (a
+//     submission, then its GET; a claim, then the run) and replicas lag.
+//   - ContextTimeoutEnabled is always on (the URL cannot turn it off):
+//     without it a context's deadline does not reach the socket, and the
+//     request wait could not cut a read from a frozen server short.
+//
+// # Failover
+//
+// Redis Cluster: go-redis reloads its slot map on MOVED, ASK and READONLY
+// and otherwise once a minute, so after a master dies it would keep
+// dialing the dead address for up to a minute after the cluster promoted
+// a replica. A hook on every node (refreshOnFailure) asks for a reload
+// whenever a command fails for want of Redis (refused or dropped
+// connection, timeout, CLUSTERDOWN, TRYAGAIN…); go-redis coalesces the
+// reloads (one at a time, 200 ms apart). While the cluster has not yet
+// promoted anyone the reload finds the same map and requests answer 503;
+// the first reload after the promotion finds the new master.
+//
+// Sentinel: the go-redis failover client asks the sentinels for the
+// master's address on every new connection and drops its connections to
+// the old master on +switch-master, so it follows a failover by itself;
+// after a run of failed dials its pool refuses at once until a probe
+// (once a second) connects, which is up to a second more.
+//
+// # Request wait
+//
+// WithRequestWait (wait.go) marks a request's context: the request then
+// waits on a Redis that does not answer for RequestWait in all, however
+// many commands it makes and however go-redis retries them. The HTTP API
+// marks every request. Work outside requests (workers, sweeps, triggers)
+// is bounded by the client options alone.
 package store
 
 import (
@@ -87,6 +143,7 @@ func Open(ctx context.Context, url, prefix string, logger *slog.Logger) (*Store,
 		return nil, fmt.Errorf("store: %w %s: %s", ErrInvalidURL, safe, scrub(err.Error(), url))
 	}
 	s := &Store{Client: t.newClient(), Prefix: prefix, url: safe}
+	s.Client.AddHook(waitHook{})
 
 	pctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
@@ -117,6 +174,7 @@ func openEmbedded(prefix string, logger *slog.Logger) (*Store, error) {
 		url:      "embedded",
 		embedded: mr,
 	}
+	s.Client.AddHook(waitHook{})
 	logger.Warn("store: REDIS_URL is not set, using the embedded in-memory store: everything is kept in memory and nothing survives a restart")
 	return s, nil
 }

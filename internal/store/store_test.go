@@ -272,3 +272,51 @@ func TestCheckDurabilityRealRedis(t *testing.T) {
 		t.Error("real server logged the embedded warning")
 	}
 }
+
+// TestChosenOptions: every kind of client gets patchbay's go-redis options
+// (see the package doc), except those the URL sets itself; the cluster
+// client follows MaxRedirects too, and reads go to masters only.
+func TestChosenOptions(t *testing.T) {
+	t.Parallel()
+	type got struct {
+		dial, read, write, pool, minBackoff, maxBackoff time.Duration
+		dialerRetries                                   int
+		ctxTimeout                                      bool
+	}
+	want := got{dialTimeout, ioTimeout, ioTimeout, poolTimeout, minRetryBackoff, maxRetryBackoff, dialerRetries, true}
+	for _, tc := range []struct {
+		url  string
+		want got
+	}{
+		{"redis://h:1/0", want},
+		{"redis+sentinel://s1/m", want},
+		{"redis+cluster://n1,n2", want},
+		{"redis://h:1/0?dial_timeout=7s&read_timeout=8s", got{7 * time.Second, 8 * time.Second, ioTimeout, poolTimeout, minRetryBackoff, maxRetryBackoff, dialerRetries, true}},
+		{"redis+cluster://n1?max_retry_backoff=2s&dialer_retries=4", got{dialTimeout, ioTimeout, ioTimeout, poolTimeout, minRetryBackoff, 2 * time.Second, 4, true}},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			tg, err := parseURL(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var g got
+			switch tg.mode {
+			case modeSingle:
+				o := tg.single
+				g = got{o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MinRetryBackoff, o.MaxRetryBackoff, o.DialerRetries, o.ContextTimeoutEnabled}
+			case modeSentinel:
+				o := tg.failover
+				g = got{o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MinRetryBackoff, o.MaxRetryBackoff, o.DialerRetries, o.ContextTimeoutEnabled}
+			case modeCluster:
+				o := tg.cluster
+				g = got{o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MinRetryBackoff, o.MaxRetryBackoff, o.DialerRetries, o.ContextTimeoutEnabled}
+				if o.MaxRedirects != maxRedirects || o.ReadOnly || o.RouteRandomly || o.RouteByLatency {
+					t.Errorf("MaxRedirects %d, ReadOnly %v, RouteRandomly %v, RouteByLatency %v", o.MaxRedirects, o.ReadOnly, o.RouteRandomly, o.RouteByLatency)
+				}
+			}
+			if g != tc.want {
+				t.Errorf("got %+v\nwant %+v", g, tc.want)
+			}
+		})
+	}
+}

@@ -30,7 +30,9 @@ type target struct {
 func (t *target) newClient() redis.UniversalClient {
 	switch t.mode {
 	case modeCluster:
-		return redis.NewClusterClient(t.cluster)
+		cc := redis.NewClusterClient(t.cluster)
+		watchCluster(cc)
+		return cc
 	case modeSentinel:
 		return redis.NewFailoverClient(t.failover)
 	default:
@@ -53,6 +55,11 @@ func parseURL(raw string) (*target, error) {
 		if err != nil {
 			return nil, err
 		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, err
+		}
+		tuneSingle(o, u.Query())
 		return &target{mode: modeSingle, single: o}, nil
 	case "redis+cluster", "rediss+cluster":
 		return parseCluster(strings.ToLower(strings.TrimSuffix(scheme, "+cluster")), rest)
@@ -138,6 +145,11 @@ func parseCluster(base, rest string) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
+	query, err := url.ParseQuery(a.query)
+	if err != nil {
+		return nil, fmt.Errorf("bad query: %w", err)
+	}
+	tuneCluster(o, query)
 	return &target{mode: modeCluster, cluster: o}, nil
 }
 
@@ -180,6 +192,7 @@ func parseSentinel(base, rest string) (*target, error) {
 		o.Password, _ = u.User.Password()
 	}
 	o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPassword
+	tuneSentinel(o, q)
 	return &target{mode: modeSentinel, failover: o}, nil
 }
 

@@ -6,6 +6,12 @@
 // In CI (CI=true) a real Redis is required: New and Each fail the test when
 // PATCHBAY_TEST_REDIS_URL is empty, so nothing that needs the real server is
 // silently skipped there.
+//
+// For faults it also starts what a test breaks: a FreezeProxy (a Redis that
+// stops answering), and a Redis Cluster or a Sentinel setup of redis-server
+// processes on loopback whose masters a test may kill (servers.go; they
+// need Debian's redis-server and redis-cli, and fail the test under CI=true
+// without them).
 package storetest
 
 import (
