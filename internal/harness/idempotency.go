@@ -77,6 +77,7 @@ type Claim struct {
 	Result string
 
 	recKey, lockKey, token string
+	claimed                time.Time // when the lock was taken, by this process's clock
 }
 
 // Idempotency stores idempotency keys in Redis.
@@ -141,7 +142,7 @@ return 1
 // holds it.
 func (i *Idempotency) Claim(ctx context.Context, k IdempotencyKey, newID string) (*Claim, error) {
 	tag := "{idem:" + k.hash() + "}"
-	c := &Claim{recKey: i.store.Key(tag, "rec"), lockKey: i.store.Key(tag, "lock"), token: newIdemToken()}
+	c := &Claim{recKey: i.store.Key(tag, "rec"), lockKey: i.store.Key(tag, "lock"), token: newIdemToken(), claimed: time.Now()}
 	res, err := idemClaimScript.Run(ctx, i.store.Client, []string{c.recKey, c.lockKey},
 		k.Fingerprint, newID, c.token, i.lock.Milliseconds(), i.ttl.Milliseconds()).StringSlice()
 	if err != nil {
@@ -167,9 +168,15 @@ func (i *Idempotency) Claim(ctx context.Context, k IdempotencyKey, newID string)
 }
 
 // Complete saves result (non-empty) as the answer of c's key; later claims
-// are ClaimDone with it. A result saved earlier is kept.
+// are ClaimDone with it. A result saved earlier is kept. When Redis
+// refuses, the error is returned and the completion is retried in the
+// background while c's lock stands (see settleLater).
 func (i *Idempotency) Complete(ctx context.Context, c *Claim, result string) error {
-	if err := idemCompleteScript.Run(ctx, i.store.Client, []string{c.recKey, c.lockKey}, c.token, result).Err(); err != nil {
+	complete := func(ctx context.Context) error {
+		return idemCompleteScript.Run(ctx, i.store.Client, []string{c.recKey, c.lockKey}, c.token, result).Err()
+	}
+	if err := complete(ctx); err != nil {
+		i.settleLater(c, complete)
 		return fmt.Errorf("idempotency: complete: %w", err)
 	}
 	return nil
@@ -189,11 +196,44 @@ func (i *Idempotency) Forget(ctx context.Context, c *Claim) error {
 }
 
 func (i *Idempotency) release(ctx context.Context, c *Claim, mode string) error {
-	if err := idemReleaseScript.Run(context.WithoutCancel(ctx), i.store.Client, []string{c.recKey, c.lockKey}, c.token, mode).Err(); err != nil {
+	release := func(ctx context.Context) error {
+		return idemReleaseScript.Run(ctx, i.store.Client, []string{c.recKey, c.lockKey}, c.token, mode).Err()
+	}
+	if err := release(context.WithoutCancel(ctx)); err != nil {
+		i.settleLater(c, release)
 		return fmt.Errorf("idempotency: release: %w", err)
 	}
 	return nil
 }
+
+// settleLater retries a release or a completion that Redis refused (most
+// often because the master holding the key is failing over: the request
+// itself failed for the same reason) until it goes through or c's lock
+// would have lapsed by itself. Without it every retry of the request is
+// told the key is in flight (409) until the lock lapses, however soon
+// Redis is back. Both scripts check the lock's token, so a late retry
+// never drops another request's lock.
+func (i *Idempotency) settleLater(c *Claim, settle func(context.Context) error) {
+	deadline := c.claimed.Add(i.lock)
+	go func() {
+		for wait := settleFirstRetry; time.Until(deadline) > wait; wait = min(2*wait, settleMaxRetry) {
+			time.Sleep(wait)
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			err := settle(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	}()
+}
+
+// Bounds of settleLater's retries: soon after a failover's promotion
+// (hundreds of milliseconds), and not hammering a Redis that is down.
+const (
+	settleFirstRetry = 100 * time.Millisecond
+	settleMaxRetry   = time.Second
+)
 
 // Refused reports whether err is a refusal of a request before anything
 // was written (a document that does not validate, a coded harness error),
@@ -255,8 +295,8 @@ func (e *Executions) finish(ctx context.Context, idem *Idempotency, c *Claim, ex
 			release = idem.Forget
 		}
 		if rerr := release(ctx, c); rerr != nil {
-			// The lock lapses by itself; until then a retry is told the
-			// key is in flight.
+			// Retried in the background; at worst the lock lapses by
+			// itself, and until then a retry is told the key is in flight.
 			e.logger.Warn("idempotency key not released", "err", rerr)
 		}
 		return nil, false, err

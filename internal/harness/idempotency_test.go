@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -187,5 +189,56 @@ func waitDone(t *testing.T, execs *harness.Executions, id string) {
 	ex, err := execs.Wait(t.Context(), id, 10*time.Second)
 	if err != nil || !ex.Status.Terminal() {
 		t.Fatalf("execution %s = %v, %v; want it finished", id, ex, err)
+	}
+}
+
+// A release or completion that Redis refuses (a failover under way) is
+// retried once Redis answers again, so a client's retry is not told the
+// key is in flight until the lock lapses by itself.
+func TestIdempotencySettlesOnceTheStoreIsBack(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		settle func(ctx context.Context, idem *harness.Idempotency, c *harness.Claim) error
+		want   harness.ClaimState
+	}{
+		{"release", func(ctx context.Context, idem *harness.Idempotency, c *harness.Claim) error {
+			return idem.Release(ctx, c)
+		}, harness.ClaimResumed},
+		{"complete", func(ctx context.Context, idem *harness.Idempotency, c *harness.Claim) error {
+			return idem.Complete(ctx, c, "saved")
+		}, harness.ClaimDone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			m := miniredis.RunT(t)
+			st := openSmallPool(t, "redis://"+m.Addr(), 2, "")
+			idem := harness.NewIdempotency(st)
+			c, err := idem.Claim(ctx, idemKey("k", "fp"), "ex_first")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.SetError("ERR injected: the store is failing over")
+			if err := tc.settle(ctx, idem, c); err == nil {
+				t.Fatal("settled while the store refuses every command")
+			}
+			m.SetError("")
+			// The lock would stand 10 s; the retry drops it well before.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				again, err := idem.Claim(ctx, idemKey("k", "fp"), "ex_second")
+				if err == nil {
+					if again.State != tc.want || again.ID != "ex_first" {
+						t.Fatalf("claim after the store came back = %+v, want state %v of ex_first", again, tc.want)
+					}
+					return
+				}
+				if !errors.Is(err, harness.ErrIdempotencyInFlight) || time.Now().After(deadline) {
+					t.Fatalf("claim after the store came back: %v", err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
 	}
 }
