@@ -457,6 +457,9 @@ func (c *conn) Close() error {
 		if c.tenants != nil {
 			c.tenants.closeAll()
 		}
+		if c.proc != nil {
+			c.proc.remember()
+		}
 		var err error
 		if c.client != nil {
 			err = c.client.Close()

@@ -24,8 +24,9 @@ import (
 // tag (internal/proctree), such as a browser it started in a session of its
 // own.
 type process struct {
-	dir string
-	tag string // the tree's tag, in the child's environment
+	dir  string
+	tag  string         // the tree's tag, in the child's environment
+	tree *proctree.Tree // remembers the groups and sessions its processes led
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the child has been reaped
@@ -57,6 +58,7 @@ func (p *process) start(command string, args, env []string, stderr io.Writer) (i
 		return nil, nil, fmt.Errorf("start %s: %w", command, err)
 	}
 	p.cmd = cmd
+	p.tree = proctree.NewTree(p.tag)
 	p.exited = make(chan struct{})
 	go func() {
 		p.err = cmd.Wait()
@@ -107,17 +109,26 @@ func (p *process) stop(grace time.Duration) error {
 		}
 	}
 	err := signalGroup(pid, syscall.SIGKILL)
-	if _, terr := proctree.Kill(p.tag, treeWait); terr != nil {
+	if _, terr := p.tree.Kill(treeWait); terr != nil {
 		err = errors.Join(err, terr)
 	}
 	return err
+}
+
+// remember looks at the tree while the server still runs, before Close
+// asks it to stop: the groups and sessions its processes lead are then
+// killed even once their leaders have exited.
+func (p *process) remember() {
+	if p.pid() > 0 {
+		_, _ = p.tree.Find()
+	}
 }
 
 // signal sends sig to the child's process group and to the rest of its
 // tree, found first: while the child still runs, its children are found
 // by descent too, which they no longer are once it has died.
 func (p *process) signal(sig syscall.Signal) {
-	procs, _ := proctree.Find(p.tag)
+	procs, _ := p.tree.Find()
 	_ = signalGroup(p.pid(), sig)
 	for _, pr := range procs {
 		_ = signalProcess(pr.PID, sig)

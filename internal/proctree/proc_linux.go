@@ -17,18 +17,19 @@ import (
 // Supported reports whether trees can be found here (Linux, /proc).
 func Supported() bool { return true }
 
-// Find returns the live processes of the tree tagged tag (see the package
-// doc), never patchbay itself nor its ancestors. Zombies are left out:
-// they hold nothing and cannot be signalled away.
-func Find(tag string) ([]Proc, error) {
-	if tag == "" {
+// Find returns the live processes of the tree (see the package doc), and
+// the members of the groups and sessions its processes led when it was
+// found before, never patchbay itself nor its ancestors. Zombies are left
+// out: they hold nothing and cannot be signalled away.
+func (t *Tree) Find() ([]Proc, error) {
+	if t.Tag == "" {
 		return nil, nil
 	}
 	all, err := procfs.AllProcs()
 	if err != nil {
 		return nil, fmt.Errorf("proctree: list processes: %w", err)
 	}
-	entry := Env(tag)
+	entry := Env(t.Tag)
 	procs := map[int]Proc{}
 	children := map[int][]int{}
 	found := map[int]bool{}
@@ -43,16 +44,31 @@ func Find(tag string) ([]Proc, error) {
 			found[p.PID] = true
 		}
 	}
-	// Groups and sessions led by a tagged process.
-	leads := map[int]bool{}
+	// Groups and sessions led by a tagged process, now or when last found
+	// (a browser's helpers outlive it for a moment).
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.leads == nil {
+		t.leads = map[int]bool{}
+	}
 	for pid := range found {
 		if p := procs[pid]; p.PGID == pid || p.SID == pid {
-			leads[pid] = true
+			t.leads[pid] = true
 		}
 	}
+	members := map[int]bool{}
 	for pid, p := range procs {
-		if leads[p.PGID] || leads[p.SID] {
-			found[pid] = true
+		for _, g := range []int{p.PGID, p.SID} {
+			if t.leads[g] {
+				found[pid], members[g] = true, true
+			}
+		}
+	}
+	// A group or session with no member left is over; its id may be
+	// reused.
+	for g := range t.leads {
+		if !members[g] {
+			delete(t.leads, g)
 		}
 	}
 	// Descendants of everything found.
@@ -121,18 +137,18 @@ func Alive(o Owner) bool {
 	return err == nil && st.State != "Z" && st.Starttime == o.Start
 }
 
-// End ends the tree tagged tag: SIGTERM to every process found (SIGKILL
+// End ends the tree: SIGTERM to every process found (SIGKILL
 // when grace is zero), then SIGKILL to whatever is still found grace
 // later, until nothing is found or wait has passed. It returns the number
 // of processes it signalled, and an error when some were still running at
 // the end.
-func End(tag string, grace, wait time.Duration) (int, error) {
-	if tag == "" {
+func (t *Tree) End(grace, wait time.Duration) (int, error) {
+	if t.Tag == "" {
 		return 0, nil
 	}
 	signalled := map[int]bool{}
 	signal := func(sig syscall.Signal) int {
-		procs, _ := Find(tag)
+		procs, _ := t.Find()
 		for _, p := range procs {
 			if syscall.Kill(p.PID, sig) == nil {
 				signalled[p.PID] = true
@@ -155,20 +171,18 @@ func End(tag string, grace, wait time.Duration) (int, error) {
 		if time.Now().After(killAt) {
 			left = signal(syscall.SIGKILL)
 		} else {
-			procs, _ := Find(tag)
+			procs, _ := t.Find()
 			left = len(procs)
 		}
 		if left == 0 {
 			return len(signalled), nil
 		}
 		if time.Now().After(deadline) {
-			return len(signalled), fmt.Errorf("proctree: %d processes of %s still running after %s", left, tag, wait)
+			return len(signalled), fmt.Errorf("proctree: %d processes of %s still running after %s", left, t.Tag, wait)
 		}
 	}
 }
 
-// Kill sends SIGKILL to every process of the tree tagged tag, until none
-// is found or wait has passed (a process may fork while it is killed).
-func Kill(tag string, wait time.Duration) (int, error) {
-	return End(tag, 0, wait)
-}
+// Kill sends SIGKILL to every process of the tree, until none is found or
+// wait has passed (a process may fork while it is killed).
+func (t *Tree) Kill(wait time.Duration) (int, error) { return t.End(0, wait) }

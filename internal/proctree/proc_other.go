@@ -11,7 +11,7 @@ import (
 func Supported() bool { return false }
 
 // Find finds nothing where there is no /proc.
-func Find(string) ([]Proc, error) { return nil, nil }
+func (t *Tree) Find() ([]Proc, error) { return nil, nil }
 
 // Self is this process as an Owner, with no host: nothing is recorded for
 // another process to sweep.
@@ -23,7 +23,7 @@ func Alive(Owner) bool { return true }
 
 // End has no tree to end where there is no /proc: only the server's own
 // process group is killed (by its caller).
-func End(string, time.Duration, time.Duration) (int, error) { return 0, nil }
+func (t *Tree) End(time.Duration, time.Duration) (int, error) { return 0, nil }
 
 // Kill: see End.
-func Kill(string, time.Duration) (int, error) { return 0, nil }
+func (t *Tree) Kill(time.Duration) (int, error) { return 0, nil }

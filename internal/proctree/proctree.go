@@ -31,6 +31,8 @@ import (
 	"crypto/rand"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Var is the environment variable that carries a tree's tag.
@@ -76,3 +78,27 @@ type Owner struct {
 func (o Owner) String() string {
 	return o.Host + "/" + strconv.Itoa(o.PID) + "@" + strconv.FormatUint(o.Start, 10)
 }
+
+// Tree is the process tree tagged Tag. It remembers the process groups
+// and sessions its processes led when it was last found: their members
+// stay the tree's for a while after the leader exits (Chromium's helpers
+// after the browser), untagged and no longer its descendants. A Tree is
+// safe for concurrent use.
+type Tree struct {
+	Tag string
+
+	mu    sync.Mutex
+	leads map[int]bool
+}
+
+// NewTree returns the tree tagged tag, nothing found yet.
+func NewTree(tag string) *Tree { return &Tree{Tag: tag, leads: map[int]bool{}} }
+
+// Find returns the live processes of the tree tagged tag: NewTree(tag).Find.
+func Find(tag string) ([]Proc, error) { return NewTree(tag).Find() }
+
+// End ends the tree tagged tag: NewTree(tag).End.
+func End(tag string, grace, wait time.Duration) (int, error) { return NewTree(tag).End(grace, wait) }
+
+// Kill kills the tree tagged tag: NewTree(tag).Kill.
+func Kill(tag string, wait time.Duration) (int, error) { return NewTree(tag).Kill(wait) }

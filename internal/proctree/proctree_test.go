@@ -151,3 +151,53 @@ func TestTagTravelsInContext(t *testing.T) {
 		t.Errorf("tags are not fresh or Env is %q", proctree.Env(tag))
 	}
 }
+
+// TestTreeRemembersTheSessionsItsLeadersLed: a tagged session leader
+// starts an untagged helper in its session and exits; a Tree that found
+// the leader before still finds the helper, as a fresh look cannot.
+func TestTreeRemembersTheSessionsItsLeadersLed(t *testing.T) {
+	t.Parallel()
+	tag := proctree.NewTag()
+	dir := t.TempDir()
+	cmd := exec.Command("setsid", "sh", "-c", `env -i sleep 300 </dev/null >/dev/null 2>&1 & echo $! > "$DIR/helper"; exec sleep 300`)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DIR=" + dir, proctree.Env(tag)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait() }()
+	leader := cmd.Process.Pid
+	var helper int
+	deadline := time.Now().Add(10 * time.Second)
+	for helper == 0 {
+		b, _ := os.ReadFile(filepath.Join(dir, "helper"))
+		helper, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if time.Now().After(deadline) {
+			t.Fatal("the helper did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL); _ = syscall.Kill(leader, syscall.SIGKILL) })
+
+	tree := proctree.NewTree(tag)
+	if procs, _ := tree.Find(); !slices.Contains(pidsOf(procs), helper) || !slices.Contains(pidsOf(procs), leader) {
+		t.Fatalf("Find = %v, want the leader %d and its helper %d", procs, leader, helper)
+	}
+	if err := syscall.Kill(leader, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); proctree.Alive(proctree.Owner{PID: leader, Start: startOf(leader)}); {
+		if time.Now().After(deadline) {
+			t.Fatal("the leader did not exit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if procs, _ := proctree.Find(tag); slices.Contains(pidsOf(procs), helper) {
+		t.Fatalf("a fresh look found the untagged helper of a dead leader: %v", procs)
+	}
+	if _, err := tree.Kill(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if proctree.Alive(proctree.Owner{PID: helper, Start: startOf(helper)}) {
+		t.Error("the helper is still running after the tree's Kill")
+	}
+}
