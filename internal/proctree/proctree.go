@@ -24,6 +24,10 @@
 // that both cleared its environment and left its group after its parent
 // exited is not found. patchbay's own process, group and session are never
 // signalled.
+//
+// DESIGN.md's layout has no place for it: the mcp provider (which starts
+// and closes trees) and pools (which records them and sweeps what a crash
+// left) both need it, and providers do not import each other.
 package proctree
 
 import (
