@@ -555,19 +555,28 @@ func (r *run) runEnded(ctx context.Context, err error) {
 // waits (its resume takes the lease back and renews it itself), when the
 // lease is lost, or when the workers stop; a process that dies stops it
 // too, so the lease is then reclaimed as any other. An execution
-// cancelled while it waited is not run again, so the lease goes back at
-// the next renewal rather than after the reclaim window.
+// cancelled while it waited is not run again, so the lease goes back as
+// soon as Cancel's message comes (else at the next renewal), rather than
+// after the reclaim window: Cancel sets the execution's cancel flag before
+// it publishes, so the message means the execution will not run on.
 func (e *Executions) parkLease(id string, hl *heldLease) {
 	life := e.life
 	if life == nil {
 		life = context.Background()
 	}
 	go func() {
+		cancels, unlisten := e.notify.listen(life, e.cancelKey(id))
+		defer unlisten()
 		t := time.NewTicker(hl.lease.RenewEvery())
 		defer t.Stop()
 		for {
 			select {
 			case <-life.Done():
+				return
+			case <-cancels:
+				ctx, cancel := context.WithTimeout(life, 10*time.Second)
+				e.giveBack(ctx, id, hl)
+				cancel()
 				return
 			case <-t.C:
 			}

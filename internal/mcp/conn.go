@@ -39,6 +39,9 @@ type conn struct {
 	wire    *wire    // http and sse only
 	own     *session
 	proc    *process // stdio only
+	// treeTag is the stdio child's process tree tag (proctree): the one
+	// the connect's context carries (a pool records it first), else fresh.
+	treeTag string
 
 	// Sessions of tenants, by distinct header set; openTenant opens one
 	// (nil over stdio, where per-call headers cannot apply).
@@ -453,6 +456,9 @@ func (c *conn) Close() error {
 		c.closed.Store(true)
 		if c.tenants != nil {
 			c.tenants.closeAll()
+		}
+		if c.proc != nil {
+			c.proc.remember()
 		}
 		var err error
 		if c.client != nil {

@@ -66,12 +66,16 @@
 //     them only for tools its own client listed). Header values are never
 //     logged nor shown; Info shows only the count of tenant sessions.
 //   - process and guard (proc.go): patchbay starts the stdio child itself
-//     (own process group, only PATH, HOME and the configured env, SIGKILL
-//     on parent death on Linux, the whole group killed on Close) and hands
+//     (own process group, only PATH, HOME, the configured env and its
+//     process tree's tag, SIGKILL on parent death on Linux) and hands
 //     mcp-go its pipes through transport.NewIO, with stdout guarded: a line
 //     longer than maxResponseBytes or one that is not JSON ends the
 //     connection with that reason instead of being skipped or buffered
-//     without bound.
+//     without bound. Close ends the child's whole tree within 6 s: its
+//     group and every process internal/proctree finds by the tag, so a
+//     browser the server started in a session of its own goes with it.
+//     The tag is the one the connect's context carries (a pool records a
+//     lease's tag before provisioning, to sweep after a crash), else fresh.
 //   - ToolIDs and ModelTools (toolid.go) name tools for models, and
 //     Secrets (secrets.go) lists the values of an entry to scrub.
 //
@@ -123,6 +127,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/proctree"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -281,6 +286,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 		invalid:        map[string]string{},
 		tenants:        &tenants{max: maxTenants},
 		configured:     p.spec.Headers,
+		treeTag:        proctree.TagFrom(ctx),
 	}
 	trans, err := open(c)
 	if err != nil {
@@ -416,7 +422,11 @@ func (p *provider) stdio(c *conn) (transport.Interface, error) {
 	if p.spec.Command == "" {
 		return nil, errors.New("stdio needs a command")
 	}
-	c.proc = &process{dir: p.spec.Cwd}
+	tag := c.treeTag
+	if tag == "" {
+		tag = proctree.NewTag()
+	}
+	c.proc = &process{dir: p.spec.Cwd, tag: tag}
 	stdin, stdout, err := c.proc.start(p.spec.Command, p.spec.Args, childEnv(p.spec.Env), p.opts.Stderr)
 	if err != nil {
 		return nil, err

@@ -8,28 +8,38 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/proctree"
 )
 
 // process is the child of a stdio connection. patchbay starts and reaps it
 // itself (mcp-go only gets its pipes, through transport.NewIO), so that its
 // stdout can be guarded (see guard), its exit noticed at once, and its whole
-// process group killed on Close.
+// tree killed on Close: its process group, and every process carrying its
+// tag (internal/proctree), such as a browser it started in a session of its
+// own.
 type process struct {
-	dir string
+	dir  string
+	tag  string         // the tree's tag, in the child's environment
+	tree *proctree.Tree // remembers the groups and sessions its processes led
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the child has been reaped
 	err    error         // Wait's result, set before exited is closed
 }
 
-// start runs command with exactly env (no inherited environment), in its
-// own process group, and returns its stdin and stdout.
+// start runs command with exactly env (no inherited environment) and the
+// tree's tag, in its own process group, and returns its stdin and stdout.
 func (p *process) start(command string, args, env []string, stderr io.Writer) (io.WriteCloser, io.ReadCloser, error) {
 	cmd := exec.Command(command, args...)
-	cmd.Env = env
+	cmd.Env = append(slices.DeleteFunc(slices.Clone(env), func(e string) bool {
+		return strings.HasPrefix(e, proctree.Var+"=")
+	}), proctree.Env(p.tag))
 	cmd.Dir = p.dir
 	cmd.SysProcAttr = sysProcAttr()
 	if stderr == nil {
@@ -48,6 +58,7 @@ func (p *process) start(command string, args, env []string, stderr io.Writer) (i
 		return nil, nil, fmt.Errorf("start %s: %w", command, err)
 	}
 	p.cmd = cmd
+	p.tree = proctree.NewTree(p.tag)
 	p.exited = make(chan struct{})
 	go func() {
 		p.err = cmd.Wait()
@@ -65,10 +76,16 @@ func (p *process) pid() int {
 	return p.cmd.Process.Pid
 }
 
-// stop waits for the child to exit after its stdin was closed, signals the
-// group with SIGTERM and then SIGKILL when it takes longer than grace each
-// time, and finally kills what is left of the group: processes the server
-// started in the background do not exit with it.
+// treeWait bounds how long stop keeps killing what the server left once
+// it has exited (a process may fork while it is killed, or take a moment
+// to die in the kernel).
+const treeWait = 2 * time.Second
+
+// stop waits for the child to exit after its stdin was closed, signals its
+// tree (group and tagged processes) with SIGTERM and then SIGKILL when it
+// takes longer than grace each time, and finally kills what is left of the
+// tree: processes the server started in the background, or in a session of
+// their own, do not exit with it. It returns within 2×grace+treeWait.
 func (p *process) stop(grace time.Duration) error {
 	pid := p.pid()
 	if pid <= 0 {
@@ -85,13 +102,37 @@ func (p *process) stop(grace time.Duration) error {
 		}
 	}
 	if !wait() {
-		_ = signalGroup(pid, syscall.SIGTERM)
+		p.signal(syscall.SIGTERM)
 		if !wait() {
-			_ = signalGroup(pid, syscall.SIGKILL)
+			p.signal(syscall.SIGKILL)
 			<-p.exited
 		}
 	}
-	return signalGroup(pid, syscall.SIGKILL)
+	err := signalGroup(pid, syscall.SIGKILL)
+	if _, terr := p.tree.Kill(treeWait); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	return err
+}
+
+// remember looks at the tree while the server still runs, before Close
+// asks it to stop: the groups and sessions its processes lead are then
+// killed even once their leaders have exited.
+func (p *process) remember() {
+	if p.pid() > 0 {
+		_, _ = p.tree.Find()
+	}
+}
+
+// signal sends sig to the child's process group and to the rest of its
+// tree, found first: while the child still runs, its children are found
+// by descent too, which they no longer are once it has died.
+func (p *process) signal(sig syscall.Signal) {
+	procs, _ := p.tree.Find()
+	_ = signalGroup(p.pid(), sig)
+	for _, pr := range procs {
+		_ = signalProcess(pr.PID, sig)
+	}
 }
 
 // Faults of a server's output, matched with errors.Is.

@@ -21,3 +21,14 @@ func signalGroup(pgid int, sig syscall.Signal) error {
 	}
 	return nil
 }
+
+// signalProcess signals one process; one already gone is not an error.
+func signalProcess(pid int, sig syscall.Signal) error {
+	if pid <= 1 {
+		return nil
+	}
+	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal process %d: %w", pid, err)
+	}
+	return nil
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
+	"github.com/patchbay-dev/patchbay/internal/proctree"
 )
 
 // alive reports whether pid is a running process. A zombie is not running:
@@ -97,6 +98,93 @@ func TestCloseKillsProcessGroup(t *testing.T) {
 	}
 }
 
+// closeBound is how long Close may take to end a stdio server's whole
+// tree: 2 s for the server to exit once its stdin closes, 2 s after
+// SIGTERM, then SIGKILL, and up to 2 s killing what it left.
+const closeBound = 6 * time.Second
+
+// TestCloseKillsATreeThatIgnoresSIGTERM: the server, and every child it
+// started, ignore SIGTERM, and the server does not exit when its stdin
+// closes. One child stays in the server's process group, one starts a
+// session of its own (as Playwright starts its browser), and one also
+// clears its environment. Close ends them all within closeBound.
+func TestCloseKillsATreeThatIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := func(name string) string { return filepath.Join(dir, name) }
+	script := `trap '' TERM
+sleep 300 </dev/null >/dev/null 2>&1 & echo $! > "$DIR/group.pid"
+setsid sh -c 'echo $$ > "$DIR/session.pid"; exec sleep 300' </dev/null >/dev/null 2>&1 &
+env -i setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > "$DIR/bare.pid"
+"$DEMO"
+exec sleep 300`
+	spec := config.MCP{
+		Command: "/bin/sh",
+		Args:    []string{"-c", script},
+		Env:     map[string]string{"DIR": dir, "DEMO": demoBin},
+	}
+	tag := proctree.NewTag()
+	conn, err := pbmcp.New("stubborn", spec, nil).Connect(proctree.WithTag(t.Context(), tag))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, _ := conn.Info()["pid"].(int)
+	pids := map[string]int{"server": server}
+	for _, name := range []string{"group", "session", "bare"} {
+		pids[name] = readPID(t, file(name+".pid"))
+	}
+	for name, pid := range pids {
+		if !alive(pid) {
+			t.Fatalf("%s (pid %d) is not running before Close", name, pid)
+		}
+	}
+	if sid, _ := sessionOf(pids["session"]); sid != pids["session"] {
+		t.Fatalf("the session child leads session %d, want its own", sid)
+	}
+	found, err := proctree.Find(tag)
+	if err != nil || len(found) < len(pids) {
+		t.Fatalf("Find(tag) = %v, %v: want at least the %d processes started", found, err, len(pids))
+	}
+
+	start := time.Now()
+	if err := conn.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	took := time.Since(start)
+	// Close returns once it has killed them; a killed process may take a
+	// moment to be reaped.
+	for name, pid := range pids {
+		deadline := time.Now().Add(time.Second)
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("%s (pid %d) still running after Close", name, pid)
+		}
+	}
+	if took > closeBound+3*time.Second {
+		t.Errorf("Close took %s, want within %s", took, closeBound)
+	}
+	if left, _ := proctree.Find(tag); len(left) > 0 {
+		t.Errorf("processes of the tree left: %v", left)
+	}
+	t.Logf("Close ended the tree in %s", took.Round(time.Millisecond))
+}
+
+// sessionOf reads a process's session id from /proc.
+func sessionOf(pid int) (int, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	_, after, _ := strings.Cut(string(stat), ") ")
+	f := strings.Fields(after)
+	if len(f) < 4 {
+		return 0, errors.New("short stat")
+	}
+	return strconv.Atoi(f[3])
+}
+
 func TestConnectFailureKillsChild(t *testing.T) {
 	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
@@ -146,7 +234,8 @@ func TestStdioEnvironmentAndCwd(t *testing.T) {
 		t.Errorf("child environment: %v", vars)
 	}
 	// The shell adds a few of its own.
-	allowed := map[string]bool{"DEMO": true, "FOO": true, "HOME": true, "PATH": true, "PWD": true, "OLDPWD": true, "SHLVL": true, "_": true}
+	allowed := map[string]bool{"DEMO": true, "FOO": true, "HOME": true, "PATH": true, "PWD": true, "OLDPWD": true, "SHLVL": true, "_": true,
+		proctree.Var: true}
 	for k := range vars {
 		if !allowed[k] {
 			t.Errorf("child inherited %s", k)

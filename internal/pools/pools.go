@@ -10,7 +10,10 @@
 // per lease (cmd/server gives it a function that starts a new MCP server)
 // with setup values checked against the pool's setup schema, fencing every
 // call with the lease's token, and closing the connection when the lease
-// is released or reclaimed.
+// is released or reclaimed. It renews a lease while its server starts, and
+// records each connection's process tree in Redis so that what a crashed
+// holder left on a host is ended by the next replica on that host to
+// sweep (trees.go).
 //
 // # Model
 //

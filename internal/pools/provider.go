@@ -16,6 +16,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/proctree"
 )
 
 // Provisioner opens a fresh connection with the given setup values (the
@@ -56,8 +57,14 @@ type Provider struct {
 
 	mu   sync.Mutex
 	live map[string]*leased // this process's leases with a connection, by lease ID
+	tags map[string]string  // process tree tag -> lease ID, of this process's connections (live or starting)
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// procs is the Redis hash of the process trees of every replica's
+	// leased connections (see trees.go); owner is this process.
+	procs string
+	owner proctree.Owner
 
 	usage atomic.Pointer[harness.PoolStatus]
 }
@@ -76,7 +83,8 @@ func NewProvider(p *Pool, o ProviderOptions) (*Provider, error) {
 		o.RefreshEvery = time.Second
 	}
 	pr := &Provider{pool: p, wait: o.Wait, hostOnly: o.HostOnly, provision: o.Provision, logger: o.Logger,
-		every: o.RefreshEvery, live: map[string]*leased{}}
+		every: o.RefreshEvery, live: map[string]*leased{}, tags: map[string]string{},
+		procs: p.st.Key("{pool:" + p.name + "}:procs"), owner: proctree.Self()}
 	if o.Schema != nil {
 		pr.props, _ = o.Schema["properties"].(map[string]any)
 		sch, err := compileSchema(p.name, o.Schema)
@@ -156,14 +164,17 @@ func (pr *Provider) CheckSetup(setup map[string]any) error {
 // Connect starts the background refresh and returns the pool's face, with
 // the manifest of a probe connection.
 func (pr *Provider) Connect(ctx context.Context) (harness.Conn, error) {
-	probe, err := pr.provision(ctx, pr.effective(nil))
+	tag, _ := pr.track(ctx, &Lease{ID: "probe"})
+	probe, err := pr.provision(proctree.WithTag(ctx, tag), pr.effective(nil))
 	if err != nil {
+		pr.untrack(tag)
 		return nil, fmt.Errorf("pool %s: probe: %w", pr.pool.name, err)
 	}
 	m := probe.Manifest()
 	if err := probe.Close(); err != nil {
 		pr.logger.Warn("closing the pool's probe connection", "pool", pr.pool.name, "err", err)
 	}
+	pr.untrack(tag)
 	pr.mu.Lock()
 	if pr.stop == nil {
 		pr.stop = make(chan struct{})
@@ -172,11 +183,12 @@ func (pr *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 	}
 	pr.mu.Unlock()
 	pr.refresh(ctx)
+	pr.sweep(ctx) // what a crash of this process (or another on this host) left
 	return &face{pr: pr, manifest: m}, nil
 }
 
-// loop refreshes usage and closes the connections of kept leases that
-// were reclaimed.
+// loop refreshes usage, closes the connections of kept leases that were
+// reclaimed, and sweeps the process trees left by dead holders.
 func (pr *Provider) loop(stop chan struct{}) {
 	t := time.NewTicker(pr.every)
 	defer t.Stop()
@@ -202,6 +214,7 @@ func (pr *Provider) loop(stop chan struct{}) {
 				l.drop()
 			}
 		}
+		pr.sweep(ctx)
 		cancel()
 	}
 }
@@ -293,14 +306,23 @@ func (pr *Provider) resume(ctx context.Context, req harness.LeaseRequest) (harne
 }
 
 // attach provisions the connection of a granted lease; when that fails
-// the lease goes back.
+// the lease goes back. The connection's process tree is recorded first
+// (trees.go), and the lease renewed while its server starts, which may
+// take longer than the reclaim window (npx fetching a package).
 func (pr *Provider) attach(ctx context.Context, lease *Lease, setup map[string]any) (harness.Lease, error) {
-	conn, err := pr.provision(ctx, pr.effective(setup))
+	tag, at := pr.track(ctx, lease)
+	renewed := pr.renewWhile(lease)
+	conn, err := pr.provision(proctree.WithTag(ctx, tag), pr.effective(setup))
+	if lost := renewed(); lost && err == nil {
+		_ = conn.Close()
+		err = fmt.Errorf("the lease was reclaimed while its server started: %w", harness.ErrLeaseLost)
+	}
 	if err != nil {
+		pr.untrack(tag)
 		_ = pr.pool.Release(context.WithoutCancel(ctx), lease)
 		return nil, fmt.Errorf("pool %s: provision: %w", pr.pool.name, err)
 	}
-	l := &leased{pr: pr, lease: lease, conn: conn}
+	l := &leased{pr: pr, lease: lease, conn: conn, tag: tag, at: at}
 	pr.mu.Lock()
 	if old := pr.live[lease.ID]; old != nil && old != l {
 		defer old.drop()
@@ -316,6 +338,8 @@ type leased struct {
 	pr    *Provider
 	lease *Lease
 	conn  harness.Conn
+	tag   string // its process tree's (trees.go)
+	at    int64  // when the tree was recorded, unix ms
 	kept  atomic.Bool
 	once  sync.Once
 	done  atomic.Bool
@@ -331,7 +355,9 @@ func (l *leased) Record() harness.LeaseRecord {
 func (l *leased) Conn() harness.Conn { return &fenced{l: l} }
 
 // RenewEvery is 15 s (issue 7), or a quarter of a shorter window.
-func (l *leased) RenewEvery() time.Duration { return min(15*time.Second, l.pr.pool.reclaim/4) }
+func (l *leased) RenewEvery() time.Duration { return l.pr.renewEvery() }
+
+func (pr *Provider) renewEvery() time.Duration { return min(15*time.Second, pr.pool.reclaim/4) }
 
 func (l *leased) Renew(ctx context.Context) error {
 	err := l.pr.pool.Renew(ctx, l.lease)
@@ -363,6 +389,7 @@ func (l *leased) drop() {
 		if err := l.conn.Close(); err != nil {
 			l.pr.logger.Warn("closing a leased connection", "pool", l.pr.pool.name, "lease", l.lease.ID, "err", err)
 		}
+		l.pr.untrack(l.tag)
 	})
 }
 
