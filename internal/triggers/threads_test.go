@@ -17,14 +17,18 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 )
 
-// threadTurn waits for the next message on its own thread: a turn sees
-// the message that started it and, when the wait takes one, a second.
-const threadTurn = `{"version":1,"connections":{"chat":{"events":["chat.message.created"]}},
-	"root":{"kind":"wait","id":"next","connection":"chat","event":"chat.message.created",
-		"filter":"$event.payload.thread == $input.connection_event.thread","timeoutMs":%d}}`
+// threadTurn waits for the next message on its own thread, then works a
+// little (so messages also arrive while the turn runs on past its wait): a
+// turn sees the message that started it and, when the wait takes one, a
+// second.
+const threadTurn = `{"version":1,"connections":{"chat":{"events":["chat.message.created"]},"slow":{}},
+	"root":{"kind":"sequence","id":"turn","steps":[
+		{"kind":"wait","id":"next","connection":"chat","event":"chat.message.created",
+			"filter":"$event.payload.thread == $input.connection_event.thread","timeoutMs":%d},
+		{"kind":"call","id":"work","connection":"slow","op":"pause","args":{}}]}}`
 
 // replicaOn is one replica of a deployment over st: its own registry
-// (the chat server), executions with workers workers, and trigger service.
+// (the chat server, and "slow" whose pause takes 100 ms), executions with workers workers, and trigger service.
 func replicaOn(t *testing.T, st *store.Store, f *config.File, workers int) *bundle {
 	t.Helper()
 	reg := harness.NewRegistry(nil)
@@ -33,6 +37,17 @@ func replicaOn(t *testing.T, st *store.Store, f *config.File, workers int) *bund
 		harness.MemoryOp{Operation: harness.Operation{Name: "chat.reply"}},
 	)}
 	if err := reg.Add("chat", server); err != nil {
+		t.Fatal(err)
+	}
+	pause := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "pause"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+			return map[string]any{}, nil
+		}
+	}})
+	if err := reg.Add("slow", pause); err != nil {
 		t.Fatal(err)
 	}
 	if err := reg.Start(context.Background()); err != nil {
@@ -142,17 +157,19 @@ func checkOneTurnPerThread(t *testing.T, st *store.Store, f *config.File) {
 		return true
 	})
 
-	seenBy := map[string][]string{}
+	// Seen: the turn's own message, and the one its wait took.
+	seenBy := map[string][]triggers.EntryTurn{}
 	byThread := map[string][]*harness.Execution{}
 	for _, ex := range turns {
 		full, err := replicas[0].execs.Get(ctx, ex.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		seenBy[eventID(full)] = append(seenBy[eventID(full)], full.ID+" (started)")
-		if out, ok := full.Output.(map[string]any); ok {
-			if ev, ok := out["event"].(map[string]any); ok {
-				seenBy[ev["id"].(string)] = append(seenBy[ev["id"].(string)], full.ID+" (its wait)")
+		seenBy[eventID(full)] = append(seenBy[eventID(full)], triggers.EntryTurn{Trigger: "turns", How: "started", Execution: full.ID})
+		for _, st := range full.Steps {
+			out, _ := st.Output.(map[string]any)
+			if ev, ok := out["event"].(map[string]any); ok && st.Status == harness.StepDone {
+				seenBy[ev["id"].(string)] = append(seenBy[ev["id"].(string)], triggers.EntryTurn{Trigger: "turns", How: "joined", Execution: full.ID})
 			}
 		}
 		thread := full.Input.(map[string]any)["connection_event"].(map[string]any)["thread"].(string)
@@ -161,6 +178,20 @@ func checkOneTurnPerThread(t *testing.T, st *store.Store, f *config.File) {
 	for _, id := range sent {
 		if n := len(seenBy[id]); n != 1 {
 			t.Errorf("message %s seen by %d turns, want exactly one: %v", id, n, seenBy[id])
+		}
+	}
+	// Each entry says where its message went: the turn that saw it.
+	recs, err := replicas[1].svc.Deliveries(ctx, "chat", len(sent))
+	if err != nil || len(recs) != len(sent) {
+		t.Fatalf("deliveries: %d, %v", len(recs), err)
+	}
+	joined := 0
+	for _, r := range recs {
+		if len(r.Turns) != 1 || len(seenBy[r.EventID]) != 1 || r.Turns[0] != seenBy[r.EventID][0] {
+			t.Errorf("message %s: the inbox says %+v, seen by %+v", r.EventID, r.Turns, seenBy[r.EventID])
+		}
+		if len(r.Turns) == 1 && r.Turns[0].How == "joined" {
+			joined++
 		}
 	}
 	for thread, exs := range byThread {
@@ -186,5 +217,48 @@ func checkOneTurnPerThread(t *testing.T, st *store.Store, f *config.File) {
 	if opened != int64(len(turns)) {
 		t.Errorf("%d turns for %d thread openings", len(turns), opened)
 	}
-	t.Logf("%d messages on %d threads: %d turns", len(sent), threads, len(turns))
+	joins, _ := st.Client.HGet(ctx, st.Key("{in:chat}", "state"), "t:turns:joined").Int()
+	t.Logf("%d messages on %d threads: %d turns; %d messages taken by a running turn's wait, %d that joined a turn started the next",
+		len(sent), threads, len(turns), joined, joins-joined)
+}
+
+// TestDeadLetterShowsItsTurn: an entry on a thread that goes to the dead
+// letters after it started a turn (its replica stopped; delivered more
+// than MaxDeliveries times) says which turn it started. Stream idle times
+// need the real server.
+func TestDeadLetterShowsItsTurn(t *testing.T) {
+	t.Parallel()
+	if storetest.URL(t) == "" {
+		t.Skip("needs a real Redis (" + storetest.EnvURL + "): stream idle times")
+	}
+	st := storetest.New(t)
+	f := threadFile("event.payload.thread", 2000)
+	f.Inbox.MaxDeliveries = 1
+	a := replicaOn(t, st, f, 2)
+	ctx := context.Background()
+	if _, err := a.svc.Emit(ctx, "chat", message("m1", "#d"), triggers.Via{Kind: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	var started string
+	waitFor(t, "the entry's turn", func() bool {
+		recs, err := a.svc.Deliveries(ctx, "chat", 1)
+		if err != nil || len(recs) != 1 || len(recs[0].Turns) != 1 {
+			return false
+		}
+		if et := recs[0].Turns[0]; et.Trigger == "turns" && et.How == "started" {
+			started = et.Execution
+		}
+		return started != ""
+	})
+	a.svc.Close() // its entry stays pending, unrenewed
+	b := replicaOn(t, st, f, 2)
+	var dls []triggers.DeadLetter
+	waitFor(t, "the dead letter", func() bool {
+		var err error
+		dls, err = b.svc.DeadLetters(ctx)
+		return err == nil && len(dls) == 1
+	})
+	if dl := dls[0]; dl.Event.ID != "m1" || dl.Execution != started || dl.Turn != "started" {
+		t.Fatalf("dead letter = %+v, want m1 having started %s", dl, started)
+	}
 }
