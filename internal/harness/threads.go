@@ -42,7 +42,8 @@ import (
 // Keys of a thread share the hash tag {th:<digest of the thread>}:
 //
 //	state    HASH  turn (the open turn; absent: closed), opened (turns
-//	               started on the thread), thread (its name)
+//	               started on the thread), thread (its name, cut to 200
+//	               bytes)
 //	decided  HASH  event id → "started:<execution>:<trigger>" or
 //	               "joined:<execution>:<trigger>" (trigger "" when a wait
 //	               took the event before its entry was delivered)
@@ -110,6 +111,17 @@ func (e *Executions) threadKeys(thread string) []string {
 		keys = append(keys, e.store.Key(tag, k))
 	}
 	return keys
+}
+
+// maxThreadLabel bounds the thread's name kept in its state: the name is
+// a value from an event, and only there to be read by a person.
+const maxThreadLabel = 200
+
+func threadLabel(thread string) string {
+	if len(thread) > maxThreadLabel {
+		return thread[:maxThreadLabel]
+	}
+	return thread
 }
 
 // threadConn is the connection of a thread.
@@ -273,7 +285,7 @@ func (e *Executions) FollowThread(ctx context.Context, ev ThreadEvent) (Turn, er
 		return Turn{}, fmt.Errorf("executions: encode event %s: %w", ev.Event.ID, err)
 	}
 	d, err := threadDecideScript.Run(ctx, e.store.Client, e.threadKeys(ev.Thread),
-		ev.Event.ID, newExecutionID(), ev.Trigger, body, e.retention.Milliseconds(), ev.Thread).Text()
+		ev.Event.ID, newExecutionID(), ev.Trigger, body, e.retention.Milliseconds(), threadLabel(ev.Thread)).Text()
 	if err != nil {
 		return Turn{}, fmt.Errorf("executions: decide %s on thread %s: %w", ev.Event.ID, ev.Thread, err)
 	}
@@ -417,7 +429,7 @@ func receivedAfter(ev map[string]any, t time.Time) bool {
 // threadTakeScript); false: the event belongs to another turn.
 func (r *run) take(ctx context.Context, key, id string, raw []byte) (bool, error) {
 	n, err := threadTakeScript.Run(ctx, r.e.store.Client, r.e.threadKeys(r.rec.Thread),
-		id, r.rec.ID, key, raw, r.e.retention.Milliseconds(), r.rec.Thread).Int()
+		id, r.rec.ID, key, raw, r.e.retention.Milliseconds(), threadLabel(r.rec.Thread)).Int()
 	if err != nil {
 		return false, r.storage(ctx, fmt.Errorf("executions: take %s on thread %s: %w", id, r.rec.Thread, err))
 	}

@@ -194,11 +194,17 @@ func checkOneTurnPerThread(t *testing.T, st *store.Store, f *config.File) {
 			joined++
 		}
 	}
+	var handovers []time.Duration // a turn's end to the next one's start, for a message that joined it
 	for thread, exs := range byThread {
 		slices.SortFunc(exs, func(a, b *harness.Execution) int { return a.CreatedAt.Compare(b.CreatedAt) })
 		for i := 1; i < len(exs); i++ {
 			if exs[i-1].FinishedAt == nil || exs[i-1].FinishedAt.After(exs[i].CreatedAt) {
 				t.Errorf("thread %s: turn %s (ended %v) overlaps turn %s (created %v)", thread, exs[i-1].ID, exs[i-1].FinishedAt, exs[i].ID, exs[i].CreatedAt)
+				continue
+			}
+			ev := exs[i].Input.(map[string]any)["connection_event"].(map[string]any)
+			if at, err := time.Parse(time.RFC3339Nano, ev["receivedAt"].(string)); err == nil && at.Before(*exs[i-1].FinishedAt) {
+				handovers = append(handovers, exs[i].CreatedAt.Sub(*exs[i-1].FinishedAt))
 			}
 		}
 	}
@@ -217,9 +223,13 @@ func checkOneTurnPerThread(t *testing.T, st *store.Store, f *config.File) {
 	if opened != int64(len(turns)) {
 		t.Errorf("%d turns for %d thread openings", len(turns), opened)
 	}
-	joins, _ := st.Client.HGet(ctx, st.Key("{in:chat}", "state"), "t:turns:joined").Int()
-	t.Logf("%d messages on %d threads: %d turns; %d messages taken by a running turn's wait, %d that joined a turn started the next",
-		len(sent), threads, len(turns), joined, joins-joined)
+	slices.Sort(handovers)
+	var median, worst time.Duration
+	if n := len(handovers); n > 0 {
+		median, worst = handovers[n/2], handovers[n-1]
+	}
+	t.Logf("%d messages on %d threads: %d turns; %d messages taken by a running turn's wait, %d that arrived during a turn started the next (%s median, %s max after its end)",
+		len(sent), threads, len(turns), joined, len(handovers), median.Round(time.Millisecond), worst.Round(time.Millisecond))
 }
 
 // TestDeadLetterShowsItsTurn: an entry on a thread that goes to the dead
