@@ -17,27 +17,28 @@ import (
 // One turn per thread at a time.
 //
 // A trigger's event on a thread either starts a turn or joins the one open
-// on the thread. Which, is decided once per event by threadDecideScript, over
-// the thread's keys and nothing else: "is a turn open? then the event joins
-// it, else it opens the thread with a new turn". A wait in the open turn
-// takes an event of its connection with threadTakeScript, which refuses an event
-// decided for another turn and records the others as joined to its own:
-// an event the wait saw before its inbox entry was delivered then finds
-// itself joined to that turn, never starting another. An event that joined
-// but that no wait took stays pending; when the turn ends, threadCloseScript
-// either closes the thread (nothing pending) or opens it again for the
-// earliest pending event, which starts the next turn, the later ones
-// joining that one. So every event on a thread is seen by exactly one
-// turn: the one it started, or the one whose wait took it.
+// on the thread. Which, is decided once per event by threadDecideScript,
+// over the thread's keys and nothing else: "is a turn open? then the event
+// joins it, else it opens the thread with a new turn". A wait in the open
+// turn takes an event of its connection with threadTakeScript, which
+// refuses an event decided for another turn and records the others as
+// joined to its own: an event the wait saw before its inbox entry was
+// delivered then finds itself joined to that turn, never starting
+// another. An event that joined but that no wait took stays pending; when
+// the turn ends, closeLua either closes the thread (nothing pending) or
+// opens it again for the earliest pending event, which starts the next
+// turn, the later ones joining that one. So every event on a thread is
+// seen by exactly one turn: the one it started, or the one whose wait
+// took it.
 //
-// The turn's final save runs threadCloseScript's body in the same script, so no
-// event can join a turn that has ended. Redis Cluster cannot run a script
-// over the record's slot and the thread's, so there the close is its own
-// script right after the save; an event joining in between is pending,
-// and the close hands it over like any other. The close is idempotent and
-// harmless once done, and the inbox calls it too when it sees a turn
-// ended, so a replica that died between the save and the close leaves no
-// thread open.
+// The turn's final save runs closeLua in the same script, so no event can
+// join a turn that has ended. Redis Cluster cannot run a script over the
+// record's slot and the thread's, so there the close is its own script
+// (threadCloseScript) right after the save; an event joining in between
+// is pending, and the close hands it over like any other. The close is
+// idempotent and harmless once done, and the inbox runs it too when it
+// sees a turn ended, so a replica that died between the save and the
+// close leaves no thread open.
 //
 // Keys of a thread share the hash tag {th:<digest of the thread>}:
 //
@@ -130,9 +131,9 @@ func threadConn(thread string) string {
 	return conn
 }
 
-// threadDecideScript starts a turn for the event or joins it to the open one,
-// once: an event decided already keeps its decision, so the script may run
-// twice and an entry delivered again finds where its event went.
+// threadDecideScript starts a turn for the event or joins it to the open
+// one, once: an event decided already keeps its decision, so the script
+// may run twice and an entry delivered again finds where its event went.
 //
 // KEYS: the thread's. ARGV: event id, id of the turn to start, trigger,
 // event JSON, retention ms, thread.
@@ -162,16 +163,23 @@ for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
 return d
 `)
 
-// threadTakeScript lets a wait of turn X take an event: one joined to X that no
-// other wait of X took, or one not decided yet while X is the open turn
-// (it is then joined to X, so its entry, delivered later, starts nothing).
-// An event decided for another turn, or the one that started X, is
-// refused. A turn that ended and was resumed takes the thread back when it
+// threadTakeScript lets a wait of turn X take an event: one joined to X
+// that no other wait of X took, or one not decided yet while X is the
+// open turn (it is then joined to X, so its entry, delivered later,
+// starts nothing). An event decided for another turn, or the one that
+// started X, is refused. A turn that ended and was resumed takes the thread back when it
 // is closed. It answers 1 when taken; taking twice answers 1 again.
 //
-// KEYS: the thread's. ARGV: event id, X, the wait's ledger key, event
-// JSON, retention ms, thread.
+// Like a save, a take is fenced by the run's epoch (KEYS[7]), so a runner
+// whose claim was taken over cannot take an event it would never record:
+// -1. Redis Cluster keeps the epoch in another slot; there the take is
+// not fenced.
+//
+// KEYS: the thread's, then the run's epoch key (not on Cluster). ARGV:
+// event id, X, the wait's ledger key, event JSON, retention ms, thread,
+// the run's epoch.
 var threadTakeScript = redis.NewScript(`
+if KEYS[7] and redis.call('GET', KEYS[7]) ~= ARGV[7] then return -1 end
 local d = redis.call('HGET', KEYS[2], ARGV[1])
 if d then
   local mine = 'joined:' .. ARGV[2] .. ':'
@@ -229,8 +237,8 @@ local function closeTurn(k, ret, x, nxt)
 end
 `
 
-// threadCloseScript is closeLua on its own. KEYS: the thread's. ARGV: retention
-// ms, the turn that ended, id of the next turn.
+// threadCloseScript is closeLua on its own. KEYS: the thread's. ARGV:
+// retention ms, the turn that ended, id of the next turn.
 var threadCloseScript = redis.NewScript(closeLua + `return closeTurn(1, ARGV[1], ARGV[2], ARGV[3])`)
 
 // closeCall runs closeLua at the end of a save script: the thread's keys
@@ -238,9 +246,10 @@ var threadCloseScript = redis.NewScript(closeLua + `return closeTurn(1, ARGV[1],
 const closeCall = `closeTurn(#KEYS - 5, ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV])
 `
 
-// threadViewScript reads what a wait of the open turn considers besides the
-// connection's event log: the event this wait took already (a run resumed
-// after taking it) or else the events pending on the thread, oldest first.
+// threadViewScript reads what a wait of the open turn considers besides
+// the connection's event log: the event this wait took already (a run
+// resumed after taking it) or else the events pending on the thread,
+// oldest first.
 //
 // KEYS: pending, body, taken. ARGV: the wait's ledger key, how many
 // pending events at most. Answers {1, id, event} or {0, id, event, …}.
@@ -428,10 +437,17 @@ func receivedAfter(ev map[string]any, t time.Time) bool {
 // take records that the wait key of this turn takes the event (see
 // threadTakeScript); false: the event belongs to another turn.
 func (r *run) take(ctx context.Context, key, id string, raw []byte) (bool, error) {
-	n, err := threadTakeScript.Run(ctx, r.e.store.Client, r.e.threadKeys(r.rec.Thread),
-		id, r.rec.ID, key, raw, r.e.retention.Milliseconds(), threadLabel(r.rec.Thread)).Int()
+	keys := r.e.threadKeys(r.rec.Thread)
+	if !r.e.clustered() {
+		keys = append(keys, r.e.epochKey(r.rec.ID))
+	}
+	n, err := threadTakeScript.Run(ctx, r.e.store.Client, keys,
+		id, r.rec.ID, key, raw, r.e.retention.Milliseconds(), threadLabel(r.rec.Thread), r.epoch).Int()
 	if err != nil {
 		return false, r.storage(ctx, fmt.Errorf("executions: take %s on thread %s: %w", id, r.rec.Thread, err))
+	}
+	if n < 0 {
+		return false, ErrFenced
 	}
 	return n == 1, nil
 }
