@@ -158,17 +158,13 @@ func (d *deliverer) submitFailed(ctx context.Context, m redis.XMessage, t *trigg
 	d.s.logger.Warn("could not start the turn of an event; it is retried after the reclaim timeout", "trigger", t.ID, "event", ev.ID, "err", err)
 }
 
-// noteTurn records where the entry's event went (see inbox.noteTurn) and
-// counts it.
+// noteTurn records where the entry's event went and counts it (see
+// inbox.noteTurn).
 func (d *deliverer) noteTurn(ctx context.Context, t *trigger, ev Event, turn harness.Turn) {
 	if err := d.in.noteTurn(ctx, ev.ID, t.ID, turn, d.src.dedupe); err != nil {
 		d.s.logger.Warn("could not note an event's turn", "trigger", t.ID, "event", ev.ID, "err", err)
 	}
-	if !turn.Started {
-		d.in.count(ctx, "t:"+t.ID+":joined")
-	}
 	if turn.Created {
-		d.in.count(ctx, "t:"+t.ID+":delivered")
 		d.s.observer.Started(d.src.name, t.ID, time.Since(ev.ReceivedAt))
 	}
 }

@@ -194,13 +194,20 @@ func (in *inbox) done(ctx context.Context, entry, trigger, outcome string) error
 func (in *inbox) turns(eventID string) string { return in.key("turns", eventID) }
 
 // noteTurn records that the entry of trigger for the event started or
-// joined turn, for as long as the event is deduplicated: the delivery log
-// and the dead letters show it.
+// joined turn, for as long as the event is deduplicated (the delivery log
+// and the dead letters show it), and counts it: joined, or delivered when
+// this entry wrote the turn. One round trip, as the count alone took.
 func (in *inbox) noteTurn(ctx context.Context, eventID, trigger string, turn harness.Turn, ttl time.Duration) error {
 	key := in.turns(eventID)
 	_, err := in.st.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, key, trigger, turn.How()+":"+turn.ID)
 		p.PExpire(ctx, key, ttl)
+		if !turn.Started {
+			p.HIncrBy(ctx, in.state(), "t:"+trigger+":joined", 1)
+		}
+		if turn.Created {
+			p.HIncrBy(ctx, in.state(), "t:"+trigger+":delivered", 1)
+		}
 		return nil
 	})
 	if err != nil {
