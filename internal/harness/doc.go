@@ -164,4 +164,16 @@
 // since it judges done entries only). A record made against another
 // identity instance does not answer: the replaced server may not hold the
 // effect, and the call goes to the new one.
+//
+// # Threads
+//
+// A trigger's turn may run on a thread (threads.go): one turn open per
+// thread at a time, each event on the thread seen by exactly one turn.
+// Starting or joining is one script over the thread's keys; a wait of the
+// open turn takes the events of its thread through another, which also
+// answers for events the wait read in the log before the inbox delivered
+// them; the turn's final save closes the thread, or hands it to the
+// earliest event that joined and that no wait took, which starts the next
+// turn. On Redis Cluster the close follows the save (other slot) and the
+// inbox repeats it when it sees the turn ended.
 package harness

@@ -124,6 +124,10 @@ type record struct {
 	Allowlist *string `json:"allowlist,omitempty"`
 	// Trace is the trace context the execution's runs continue.
 	Trace *traceRecord `json:"trace,omitempty"`
+	// Thread is the thread ("<connection>:<thread>") a trigger's turn
+	// runs on: its waits take their events through it and its final save
+	// closes it (see threads.go). Empty for every other execution.
+	Thread string `json:"thread,omitempty"`
 }
 
 func marshalRecord(rec *record) ([]byte, error) {
@@ -424,50 +428,6 @@ func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.R
 	return ex, err == nil, err
 }
 
-// SubmitOnThread is SubmitOnce for an event on a thread: while the
-// execution last started on the thread is not terminal, the event joins it
-// (no new execution; waits in it see the event on the connection's event
-// log) and joined is true; otherwise it starts one and the thread points at
-// it. A short lock per thread keeps two events from both starting one.
-func (e *Executions) SubmitOnThread(ctx context.Context, key, thread string, workflow json.RawMessage, input any) (ex *Execution, created, joined bool, err error) {
-	msgKey := e.store.Key("msg", key)
-	if id, err := e.store.Client.Get(ctx, msgKey).Result(); err == nil {
-		ex, err := e.Get(ctx, id)
-		return ex, false, false, err
-	}
-	threadKey, lockKey := e.store.Key("thread", thread), e.store.Key("thread-lock", thread)
-	for {
-		ok, err := e.store.Client.SetNX(ctx, lockKey, "1", 5*time.Second).Result()
-		if err != nil {
-			return nil, false, false, fmt.Errorf("executions: lock thread %s: %w", thread, err)
-		}
-		if ok {
-			break
-		}
-		sleep(ctx, 5*time.Millisecond)
-		if ctx.Err() != nil {
-			return nil, false, false, ctx.Err()
-		}
-	}
-	defer e.store.Client.Del(context.WithoutCancel(ctx), lockKey)
-	if cur, err := e.store.Client.Get(ctx, threadKey).Result(); err == nil {
-		if running, err := e.Get(ctx, cur); err == nil && !running.Status.Terminal() {
-			if err := e.store.Client.SetNX(ctx, msgKey, cur, e.retention).Err(); err != nil {
-				return nil, false, false, fmt.Errorf("executions: join thread %s: %w", thread, err)
-			}
-			return running, false, true, nil
-		}
-	}
-	ex, created, err = e.SubmitOnce(ctx, key, workflow, input)
-	if err != nil {
-		return nil, false, false, err
-	}
-	if err := e.store.Client.Set(ctx, threadKey, ex.ID, e.retention).Err(); err != nil {
-		return nil, false, false, fmt.Errorf("executions: thread %s: %w", thread, err)
-	}
-	return ex, created, false, nil
-}
-
 func newExecutionID() string { return "ex_" + strings.ToLower(rand.Text()) }
 
 // enqueue writes a queued execution and its work item. The record is
@@ -479,37 +439,47 @@ func (e *Executions) enqueue(ctx context.Context, id string, workflow json.RawMe
 // enqueueBound is enqueue of a document bound by the named allowlist (nil:
 // a host document).
 func (e *Executions) enqueueBound(ctx context.Context, id string, workflow json.RawMessage, input any, principal string, allowlist *string) (*Execution, error) {
-	now := time.Now().UTC()
-	rec := &record{
-		Execution: Execution{ID: id, Status: ExecQueued, Principal: principal, Input: input, Steps: []StepRecord{}, CreatedAt: now},
+	ex, _, err := e.enqueueRecord(ctx, newRecord(id, workflow, input, principal, allowlist))
+	return ex, err
+}
+
+// newRecord is a queued execution's record, created now.
+func newRecord(id string, workflow json.RawMessage, input any, principal string, allowlist *string) *record {
+	return &record{
+		Execution: Execution{ID: id, Status: ExecQueued, Principal: principal, Input: input, Steps: []StepRecord{}, CreatedAt: time.Now().UTC()},
 		Workflow:  workflow, Allowlist: allowlist,
 	}
+}
+
+// enqueueRecord writes rec and its work item unless its id is written
+// already; fresh reports whether this call wrote it.
+func (e *Executions) enqueueRecord(ctx context.Context, rec *record) (ex *Execution, fresh bool, err error) {
 	e.stampTrace(ctx, rec)
 	data, err := marshalRecord(rec)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// Record, index entry and work item are written together (see
 	// submit.go), so no crash leaves one without the others.
-	fresh, reported, err := e.write(ctx, id, data, indexMember(now, id))
+	fresh, reported, err := e.write(ctx, rec.ID, data, indexMember(rec.CreatedAt, rec.ID))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !fresh {
 		// Written by an earlier attempt, perhaps by an older version
 		// that died before indexing or queueing it: make it whole.
-		if rec, err = e.load(ctx, id); err != nil {
-			return nil, err
+		if rec, err = e.load(ctx, rec.ID); err != nil {
+			return nil, false, err
 		}
 		if err := e.ensure(ctx, rec); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	e.observer.ExecutionEntered(ExecQueued)
 	if !reported {
 		e.emit(ctx, rec.ID, EventState, map[string]any{"status": ExecQueued})
 	}
-	return &rec.Execution, nil
+	return &rec.Execution, fresh, nil
 }
 
 // indexMember orders executions by creation time, then id, as text, so the

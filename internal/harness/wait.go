@@ -153,7 +153,7 @@ func (r *run) wait(ctx context.Context, f *frame, n *Node) (any, error) {
 			return nil, err
 		}
 	}
-	ev, err := r.listen(ctx, f, n, cursor, deadline)
+	ev, err := r.listen(ctx, f, n, key, cursor, deadline)
 	if err != nil {
 		if interruption(err) {
 			return nil, err // parked: the entry keeps its cursor and deadline
@@ -172,10 +172,21 @@ const listenBlock = time.Second
 // the deadline (its id is the log's time), even when it is read later: a
 // run parked past the deadline still sees what arrived in time. When a
 // sibling path parks, it reads what is there and returns errParked.
-func (r *run) listen(ctx context.Context, f *frame, n *Node, cursor string, deadline time.Time) (any, error) {
+//
+// In a turn on a thread of this connection, a matching event counts only
+// when the turn takes it (see threads.go): one that started or joined
+// another turn is passed over, and the events that joined this turn
+// before the wait listened are looked at first.
+func (r *run) listen(ctx context.Context, f *frame, n *Node, key, cursor string, deadline time.Time) (any, error) {
+	onThread := r.onThread(n.Connection)
 	for {
 		left := time.Until(deadline)
 		over := left <= 0 || parking(ctx)
+		if onThread {
+			if ev, ok, err := r.threadEvent(ctx, f, n, key, deadline); ok || err != nil {
+				return ev, err
+			}
+		}
 		args := &redis.XReadArgs{Streams: []string{r.e.connEventsKey(n.Connection), cursor}, Count: 100, Block: -1}
 		if !over {
 			// At least a millisecond: a zero BLOCK would wait for ever.
@@ -199,7 +210,11 @@ func (r *run) listen(ctx context.Context, f *frame, n *Node, cursor string, dead
 				break
 			}
 			cursor = m.ID
-			if ev, ok, err := r.event(f, n, m); ok || err != nil {
+			ev, ok, err := r.event(f, n, m)
+			if ok && onThread {
+				ok, err = r.takeLogged(ctx, key, m)
+			}
+			if ok || err != nil {
 				return ev, err
 			}
 		}

@@ -308,7 +308,10 @@ var saveScript = redis.NewScript(saveLua + `return 1`)
 //
 // KEYS: saveScript's, then owner, again, work stream. ARGV: saveScript's,
 // with token, group, item and execution id at 10 to 13.
-var leaveScript = redis.NewScript(saveLua + `
+var leaveScript = redis.NewScript(saveLua + leaveLua + `return 1`)
+
+// leaveLua is leaveScript's work after the save.
+const leaveLua = `
 local held = redis.call('GET', KEYS[5]) == ARGV[10]
 if held then redis.call('DEL', KEYS[5]) end
 redis.call('XACK', KEYS[7], ARGV[11], ARGV[12])
@@ -317,8 +320,15 @@ if held and redis.call('GET', KEYS[6]) then
   redis.call('DEL', KEYS[6])
   redis.call('XADD', KEYS[7], '*', 'id', ARGV[13])
 end
-return 1
-`)
+`
+
+// The final save of a turn on a thread closes the thread in the same
+// script (see threads.go): saveScript and leaveScript with closeLua after
+// them, the thread's keys after theirs and its arguments after theirs.
+var (
+	saveCloseScript  = redis.NewScript(saveLua + closeLua + closeCall + `return 1`)
+	leaveCloseScript = redis.NewScript(saveLua + leaveLua + closeLua + closeCall + `return 1`)
+)
 
 // saveLua is saveScript's body, which leaveScript shares.
 var saveLua = `
@@ -623,6 +633,9 @@ type run struct {
 	// leave: a worker's run lets go of its claim and work item with its
 	// last save (see saveLast).
 	leave *leave
+	// closing: the next save is the last of a turn on a thread, and
+	// closes the thread (see threads.go).
+	closing bool
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -702,8 +715,15 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	if r.rec.Error != nil {
 		data["error"] = r.rec.Error
 	}
+	r.closing = r.rec.Thread != ""
 	if err := r.saveLast(ctx, r.e.doneKey(r.rec.ID), event{EventFinished, data}); err != nil {
 		return err
+	}
+	if r.closing && r.e.clustered() {
+		// Another slot: the close follows the save (see threads.go).
+		if err := r.e.EndTurn(ctx, r.rec.Thread, r.rec.ID); err != nil {
+			r.e.logger.Warn("could not close the thread of a finished turn; the inbox closes it when it sees the turn ended", "execution", r.rec.ID, "err", err)
+		}
 	}
 	r.e.observer.ExecutionEntered(r.rec.Status)
 	started := now
@@ -781,6 +801,14 @@ func (r *run) write(ctx context.Context, last bool, publish string, events ...ev
 		args = append(args, ev.typ, raw)
 	}
 	args[8] = (len(args) - 13 - len(w.entries)) / 2
+	if r.closing && !r.e.clustered() {
+		script = saveCloseScript
+		if last {
+			script = leaveCloseScript
+		}
+		keys = append(keys, r.e.threadKeys(r.rec.Thread)...)
+		args = append(args, r.e.retention.Milliseconds(), id, newExecutionID())
+	}
 	ok, err := script.Run(context.WithoutCancel(ctx), r.e.store.Client, keys, args...).Int()
 	if err != nil {
 		return &storageError{fmt.Errorf("executions: save %s: %w", id, err)}

@@ -124,29 +124,19 @@ func (d *deliverer) handle(ctx context.Context, m redis.XMessage, deliveries int
 		d.bury(ctx, m.ID, tid, ev, deliveries, "", err.Error())
 		return
 	}
-	var ex *harness.Execution
-	var created, joined bool
 	if onThread {
-		ex, created, joined, err = d.s.execs.SubmitOnThread(ctx, key, thread, t.Document, input)
-	} else {
-		ex, created, err = d.s.execs.SubmitOnce(ctx, key, t.Document, input)
-	}
-	if joined {
-		d.in.count(ctx, "t:"+t.ID+":joined")
-	}
-	if err != nil {
-		if isPermanent(err) {
-			d.bury(ctx, m.ID, tid, ev, deliveries, "", "workflow does not validate: "+err.Error())
-			return
-		}
-		d.in.count(ctx, "t:"+t.ID+":errors")
-		d.s.logger.Warn("could not start the turn of an event; it is retried after the reclaim timeout", "trigger", t.ID, "event", ev.ID, "err", err)
+		d.followThread(ctx, m, t, ev, deliveries, harness.ThreadEvent{
+			Thread: thread, Trigger: t.ID, Workflow: t.Document, Input: input,
+			Event: harness.ConnEvent{Connection: ev.Connection, Type: ev.Type, ID: ev.ID, Payload: ev.Payload, ReceivedAt: ev.ReceivedAt},
+		})
 		return
 	}
-	if created {
-		d.in.count(ctx, "t:"+t.ID+":delivered")
-		d.s.observer.Started(d.src.name, t.ID, time.Since(ev.ReceivedAt))
+	ex, created, err := d.s.execs.SubmitOnce(ctx, key, t.Document, input)
+	if err != nil {
+		d.submitFailed(ctx, m, t, ev, deliveries, err)
+		return
 	}
+	d.noteTurn(ctx, t, ev, harness.Turn{ID: ex.ID, Started: true, Created: created})
 	final, err := d.await(ctx, ex.ID)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -154,12 +144,95 @@ func (d *deliverer) handle(ctx context.Context, m redis.XMessage, deliveries int
 		}
 		return
 	}
+	d.finish(ctx, m, t, final)
+}
+
+// submitFailed buries an entry whose turn can never start, and leaves one
+// whose failure may pass for a reclaim.
+func (d *deliverer) submitFailed(ctx context.Context, m redis.XMessage, t *trigger, ev Event, deliveries int64, err error) {
+	if isPermanent(err) {
+		d.bury(ctx, m.ID, t.ID, ev, deliveries, "", "workflow does not validate: "+err.Error())
+		return
+	}
+	d.in.count(ctx, "t:"+t.ID+":errors")
+	d.s.logger.Warn("could not start the turn of an event; it is retried after the reclaim timeout", "trigger", t.ID, "event", ev.ID, "err", err)
+}
+
+// noteTurn records where the entry's event went and counts it (see
+// inbox.noteTurn).
+func (d *deliverer) noteTurn(ctx context.Context, t *trigger, ev Event, turn harness.Turn) {
+	if err := d.in.noteTurn(ctx, ev.ID, t.ID, turn, d.src.dedupe); err != nil {
+		d.s.logger.Warn("could not note an event's turn", "trigger", t.ID, "event", ev.ID, "err", err)
+	}
+	if turn.Created {
+		d.s.observer.Started(d.src.name, t.ID, time.Since(ev.ReceivedAt))
+	}
+}
+
+// finish records the entry done with its turn's outcome.
+func (d *deliverer) finish(ctx context.Context, m redis.XMessage, t *trigger, final *harness.Execution) {
 	outcome := "succeeded"
 	if final.Status != harness.ExecSucceeded {
 		outcome = "failed"
 	}
 	if err := d.in.done(context.WithoutCancel(ctx), m.ID, t.ID, outcome); err != nil {
 		d.s.logger.Warn("could not record an event done", "trigger", t.ID, "entry", m.ID, "err", err)
+	}
+}
+
+// followThread starts or joins the turn of an entry on a thread, and
+// stays with the event until a turn has seen it: when the turn it joined
+// ends without a wait of it taking the event, the event starts (or joins)
+// the next turn on the thread, and the entry follows it there. The entry
+// is done with the outcome of the turn that saw its event.
+func (d *deliverer) followThread(ctx context.Context, m redis.XMessage, t *trigger, ev Event, deliveries int64, te harness.ThreadEvent) {
+	turn, err := d.s.execs.SubmitOnThread(ctx, te)
+	if err != nil {
+		d.submitFailed(ctx, m, t, ev, deliveries, err)
+		return
+	}
+	noted := harness.Turn{}
+	unwritten := 50 * time.Millisecond
+	for {
+		if turn.ID != noted.ID || turn.Started != noted.Started {
+			d.noteTurn(ctx, t, ev, turn)
+			noted = turn
+		}
+		final, err := d.await(ctx, turn.ID)
+		switch {
+		case errors.Is(err, harness.ErrNotFound):
+			// Joined a turn whose starting entry has not written its
+			// record yet (its replica died in between, and the entry
+			// waits for a reclaim): look again, it may also have been
+			// given up (AbandonTurn) and the event handed on.
+			sleep(ctx, unwritten)
+			unwritten = min(2*unwritten, time.Second)
+		case err != nil:
+			if ctx.Err() == nil {
+				d.s.logger.Warn("lost track of an event's turn; it is retried after the reclaim timeout", "trigger", t.ID, "execution", turn.ID, "err", err)
+			}
+			return
+		default:
+			// Closed by the turn's final save already, unless its replica
+			// died in between on Redis Cluster.
+			if err := d.s.execs.EndTurn(ctx, te.Thread, turn.ID); err != nil {
+				d.s.logger.Warn("could not end a turn; the event is retried after the reclaim timeout", "trigger", t.ID, "execution", turn.ID, "err", err)
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		next, err := d.s.execs.FollowThread(ctx, te)
+		if err != nil {
+			d.s.logger.Warn("could not follow an event on its thread; it is retried after the reclaim timeout", "trigger", t.ID, "event", ev.ID, "err", err)
+			return
+		}
+		if final != nil && next.ID == turn.ID {
+			d.finish(ctx, m, t, final)
+			return
+		}
+		turn = next
 	}
 }
 
@@ -189,6 +262,16 @@ func (d *deliverer) bury(ctx context.Context, entry, tid string, ev Event, deliv
 		ID: d.src.name + ":" + entry, Connection: d.src.name, Trigger: tid, Event: ev,
 		Deliveries: deliveries, Reason: reason, DeadAt: time.Now().UTC(), Execution: exec,
 	}
+	if ev.ID != "" {
+		if turns, err := d.in.turnsOf(ctx, []string{ev.ID}); err == nil {
+			for _, et := range turns[ev.ID] {
+				if et.Trigger == tid {
+					dl.Execution, dl.Turn = et.Execution, et.How
+				}
+			}
+		}
+		d.abandon(ctx, tid, ev)
+	}
 	ok, err := d.in.bury(context.WithoutCancel(ctx), entry, dl)
 	if err != nil {
 		d.s.logger.Error("could not dead-letter an event", "connection", d.src.name, "entry", entry, "err", err)
@@ -197,6 +280,27 @@ func (d *deliverer) bury(ctx context.Context, entry, tid string, ev Event, deliv
 	if ok {
 		d.s.deadLettered(d.src.name)
 		d.s.logger.Warn("event dead-lettered", "connection", d.src.name, "trigger", tid, "event", ev.ID, "reason", reason)
+	}
+}
+
+// abandon lets the thread of an entry that goes to the dead letters move
+// on when its event opened a turn whose record it never wrote (see
+// harness.AbandonTurn).
+func (d *deliverer) abandon(ctx context.Context, tid string, ev Event) {
+	t, ok := d.s.triggers[tid]
+	if !ok {
+		return
+	}
+	natural, err := d.s.naturalThread(ctx, ev)
+	if err != nil {
+		return
+	}
+	thread, onThread, err := t.explicitThread(ev, natural)
+	if err != nil || !onThread {
+		return
+	}
+	if err := d.s.execs.AbandonTurn(context.WithoutCancel(ctx), thread, ev.ID, tid); err != nil {
+		d.s.logger.Warn("could not let go of the thread of a dead-lettered event", "trigger", tid, "event", ev.ID, "err", err)
 	}
 }
 

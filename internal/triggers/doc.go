@@ -26,6 +26,22 @@
 // that fails, a workflow that does not validate), goes to the connection's
 // dead-letter hash, from which the API can redeliver it.
 //
+// # Threads
+//
+// An entry whose trigger puts its event on a thread (the trigger's thread
+// expression, or the natural thread of a profile its connection speaks)
+// goes through harness.SubmitOnThread instead: one script decides whether
+// the event starts a turn or joins the one open on the thread, once, so a
+// redelivered entry finds the same answer. The entry then stays with its
+// event until a turn has seen it: when the turn it joined ends without a
+// wait taking the event, the event starts the next turn (or joins it),
+// and the entry follows. It is done with the outcome of the turn that saw
+// its event. Where each entry went ("started" or "joined", and the
+// execution) is kept under {in:C}:turns:<event id> for the dedupe window,
+// and shown with the delivery log and the dead letters. An entry
+// dead-lettered after opening a turn it never wrote lets the thread go
+// (harness.AbandonTurn), so the events that joined it start the next.
+//
 // # Keys
 //
 // Every key of one connection's inbox shares the hash tag {in:<name>}, so
@@ -37,6 +53,8 @@
 //	{in:C}:state    counters, cursor (cron watermark, Unix ms), lastEventAt
 //	{in:C}:log      the last LogSize deliveries, newest first (JSON)
 //	{in:C}:dead     dead letters by entry id (JSON)
+//	{in:C}:turns:ID where each entry of event ID went, by trigger
+//	                ("started:<execution>" or "joined:<execution>")
 //	{in:C}:sub:ID   an MCP event subscription: cursor, mode, figures and,
 //	                for webhook delivery, the server's id and refreshBefore
 //	{in:C}:sub:ID:whsec  its sealed webhook secrets (current, previous)

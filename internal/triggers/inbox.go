@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
@@ -187,6 +190,63 @@ func (in *inbox) done(ctx context.Context, entry, trigger, outcome string) error
 	return nil
 }
 
+// turns is the hash of where an event's entries went, by trigger.
+func (in *inbox) turns(eventID string) string { return in.key("turns", eventID) }
+
+// noteTurn records that the entry of trigger for the event started or
+// joined turn, for as long as the event is deduplicated (the delivery log
+// and the dead letters show it), and counts it: joined, or delivered when
+// this entry wrote the turn. One round trip, as the count alone took.
+func (in *inbox) noteTurn(ctx context.Context, eventID, trigger string, turn harness.Turn, ttl time.Duration) error {
+	key := in.turns(eventID)
+	_, err := in.st.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, trigger, turn.How()+":"+turn.ID)
+		p.PExpire(ctx, key, ttl)
+		if !turn.Started {
+			p.HIncrBy(ctx, in.state(), "t:"+trigger+":joined", 1)
+		}
+		if turn.Created {
+			p.HIncrBy(ctx, in.state(), "t:"+trigger+":delivered", 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("inbox %s: note turn of %s: %w", in.conn, eventID, err)
+	}
+	return nil
+}
+
+// EntryTurn is where one entry of an event went: the turn its event
+// started or joined.
+type EntryTurn struct {
+	Trigger string `json:"trigger"`
+	// How is "started" or "joined".
+	How       string `json:"how"`
+	Execution string `json:"execution"`
+}
+
+// turnsOf reads where the entries of each event went, by event id.
+func (in *inbox) turnsOf(ctx context.Context, eventIDs []string) (map[string][]EntryTurn, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(eventIDs))
+	_, err := in.st.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range eventIDs {
+			cmds[i] = p.HGetAll(ctx, in.turns(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox %s: turns: %w", in.conn, err)
+	}
+	out := make(map[string][]EntryTurn, len(eventIDs))
+	for i, id := range eventIDs {
+		for _, trigger := range slices.Sorted(maps.Keys(cmds[i].Val())) {
+			how, exec, _ := strings.Cut(cmds[i].Val()[trigger], ":")
+			out[id] = append(out[id], EntryTurn{Trigger: trigger, How: how, Execution: exec})
+		}
+	}
+	return out, nil
+}
+
 func (in *inbox) count(ctx context.Context, field string) {
 	in.st.Client.HIncrBy(ctx, in.state(), field, 1)
 }
@@ -202,9 +262,10 @@ type DeadLetter struct {
 	Deliveries int64     `json:"deliveries"`
 	Reason     string    `json:"reason"`
 	DeadAt     time.Time `json:"deadAt"`
-	// Execution is the execution the event's message id names, when one
-	// was created.
+	// Execution is the turn the entry's event started or joined, when it
+	// got that far; Turn says which ("started" or "joined").
 	Execution string `json:"execution,omitempty"`
+	Turn      string `json:"turn,omitempty"`
 }
 
 func (in *inbox) bury(ctx context.Context, entry string, dl DeadLetter) (bool, error) {
@@ -277,6 +338,9 @@ type Receipt struct {
 	EventID   string `json:"eventId,omitempty"`
 	Type      string `json:"type,omitempty"`
 	Triggers  int    `json:"triggers"`
+	// Turns are where the event's entries went (one per trigger it
+	// matched), once delivered.
+	Turns []EntryTurn `json:"turns,omitempty"`
 }
 
 func (in *inbox) receipts(ctx context.Context, n int) ([]Receipt, error) {
@@ -285,10 +349,23 @@ func (in *inbox) receipts(ctx context.Context, n int) ([]Receipt, error) {
 		return nil, fmt.Errorf("inbox %s: deliveries: %w", in.conn, err)
 	}
 	out := make([]Receipt, 0, len(vals))
+	var ids []string
 	for _, v := range vals {
 		var r Receipt
 		if json.Unmarshal([]byte(v), &r) == nil {
 			out = append(out, r)
+			if r.Outcome == "accepted" && r.Triggers > 0 {
+				ids = append(ids, r.EventID)
+			}
+		}
+	}
+	turns, err := in.turnsOf(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].Outcome == "accepted" {
+			out[i].Turns = turns[out[i].EventID]
 		}
 	}
 	return out, nil

@@ -33,11 +33,15 @@ func message(id, thread string) triggers.Event {
 // the profile refuses is refused at the door.
 func TestProfileEventsCarryTheirThread(t *testing.T) {
 	t.Parallel()
-	// A turn waits for "bye" on its thread; "bye" starts no turn, so
-	// every other message on the thread joins the running one.
+	// A turn takes the next message on its thread, then waits for "bye"
+	// there; "bye" starts no turn, so the other message on the thread
+	// joins the running turn, whose first wait takes it.
 	doc := `{"version":1,"connections":{"chat":{"events":["chat.message.created"]}},
-		"root":{"kind":"wait","id":"w","connection":"chat","event":"chat.message.created",
-			"filter":"$event.payload.thread == $input.connection_event.thread && $event.payload.text == 'bye'","timeoutMs":30000}}`
+		"root":{"kind":"sequence","id":"turn","steps":[
+			{"kind":"wait","id":"next","connection":"chat","event":"chat.message.created",
+				"filter":"$event.payload.thread == $input.connection_event.thread && $event.payload.text != 'bye'","timeoutMs":30000},
+			{"kind":"wait","id":"w","connection":"chat","event":"chat.message.created",
+				"filter":"$event.payload.thread == $input.connection_event.thread && $event.payload.text == 'bye'","timeoutMs":30000}]}}`
 	f := &config.File{
 		Connections: map[string]config.Connection{"chat": {Webhooks: &config.Webhooks{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}}},
 		Triggers: []config.Trigger{{ID: "mentions", Connection: "chat", Event: "chat.message.created",

@@ -76,3 +76,65 @@ func TestConnectionPageShowsServerEvents(t *testing.T) {
 		t.Errorf("last error %q", got)
 	}
 }
+
+// The delivery log of a connection shows where each event went: the turn
+// it started, or the running turn it joined (whose wait took it).
+func TestDeliveriesShowTheirTurns(t *testing.T) {
+	t.Parallel()
+	var svc *triggers.Service
+	doc := `{"version":1,"connections":{"chat":{"events":["message"]}},"root":{"kind":"wait","id":"next","connection":"chat","event":"message",
+		"filter":"$event.payload.thread == $input.connection_event.thread","timeoutMs":10000}}`
+	f := &config.File{
+		Connections: map[string]config.Connection{"chat": {Source: &config.Source{Events: map[string]any{"message": map[string]any{"type": "object"}}}}},
+		Triggers:    []config.Trigger{{ID: "turns", Connection: "chat", Event: "message", Thread: "event.payload.thread", Document: json.RawMessage(doc)}},
+	}
+	b := setupConns(t, func(o *web.Options) {
+		var err error
+		svc, err = triggers.New(triggers.Options{Store: o.Store, Executions: o.Executions, Registry: o.Registry, File: f})
+		must(t, err)
+		must(t, svc.Start(context.Background()))
+		t.Cleanup(svc.Close)
+		o.Triggers = svc
+	}, func(reg *harness.Registry) {
+		must(t, reg.Add("chat", triggers.NewProvider("chat", f.Connections["chat"])))
+	})
+	ctx := context.Background()
+	emit := func(id string) {
+		_, err := svc.Emit(ctx, "chat", triggers.Event{Type: "message", ID: id, Payload: map[string]any{"thread": "t1"}}, triggers.Via{Kind: "api"})
+		must(t, err)
+	}
+	emit("m1")
+	var turn string
+	for deadline := time.Now().Add(15 * time.Second); turn == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no turn listening")
+		}
+		page, err := b.execs.List(ctx, harness.ListOptions{})
+		must(t, err)
+		for _, ex := range page.Items {
+			if full, _ := b.execs.Get(ctx, ex.ID); full != nil && len(full.Steps) > 0 && full.Steps[0].Cursor != "" {
+				turn = ex.ID
+			}
+		}
+	}
+	emit("m2")
+	if ex, err := b.execs.Wait(ctx, turn, 10*time.Second); err != nil || ex.Status != harness.ExecSucceeded {
+		t.Fatalf("turn: %+v %v", ex, err)
+	}
+	c := signIn(t, b)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		p := c.get("/admin/connections/chat")
+		text := func(sel string) string { return strings.Join(strings.Fields(p.doc.Find(sel).Text()), " ") }
+		first, second := text(`#deliveries tr[data-event="m1"] .turn`), text(`#deliveries tr[data-event="m2"] .turn`)
+		short := turn[:16] + "…"
+		if first == "turns: started "+short && second == "turns: joined "+short {
+			if href, _ := p.doc.Find(`#deliveries tr[data-event="m2"] .turn a`).Attr("href"); href != "/admin/executions/"+turn {
+				t.Fatalf("link %q", href)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries: m1 %q, m2 %q; want started and joined %s", first, second, turn)
+		}
+	}
+}
