@@ -25,7 +25,8 @@ func onThread(thread, id string, doc json.RawMessage) harness.ThreadEvent {
 	}
 }
 
-func follow(t *testing.T, execs *harness.Executions, ev harness.ThreadEvent) harness.Turn {
+// submitOnThread starts or joins the turn of ev's thread.
+func submitOnThread(t *testing.T, execs *harness.Executions, ev harness.ThreadEvent) harness.Turn {
 	t.Helper()
 	turn, err := execs.SubmitOnThread(context.Background(), ev)
 	must(t, err)
@@ -73,19 +74,19 @@ func TestOneTurnPerThreadAtATime(t *testing.T) {
 	}{
 		{"an event that joined before the wait listened is taken from the thread", func(t *testing.T, thread string) {
 			doc := threadDoc("$event.id == 'b'", 5000)
-			first := follow(t, execs, onThread(thread, "a", doc))
+			first := submitOnThread(t, execs, onThread(thread, "a", doc))
 			if !first.Started || !first.Created {
 				t.Fatalf("first event: %+v, want started and created", first)
 			}
 			// Never in the log: only the thread has it.
-			second := follow(t, execs, onThread(thread, "b", doc))
+			second := submitOnThread(t, execs, onThread(thread, "b", doc))
 			if second.Started || second.ID != first.ID {
 				t.Fatalf("second event: %+v, want joined to %s", second, first.ID)
 			}
 			if ex := finished(t, execs, first.ID); ex.Status != harness.ExecSucceeded || took(ex) != "b" {
 				t.Fatalf("turn: %s %+v, took %q; want the joined event", ex.Status, ex.Error, took(ex))
 			}
-			if again := follow(t, execs, onThread(thread, "b", doc)); again != (harness.Turn{ID: first.ID}) {
+			if again := submitOnThread(t, execs, onThread(thread, "b", doc)); again != (harness.Turn{ID: first.ID}) {
 				t.Fatalf("the joined event again: %+v", again)
 			}
 			if ts := threadState(t, execs, thread); ts != (harness.ThreadState{Opened: 1}) {
@@ -94,13 +95,13 @@ func TestOneTurnPerThreadAtATime(t *testing.T) {
 		}},
 		{"an event the wait took from the log before its entry joins that turn", func(t *testing.T, thread string) {
 			doc := threadDoc("$event.id == '"+thread+"-b'", 5000)
-			first := follow(t, execs, onThread(thread, thread+"-a", doc))
+			first := submitOnThread(t, execs, onThread(thread, thread+"-a", doc))
 			waitListening(t, execs, first.ID)
 			must(t, execs.AppendEvent(ctx, onThread(thread, thread+"-b", doc).Event))
 			if ex := finished(t, execs, first.ID); ex.Status != harness.ExecSucceeded || took(ex) != thread+"-b" {
 				t.Fatalf("turn: %s %+v, took %q", ex.Status, ex.Error, took(ex))
 			}
-			if late := follow(t, execs, onThread(thread, thread+"-b", doc)); late != (harness.Turn{ID: first.ID}) {
+			if late := submitOnThread(t, execs, onThread(thread, thread+"-b", doc)); late != (harness.Turn{ID: first.ID}) {
 				t.Fatalf("the taken event's entry: %+v, want joined to the turn that took it", late)
 			}
 			if ts := threadState(t, execs, thread); ts != (harness.ThreadState{Opened: 1}) {
@@ -109,9 +110,9 @@ func TestOneTurnPerThreadAtATime(t *testing.T) {
 		}},
 		{"events that joined and were not taken start the next turn", func(t *testing.T, thread string) {
 			doc := threadDoc("$event.id == '"+thread+"-go'", 600)
-			first := follow(t, execs, onThread(thread, "a", doc))
+			first := submitOnThread(t, execs, onThread(thread, "a", doc))
 			for _, id := range []string{"b", "c"} {
-				if j := follow(t, execs, onThread(thread, id, doc)); j.Started || j.ID != first.ID {
+				if j := submitOnThread(t, execs, onThread(thread, id, doc)); j.Started || j.ID != first.ID {
 					t.Fatalf("%s: %+v, want joined", id, j)
 				}
 			}
@@ -172,9 +173,9 @@ func TestEndTurnOnItsOwn(t *testing.T) {
 	doc := threadDoc("true", 1000)
 	const thread = "chat-1"
 
-	first := follow(t, execs, onThread(thread, "a", doc))
+	first := submitOnThread(t, execs, onThread(thread, "a", doc))
 	for _, id := range []string{"b", "c"} {
-		follow(t, execs, onThread(thread, id, doc))
+		submitOnThread(t, execs, onThread(thread, id, doc))
 	}
 	must(t, execs.EndTurn(ctx, "app:"+thread, first.ID))
 	second := threadState(t, execs, thread)
