@@ -263,9 +263,20 @@ type OpenAPI struct {
 	// RequestTimeoutMs bounds one call, default 60000.
 	TimeoutMs        int `yaml:"timeoutMs"`
 	RequestTimeoutMs int `yaml:"requestTimeoutMs"`
-	// MaxResponseBytes bounds the document and every response body,
-	// default 16 MiB.
+	// MaxResponseBytes bounds the document (fetched or read from a file)
+	// and every response body, default 16 MiB.
 	MaxResponseBytes int64 `yaml:"maxResponseBytes"`
+	// MaxSchemaNodes and MaxSchemaBytes bound one operation's input schema
+	// in JSON values and bytes (defaults 10,000 and 1 MiB): refs are
+	// inlined less deep to fit, and an operation that does not fit even
+	// so fails the connection. MaxManifestBytes bounds all operations
+	// together (default 32 MiB) and MaxOperations their number (default
+	// 5,000). Inlined refs multiply, so these bound what a small
+	// document can make the server build.
+	MaxSchemaNodes   int64 `yaml:"maxSchemaNodes"`
+	MaxSchemaBytes   int64 `yaml:"maxSchemaBytes"`
+	MaxManifestBytes int64 `yaml:"maxManifestBytes"`
+	MaxOperations    int   `yaml:"maxOperations"`
 }
 
 // Transport is the MCP transport the entry uses after inference.

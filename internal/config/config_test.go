@@ -441,7 +441,7 @@ connections:
 			name: "openapi problems",
 			file: `
 connections:
-  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: ["", { $expr: "method ==" }, { $expr: "path" }, { $expr: "nope == 1" }, { expr: x }, [x]], timeoutMs: -1 } }
+  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: ["", { $expr: "method ==" }, { $expr: "path" }, { $expr: "nope == 1" }, { expr: x }, [x]], timeoutMs: -1, maxSchemaNodes: -1, maxOperations: -2 } }
   b: { openapi: { url: "gopher://x" }, pool: { max: 2 }, auth: oauth }
   c: { openapi: { url: ./api.yaml, headers: { X-Key: "${env:NOPE}", X-Bad: "${secret:a b}" } }, mcp: { command: x } }
 `,
@@ -455,6 +455,8 @@ connections:
 				{"connections.a.openapi.include[4].$expr", "is required"},
 				{"connections.a.openapi.include[4].expr", "unknown field"},
 				{"connections.a.openapi.include[5]", "must be a mapping, not a list"},
+				{"connections.a.openapi.maxOperations", "must not be negative"},
+				{"connections.a.openapi.maxSchemaNodes", "must not be negative"},
 				{"connections.a.openapi.timeoutMs", "must not be negative"},
 				{"connections.a.openapi.url", "is required"},
 				{"connections.b.auth", "needs openapi.baseUrl"},

@@ -539,6 +539,12 @@ func (o *OpenAPI) validate(ps *problems, path string) {
 	} else if o.MaxResponseBytes > 0 && o.MaxResponseBytes < MinMaxResponseBytes {
 		ps.add(path+".maxResponseBytes", "must be at least %d (1 KiB), not %d", MinMaxResponseBytes, o.MaxResponseBytes)
 	}
+	for field, v := range map[string]int64{"maxSchemaNodes": o.MaxSchemaNodes, "maxSchemaBytes": o.MaxSchemaBytes,
+		"maxManifestBytes": o.MaxManifestBytes, "maxOperations": int64(o.MaxOperations)} {
+		if v < 0 {
+			ps.add(path+"."+field, "must not be negative (0 means the default)")
+		}
+	}
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.
