@@ -56,6 +56,18 @@ type Config struct {
 	// profile and binding files; empty: the config file's profilesDir.
 	ProfilesDir  string
 	MaxBodyBytes int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
+	// ShutdownGrace (PATCHBAY_SHUTDOWN_GRACE, default 30s) is how long a
+	// SIGTERM waits for requests and executions in flight; the process
+	// exits by then (plus 5 s to close connections) whatever still runs,
+	// and another replica, or this one restarted, resumes what was cut.
+	ShutdownGrace time.Duration
+	// SchemaMaxNodes (PATCHBAY_SCHEMA_MAX_NODES, default 0: the harness's
+	// 20,000) bounds an operation schema gate 2 compiles, in JSON values
+	// once its repeated subschemas are shared; SchemaCompileTimeout
+	// (PATCHBAY_SCHEMA_COMPILE_TIMEOUT, default 0: 10s) how long a call
+	// waits for its compile. Past either the call is refused at gate 2.
+	SchemaMaxNodes       int
+	SchemaCompileTimeout time.Duration
 	// StartTriggers starts trigger delivery and cron at boot
 	// (PATCHBAY_START_TRIGGERS, default true); when false, POST
 	// /v1/harness/start does.

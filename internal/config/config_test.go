@@ -121,6 +121,23 @@ func TestLoadEnv(t *testing.T) {
 			},
 		},
 		{
+			name: "shutdown and gate-2 bounds",
+			env:  env{"PATCHBAY_SHUTDOWN_GRACE": "2s", "PATCHBAY_SCHEMA_MAX_NODES": "500", "PATCHBAY_SCHEMA_COMPILE_TIMEOUT": "1m"},
+			check: func(t *testing.T, c *config.Config) {
+				if c.ShutdownGrace != 2*time.Second || c.SchemaMaxNodes != 500 || c.SchemaCompileTimeout != time.Minute {
+					t.Errorf("got %s %d %s", c.ShutdownGrace, c.SchemaMaxNodes, c.SchemaCompileTimeout)
+				}
+				if d := config.Default(); d.ShutdownGrace != 30*time.Second || d.SchemaMaxNodes != 0 || d.SchemaCompileTimeout != 0 {
+					t.Errorf("defaults %s %d %s", d.ShutdownGrace, d.SchemaMaxNodes, d.SchemaCompileTimeout)
+				}
+			},
+		},
+		{
+			name:  "unparsable bounds",
+			env:   env{"PATCHBAY_SHUTDOWN_GRACE": "soon", "PATCHBAY_SCHEMA_MAX_NODES": "many", "PATCHBAY_SCHEMA_COMPILE_TIMEOUT": "10"},
+			wants: []want{{"PATCHBAY_SCHEMA_COMPILE_TIMEOUT", "duration"}, {"PATCHBAY_SCHEMA_MAX_NODES", "whole number"}, {"PATCHBAY_SHUTDOWN_GRACE", "duration"}},
+		},
+		{
 			name: "secrets dir",
 			env:  env{"PATCHBAY_SECRETS_DIR": "/run/secrets"},
 			check: func(t *testing.T, c *config.Config) {
@@ -560,8 +577,19 @@ func TestValidate(t *testing.T) {
 				{"PATCHBAY_MAX_BODY_BYTES", "between"}, {"PATCHBAY_MAX_CONNS", "between 1"},
 				{"PATCHBAY_MAX_CONNS_PER_ADDRESS", "between 1"}, {"PATCHBAY_MAX_HEADER_BYTES", "between 4096"},
 				{"PATCHBAY_POOL_RECLAIM_AFTER", "from 100ms to 24h"}, {"PATCHBAY_READ_HEADER_TIMEOUT", "from 10ms"},
-				{"PATCHBAY_READ_TIMEOUT", "from 10ms"}, {"PATCHBAY_RETENTION", "at least"}, {"PATCHBAY_WORKERS", "between"},
+				{"PATCHBAY_READ_TIMEOUT", "from 10ms"}, {"PATCHBAY_RETENTION", "at least"},
+				{"PATCHBAY_SHUTDOWN_GRACE", "from 100ms to 10m"}, {"PATCHBAY_WORKERS", "between"},
 				{"PATCHBAY_WRITE_TIMEOUT", "from 10ms"},
+			},
+		},
+		{
+			name: "bounds out of range",
+			edit: func(c *config.Config) {
+				c.ShutdownGrace, c.SchemaMaxNodes, c.SchemaCompileTimeout = time.Hour, -1, 2*time.Hour
+			},
+			wants: []want{
+				{"PATCHBAY_SCHEMA_COMPILE_TIMEOUT", "at most 1h"}, {"PATCHBAY_SCHEMA_MAX_NODES", "from 1 to 10000000"},
+				{"PATCHBAY_SHUTDOWN_GRACE", "from 100ms to 10m"},
 			},
 		},
 		{
