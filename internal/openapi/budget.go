@@ -62,17 +62,18 @@ func newBudget(spec config.OpenAPI) budget {
 }
 
 // BudgetError is a document that does not fit its connection's budget. It
-// names the operation (when one is to blame), the limit and its setting.
+// names the operation (when one is to blame), what passed the limit, the
+// limit and its setting.
 type BudgetError struct {
 	Op      string // empty when no one operation is to blame
+	What    string // "input schema", "operations", …
 	Setting string // the entry's field: maxSchemaNodes, maxSchemaBytes, …
 	Limit   int64
-	Got     int64
 	Hint    string
 }
 
 func (e *BudgetError) Error() string {
-	msg := fmt.Sprintf("%d is over %s (%d)", e.Got, e.Setting, e.Limit)
+	msg := fmt.Sprintf("%s over %s (%d)", e.What, e.Setting, e.Limit)
 	if e.Op != "" {
 		msg = "operation " + e.Op + ": " + msg
 	}

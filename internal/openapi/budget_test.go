@@ -123,9 +123,9 @@ func TestBudgetErrorsNameTheLimit(t *testing.T) {
 		setting string
 	}{
 		{"deep inline nesting", openapitest.Deep(4000), config.OpenAPI{}, "document nests deeper than 64 levels", ""},
-		{"nesting over a lower limit", openapitest.Deep(25), config.OpenAPI{MaxSchemaNodes: 50}, "operation deep: ", "maxSchemaNodes"},
-		{"a 2 MB description in a body", []byte(bigDesc), config.OpenAPI{}, "operation big: ", "maxSchemaBytes"},
-		{"too many operations", manyOps(30), config.OpenAPI{MaxOperations: 20}, "21 is over maxOperations (20)", "maxOperations"},
+		{"nesting over a lower limit", openapitest.Deep(25), config.OpenAPI{MaxSchemaNodes: 50}, "operation deep: input schema with no $ref inlined, over maxSchemaNodes (50)", "maxSchemaNodes"},
+		{"a 2 MB description in a body", []byte(bigDesc), config.OpenAPI{}, "operation big: input schema with no $ref inlined, over maxSchemaBytes (1048576)", "maxSchemaBytes"},
+		{"too many operations", manyOps(30), config.OpenAPI{MaxOperations: 20}, "more operations than that, over maxOperations (20): choose some with include", "maxOperations"},
 		{"operations too large together", manyOps(300), config.OpenAPI{MaxManifestBytes: 10_000}, "over maxManifestBytes (10000)", "maxManifestBytes"},
 		{"a document file larger than maxResponseBytes", openapitest.FanOut(1, 10, 4096), config.OpenAPI{MaxResponseBytes: 2048}, "larger than 2048 bytes (maxResponseBytes)", ""},
 	}

@@ -79,11 +79,11 @@ func parseOperations(ctx context.Context, root map[string]any, sel *selector, b 
 				}
 			}
 			if len(ops) == b.operations {
-				return nil, nil, nil, &BudgetError{Setting: "maxOperations", Limit: int64(b.operations), Got: int64(len(ops) + 1),
-					Hint: "the document has more operations than that; choose some with include"}
+				return nil, nil, nil, &BudgetError{What: "more operations than that,", Setting: "maxOperations", Limit: int64(b.operations),
+					Hint: "choose some with include"}
 			}
 			if err := ctx.Err(); err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, fmt.Errorf("building the operations (timeoutMs bounds the load): %w", err)
 			}
 			name := id
 			if name == "" {
@@ -108,8 +108,8 @@ func parseOperations(ctx context.Context, root map[string]any, sel *selector, b 
 			}
 			manifest += int64(len(op.Name) + len(op.Path) + len(op.Spec.Description) + len(op.Spec.Annotations.Title) + len(op.Spec.InputSchema))
 			if manifest > b.manifestBytes {
-				return nil, nil, nil, &BudgetError{Op: name, Setting: "maxManifestBytes", Limit: b.manifestBytes, Got: manifest,
-					Hint: "the operations up to this one pass it; choose fewer with include, or raise maxManifestBytes"}
+				return nil, nil, nil, &BudgetError{Op: name, What: "the operations up to this one,", Setting: "maxManifestBytes", Limit: b.manifestBytes,
+					Hint: "choose fewer with include, or raise the limit"}
 			}
 			ops = append(ops, op)
 		}
@@ -141,10 +141,10 @@ func buildWithin(b budget, r resolver, name, method, path string, tags []string,
 		op.Spec.InputSchema = data
 		return op, depth, nil
 	}
-	err := &BudgetError{Op: name, Setting: "maxSchemaNodes", Limit: b.nodes, Got: last.nodes,
-		Hint: "its input schema is that large even with no $ref inlined; leave the operation out with include, or raise the limit"}
+	err := &BudgetError{Op: name, What: "input schema with no $ref inlined,", Setting: "maxSchemaNodes", Limit: b.nodes,
+		Hint: "leave the operation out with include, or raise the limit"}
 	if last.nodes <= b.nodes {
-		err.Setting, err.Limit, err.Got = "maxSchemaBytes", b.bytes, last.bytes
+		err.Setting, err.Limit = "maxSchemaBytes", b.bytes
 	}
 	return operation{}, 0, err
 }
