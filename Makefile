@@ -29,6 +29,7 @@ FUZZTIME ?= 30s
 fuzz: ## run each fuzz target for FUZZTIME (default 30s; a count such as 50000x also works)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDocument$$' -fuzztime $(FUZZTIME) ./internal/harness/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpression$$' -fuzztime $(FUZZTIME) ./internal/harness/
+	$(GO) test -run '^$$' -fuzz '^FuzzInline$$' -fuzztime $(FUZZTIME) ./internal/openapi/
 
 lint: ## go vet and gofmt check
 	$(GO) vet ./...

@@ -37,9 +37,10 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/web"
 )
 
-// shutdownGrace bounds how long a SIGTERM waits for requests and executions
-// in flight.
-const shutdownGrace = 30 * time.Second
+// closeGrace is how long closing the connections, the store and the
+// telemetry may take after the drain (config ShutdownGrace) before the
+// process exits regardless.
+const closeGrace = 5 * time.Second
 
 // run builds the parts from the environment and args and serves until ctx
 // is done. Everything it prints goes to stdout.
@@ -64,6 +65,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	redactor := harness.NewSecretRedactor()
 	// Lines logged inside an execution carry its id and trace (telemetry.LogHandler).
 	logger := slog.New(redactor.Handler(telemetry.LogHandler(cfg.LogHandler(stdout))))
+	// From the signal on, the process is gone within the drain and the
+	// closing, whatever still runs: a goroutine that never looks at its
+	// context (a CPU-bound compile, a call that ignores cancellation)
+	// cannot keep it alive.
+	dog := &watchdog{after: cfg.ShutdownGrace + closeGrace, logger: logger, exit: os.Exit}
+	defer context.AfterFunc(ctx, dog.arm)()
+	defer dog.disarm()
 	redis.SetLogger(redisLogger{logger})
 	tel, err := telemetry.Setup(ctx, getenv, redactor)
 	if err != nil {
@@ -177,6 +185,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Secrets: secrets, Redactor: redactor, Visibility: cfg.ClaimTimeout,
 		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: callCredentials(apps.conns, credentials(oauthSvc)),
 		Models: newModels(cfg.File.Models, secrets, redactor), Tracer: tel.Tracer,
+		SchemaMaxNodes: cfg.SchemaMaxNodes, SchemaCompileTimeout: cfg.SchemaCompileTimeout,
 	})
 	watchHealth(metrics, st, execs, cfg, logger)
 	keys := apiKeys(cfg, stdout)
@@ -260,14 +269,67 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		workers.Wait()
 		return fmt.Errorf("serve: %w", err)
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	// One deadline for the requests and the executions in flight: an
+	// execution still running at it is left to be resumed from its ledger
+	// (by another replica, or this one restarted), like a crashed one.
+	deadline := time.Now().Add(cfg.ShutdownGrace)
+	shutdownCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		logger.Error("http shutdown", "err", err)
 	}
 	stopWork()
-	workers.Wait()
+	if !drained(&workers, deadline) {
+		logger.Warn("executions still running at the shutdown deadline are left to resume elsewhere or at the next start", "grace", cfg.ShutdownGrace)
+	}
 	return nil
+}
+
+// drained waits for wg until deadline and reports whether it finished.
+func drained(wg *sync.WaitGroup, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// watchdog exits the process when shutting down takes longer than after,
+// counted from arm (the signal); disarm (run returning) stops it.
+type watchdog struct {
+	after  time.Duration
+	logger *slog.Logger
+	exit   func(code int) // os.Exit
+
+	mu       sync.Mutex
+	timer    *time.Timer
+	disarmed bool
+}
+
+func (w *watchdog) arm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.disarmed {
+		return
+	}
+	w.timer = time.AfterFunc(w.after, func() {
+		w.logger.Error("shutdown overran its deadline; exiting", "after", w.after)
+		w.exit(1)
+	})
+}
+
+func (w *watchdog) disarm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.disarmed = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 }
 
 // overrides returns getenv with non-empty values from flags taking

@@ -248,6 +248,12 @@ func TestEveryRouteMatchesOpenAPI(t *testing.T) {
 	if r = b.do(t, "GET", "/v1/connections/ghost", "", ""); r.status != 404 || r.json(t)["code"] != "CONNECTION_UNKNOWN" {
 		t.Fatalf("GET missing connection = %d %s", r.status, r.body)
 	}
+	if r = b.do(t, "GET", "/v1/connections/mem/operations/add", "", ""); r.status != 200 || r.json(t)["inputSchema"] == nil {
+		t.Fatalf("GET operation = %d %s", r.status, r.body)
+	}
+	if r = b.do(t, "GET", "/v1/connections/mem/operations/nope", "", ""); r.status != 404 || r.json(t)["code"] != "OPERATION_UNKNOWN" {
+		t.Fatalf("GET missing operation = %d %s", r.status, r.body)
+	}
 	if r = b.do(t, "GET", "/healthz", "", ""); r.status != 200 {
 		t.Fatalf("healthz = %d", r.status)
 	}

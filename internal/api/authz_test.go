@@ -97,6 +97,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"POST", "/v1/executions/{done}/resume", "", false, [7]int{401, 409, 404, 403, 404, 409, 404}},
 		{"GET", "/v1/connections", "", false, [7]int{401, 200, 200, 200, 200, 200, 200}},
 		{"GET", "/v1/connections/mem", "", false, [7]int{401, 200, 200, 200, 200, 200, 200}},
+		{"GET", "/v1/connections/mem/operations/echo", "", false, [7]int{401, 200, 200, 200, 200, 200, 200}},
 		{"PUT", "/v1/secrets/app.token", `{"value":"a-long-enough-value"}`, false, [7]int{401, 403, 403, 403, 403, 501, 403}},
 		{"POST", "/hooks/deploys", push, false, [7]int{400, 400, 400, 400, 400, 400, 400}}, // signed, not keyed
 		{"POST", "/hooks/tickets", push, false, [7]int{400, 400, 400, 400, 400, 400, 400}}, // an MCP server's deliveries: signed with the subscription's secret, not keyed
@@ -171,23 +172,24 @@ func (b *bundle) scratchAllowlist(t *testing.T) string {
 // routeOf turns a row's path into the echo route it hits.
 func routeOf(p string) string {
 	known := map[string]string{
-		"/v1/executions/{exec}":             "/v1/executions/:id",
-		"/v1/executions/{done}/events":      "/v1/executions/:id/events",
-		"/v1/executions/{exec}/cancel":      "/v1/executions/:id/cancel",
-		"/v1/executions/{done}/resume":      "/v1/executions/:id/resume",
-		"/v1/connections/mem":               "/v1/connections/:name",
-		"/v1/secrets/app.token":             "/v1/secrets/:name",
-		"/hooks/deploys":                    "/hooks/:connection",
-		"/hooks/tickets":                    "/hooks/:connection",
-		"/v1/sources/deploys/events":        "/v1/sources/:name/events",
-		"/v1/deadletters/dl_nope/redeliver": "/v1/deadletters/:id/redeliver",
-		"/v1/allowlists/test":               "/v1/allowlists/:name",
-		"/v1/allowlists/other":              "/v1/allowlists/:name",
-		"/v1/allowlists/{scratch}":          "/v1/allowlists/:name",
-		"/v1/allowlists/other/describe":     "/v1/allowlists/:name/describe",
-		"/v1/approvals/{approval}":          "/v1/approvals/:id",
-		"/v1/approvals/{approval}/approve":  "/v1/approvals/:id/approve",
-		"/v1/approvals/{approval}/deny":     "/v1/approvals/:id/deny",
+		"/v1/executions/{exec}":               "/v1/executions/:id",
+		"/v1/executions/{done}/events":        "/v1/executions/:id/events",
+		"/v1/executions/{exec}/cancel":        "/v1/executions/:id/cancel",
+		"/v1/executions/{done}/resume":        "/v1/executions/:id/resume",
+		"/v1/connections/mem":                 "/v1/connections/:name",
+		"/v1/connections/mem/operations/echo": "/v1/connections/:name/operations/*",
+		"/v1/secrets/app.token":               "/v1/secrets/:name",
+		"/hooks/deploys":                      "/hooks/:connection",
+		"/hooks/tickets":                      "/hooks/:connection",
+		"/v1/sources/deploys/events":          "/v1/sources/:name/events",
+		"/v1/deadletters/dl_nope/redeliver":   "/v1/deadletters/:id/redeliver",
+		"/v1/allowlists/test":                 "/v1/allowlists/:name",
+		"/v1/allowlists/other":                "/v1/allowlists/:name",
+		"/v1/allowlists/{scratch}":            "/v1/allowlists/:name",
+		"/v1/allowlists/other/describe":       "/v1/allowlists/:name/describe",
+		"/v1/approvals/{approval}":            "/v1/approvals/:id",
+		"/v1/approvals/{approval}/approve":    "/v1/approvals/:id/approve",
+		"/v1/approvals/{approval}/deny":       "/v1/approvals/:id/deny",
 	}
 	if r, ok := known[p]; ok {
 		return r

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,9 +16,27 @@ type connectionList struct {
 	Items []harness.Status `json:"items"`
 }
 
+// A connection's detail carries its operations' input schemas while they
+// are small: a document can describe operations whose schemas add up to
+// tens of megabytes, and the detail is what a client (or the admin UI's
+// user) asks for to see what a connection offers. A schema left out is
+// at GET /v1/connections/{name}/operations/{op}.
+const (
+	detailSchemaBytes  = 64 << 10 // one operation's
+	detailSchemasBytes = 1 << 20  // all of them together
+)
+
+// operationSummary is an operation in a connection's detail.
+type operationSummary struct {
+	harness.Operation
+	// InputSchemaBytes is the size of an input schema left out of the
+	// detail.
+	InputSchemaBytes int `json:"inputSchemaBytes,omitempty"`
+}
+
 type connectionDetail struct {
 	harness.Status
-	Operations []harness.Operation `json:"operations"`
+	Operations []operationSummary `json:"operations"`
 	// Events are the event types the server offers (MCP events/list),
 	// which triggers and wait nodes may name.
 	Events []harness.EventType `json:"events,omitempty"`
@@ -75,9 +95,53 @@ func (h *handlers) getConnection(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ops := conn.Manifest().Operations
-	if ops == nil {
-		ops = []harness.Operation{}
+	return c.JSON(http.StatusOK, connectionDetail{Status: h.statusFor(c, conn), Operations: summaries(conn.Manifest().Operations), Events: conn.EventTypes()})
+}
+
+// summaries lists ops with their input schemas while each is at most
+// detailSchemaBytes and all together at most detailSchemasBytes, in
+// manifest order; the others give their size instead.
+func summaries(ops []harness.Operation) []operationSummary {
+	out := make([]operationSummary, len(ops))
+	total := 0
+	for i, op := range ops {
+		out[i].Operation = op
+		n := len(op.InputSchema)
+		if n > detailSchemaBytes || total+n > detailSchemasBytes {
+			out[i].InputSchema, out[i].InputSchemaBytes = nil, n
+			continue
+		}
+		total += n
 	}
-	return c.JSON(http.StatusOK, connectionDetail{Status: h.statusFor(c, conn), Operations: ops, Events: conn.EventTypes()})
+	return out
+}
+
+// getOperation answers one operation of a connection, its input schema
+// whole. The operation's name is the rest of the path, slashes included
+// (issues/create).
+func (h *handlers) getOperation(c echo.Context) error {
+	sees, err := h.connectionFilter(c)
+	if err != nil {
+		return err
+	}
+	name := c.Param("name")
+	if !sees(name) {
+		return &harness.Error{Code: harness.CodeConnectionUnknown, Message: fmt.Sprintf("no connection named %q", name)}
+	}
+	conn, err := h.Registry.Get(name)
+	if err != nil {
+		return err
+	}
+	op := c.Param("*")
+	if c.Request().URL.RawPath != "" {
+		// The router matched the escaped path: its values are escaped.
+		if u, err := url.PathUnescape(op); err == nil {
+			op = u
+		}
+	}
+	found, ok := conn.Manifest().Operation(op)
+	if !ok {
+		return problem(http.StatusNotFound, string(harness.CodeOperationUnknown), fmt.Sprintf("connection %s has no operation %q", name, strings.ToValidUTF8(op, "?")))
+	}
+	return c.JSON(http.StatusOK, found)
 }

@@ -308,6 +308,7 @@ func storeDownIs503(t *testing.T, b *bundle) {
 		// Redis, to list them; a run key's view is its allowlist's.
 		{"GET", "/v1/connections", "/v1/connections", "", []string{"Authorization", "Bearer alice-key"}},
 		{"GET", "/v1/connections/:name", "/v1/connections/mem", "", []string{"Authorization", "Bearer alice-key"}},
+		{"GET", "/v1/connections/:name/operations/*", "/v1/connections/mem/operations/echo", "", []string{"Authorization", "Bearer alice-key"}},
 		{"PUT", "/v1/secrets/:name", "/v1/secrets/app.token", `{"value":"a-long-enough-value"}`, nil},
 		{"GET", "/v1/approvals", "/v1/approvals", "", nil},
 		{"GET", "/v1/approvals/:id", "/v1/approvals/ap_missing", "", nil},

@@ -115,6 +115,7 @@ func New(o Options) *echo.Echo {
 	v1.POST("/executions/:id/resume", h.resumeExecution, auth)
 	v1.GET("/connections", h.listConnections, auth)
 	v1.GET("/connections/:name", h.getConnection, auth)
+	v1.GET("/connections/:name/operations/*", h.getOperation, auth)
 	v1.PUT("/secrets/:name", h.putSecret, auth, admin)
 	// Triggers (issue 6). /hooks authenticates by signature, not API key.
 	e.POST("/hooks/:connection", h.receiveWebhook)

@@ -56,6 +56,18 @@ type Config struct {
 	// profile and binding files; empty: the config file's profilesDir.
 	ProfilesDir  string
 	MaxBodyBytes int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
+	// ShutdownGrace (PATCHBAY_SHUTDOWN_GRACE, default 30s) is how long a
+	// SIGTERM waits for requests and executions in flight; the process
+	// exits by then (plus 5 s to close connections) whatever still runs,
+	// and another replica, or this one restarted, resumes what was cut.
+	ShutdownGrace time.Duration
+	// SchemaMaxNodes (PATCHBAY_SCHEMA_MAX_NODES, default 0: the harness's
+	// 20,000) bounds an operation schema gate 2 compiles, in JSON values
+	// once its repeated subschemas are shared; SchemaCompileTimeout
+	// (PATCHBAY_SCHEMA_COMPILE_TIMEOUT, default 0: 10s) how long a call
+	// waits for its compile. Past either the call is refused at gate 2.
+	SchemaMaxNodes       int
+	SchemaCompileTimeout time.Duration
 	// StartTriggers starts trigger delivery and cron at boot
 	// (PATCHBAY_START_TRIGGERS, default true); when false, POST
 	// /v1/harness/start does.
@@ -275,14 +287,25 @@ type OpenAPI struct {
 	// RequestTimeoutMs bounds one call, default 60000.
 	TimeoutMs        int `yaml:"timeoutMs"`
 	RequestTimeoutMs int `yaml:"requestTimeoutMs"`
-	// MaxResponseBytes bounds the document and every response body,
-	// default 16 MiB.
+	// MaxResponseBytes bounds the document (fetched or read from a file)
+	// and every response body, default 16 MiB.
 	MaxResponseBytes int64 `yaml:"maxResponseBytes"`
 	// FollowRedirects says which redirects a call follows: none,
 	// same-origin (the default: GET and HEAD within the base URL's
 	// origin) or any (GET and HEAD elsewhere too, without credentials).
 	// See package credhttp.
 	FollowRedirects string `yaml:"followRedirects"`
+	// MaxSchemaNodes and MaxSchemaBytes bound one operation's input schema
+	// in JSON values and bytes (defaults 10,000 and 1 MiB): refs are
+	// inlined less deep to fit, and an operation that does not fit even
+	// so fails the connection. MaxManifestBytes bounds all operations
+	// together (default 32 MiB) and MaxOperations their number (default
+	// 5,000). Inlined refs multiply, so these bound what a small
+	// document can make the server build.
+	MaxSchemaNodes   int64 `yaml:"maxSchemaNodes"`
+	MaxSchemaBytes   int64 `yaml:"maxSchemaBytes"`
+	MaxManifestBytes int64 `yaml:"maxManifestBytes"`
+	MaxOperations    int   `yaml:"maxOperations"`
 }
 
 // Transport is the MCP transport the entry uses after inference.

@@ -121,6 +121,23 @@ func TestLoadEnv(t *testing.T) {
 			},
 		},
 		{
+			name: "shutdown and gate-2 bounds",
+			env:  env{"PATCHBAY_SHUTDOWN_GRACE": "2s", "PATCHBAY_SCHEMA_MAX_NODES": "500", "PATCHBAY_SCHEMA_COMPILE_TIMEOUT": "1m"},
+			check: func(t *testing.T, c *config.Config) {
+				if c.ShutdownGrace != 2*time.Second || c.SchemaMaxNodes != 500 || c.SchemaCompileTimeout != time.Minute {
+					t.Errorf("got %s %d %s", c.ShutdownGrace, c.SchemaMaxNodes, c.SchemaCompileTimeout)
+				}
+				if d := config.Default(); d.ShutdownGrace != 30*time.Second || d.SchemaMaxNodes != 0 || d.SchemaCompileTimeout != 0 {
+					t.Errorf("defaults %s %d %s", d.ShutdownGrace, d.SchemaMaxNodes, d.SchemaCompileTimeout)
+				}
+			},
+		},
+		{
+			name:  "unparsable bounds",
+			env:   env{"PATCHBAY_SHUTDOWN_GRACE": "soon", "PATCHBAY_SCHEMA_MAX_NODES": "many", "PATCHBAY_SCHEMA_COMPILE_TIMEOUT": "10"},
+			wants: []want{{"PATCHBAY_SCHEMA_COMPILE_TIMEOUT", "duration"}, {"PATCHBAY_SCHEMA_MAX_NODES", "whole number"}, {"PATCHBAY_SHUTDOWN_GRACE", "duration"}},
+		},
+		{
 			name: "secrets dir",
 			env:  env{"PATCHBAY_SECRETS_DIR": "/run/secrets"},
 			check: func(t *testing.T, c *config.Config) {
@@ -442,7 +459,7 @@ connections:
 			name: "openapi problems",
 			file: `
 connections:
-  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: ["", { $expr: "method ==" }, { $expr: "path" }, { $expr: "nope == 1" }, { expr: x }, [x]], timeoutMs: -1, followRedirects: always } }
+  a: { openapi: { baseUrl: "ftp://x", headers: { "bad header": v }, include: ["", { $expr: "method ==" }, { $expr: "path" }, { $expr: "nope == 1" }, { expr: x }, [x]], timeoutMs: -1, maxSchemaNodes: -1, maxOperations: -2, followRedirects: always } }
   b: { openapi: { url: "gopher://x" }, pool: { max: 2 }, auth: oauth }
   c: { openapi: { url: ./api.yaml, headers: { X-Key: "${env:NOPE}", X-Bad: "${secret:a b}" } }, mcp: { command: x } }
 `,
@@ -457,6 +474,8 @@ connections:
 				{"connections.a.openapi.include[4].$expr", "is required"},
 				{"connections.a.openapi.include[4].expr", "unknown field"},
 				{"connections.a.openapi.include[5]", "must be a mapping, not a list"},
+				{"connections.a.openapi.maxOperations", "must not be negative"},
+				{"connections.a.openapi.maxSchemaNodes", "must not be negative"},
 				{"connections.a.openapi.timeoutMs", "must not be negative"},
 				{"connections.a.openapi.url", "is required"},
 				{"connections.b.auth", "needs openapi.baseUrl"},
@@ -572,8 +591,19 @@ func TestValidate(t *testing.T) {
 				{"PATCHBAY_MAX_CONNS_PER_ADDRESS", "between 1"}, {"PATCHBAY_MAX_HEADER_BYTES", "between 4096"},
 				{"PATCHBAY_MAX_STREAMS", "between 1"}, {"PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", "between 1"},
 				{"PATCHBAY_POOL_RECLAIM_AFTER", "from 100ms to 24h"}, {"PATCHBAY_READ_HEADER_TIMEOUT", "from 10ms"},
-				{"PATCHBAY_READ_TIMEOUT", "from 10ms"}, {"PATCHBAY_RETENTION", "at least"}, {"PATCHBAY_WORKERS", "between"},
+				{"PATCHBAY_READ_TIMEOUT", "from 10ms"}, {"PATCHBAY_RETENTION", "at least"},
+				{"PATCHBAY_SHUTDOWN_GRACE", "from 100ms to 10m"}, {"PATCHBAY_WORKERS", "between"},
 				{"PATCHBAY_WRITE_TIMEOUT", "from 10ms"},
+			},
+		},
+		{
+			name: "bounds out of range",
+			edit: func(c *config.Config) {
+				c.ShutdownGrace, c.SchemaMaxNodes, c.SchemaCompileTimeout = time.Hour, -1, 2*time.Hour
+			},
+			wants: []want{
+				{"PATCHBAY_SCHEMA_COMPILE_TIMEOUT", "at most 1h"}, {"PATCHBAY_SCHEMA_MAX_NODES", "from 1 to 10000000"},
+				{"PATCHBAY_SHUTDOWN_GRACE", "from 100ms to 10m"},
 			},
 		},
 		{

@@ -48,6 +48,8 @@ const (
 	// DefaultPoolReclaimAfter is the pool lease reclaim window.
 	DefaultPoolReclaimAfter = 2 * time.Minute
 	DefaultMaxBodyBytes     = 1 << 20
+	// DefaultShutdownGrace is how long a SIGTERM drains.
+	DefaultShutdownGrace = 30 * time.Second
 
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = time.Minute
@@ -90,6 +92,7 @@ func Default() *Config {
 		ClaimTimeout:     DefaultClaimTimeout,
 		PoolReclaimAfter: DefaultPoolReclaimAfter,
 		MaxBodyBytes:     DefaultMaxBodyBytes,
+		ShutdownGrace:    DefaultShutdownGrace,
 		StartTriggers:    true,
 		Limits: Limits{
 			ReadHeaderTimeout:  DefaultReadHeaderTimeout,
@@ -241,7 +244,33 @@ func (c *Config) loadEnv(getenv func(string) string, ps *problems) {
 	if v := getenv("PATCHBAY_API_KEYS"); v != "" {
 		c.APIKeys = parseAPIKeys(v, ps)
 	}
+	c.loadBoundsEnv(getenv, ps)
 	c.Limits.loadEnv(getenv, ps)
+}
+
+// loadBoundsEnv reads the shutdown and gate-2 bounds.
+func (c *Config) loadBoundsEnv(getenv func(string) string, ps *problems) {
+	if v := strings.TrimSpace(getenv("PATCHBAY_SHUTDOWN_GRACE")); v != "" {
+		if d, err := time.ParseDuration(v); err != nil {
+			ps.add("PATCHBAY_SHUTDOWN_GRACE", "must be a Go duration such as 30s, not %q", v)
+		} else {
+			c.ShutdownGrace = d
+		}
+	}
+	if v := strings.TrimSpace(getenv("PATCHBAY_SCHEMA_MAX_NODES")); v != "" {
+		if n, err := strconv.Atoi(v); err != nil {
+			ps.add("PATCHBAY_SCHEMA_MAX_NODES", "must be a whole number, not %q", v)
+		} else {
+			c.SchemaMaxNodes = n
+		}
+	}
+	if v := strings.TrimSpace(getenv("PATCHBAY_SCHEMA_COMPILE_TIMEOUT")); v != "" {
+		if d, err := time.ParseDuration(v); err != nil {
+			ps.add("PATCHBAY_SCHEMA_COMPILE_TIMEOUT", "must be a Go duration such as 10s, not %q", v)
+		} else {
+			c.SchemaCompileTimeout = d
+		}
+	}
 }
 
 // loadEnv reads the request limits. As above, a value that does not parse

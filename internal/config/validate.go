@@ -151,6 +151,15 @@ func (c *Config) validateEnv(ps *problems) {
 	if c.MaxBodyBytes < MinMaxBodyBytes || c.MaxBodyBytes > MaxMaxBodyBytes {
 		ps.add("PATCHBAY_MAX_BODY_BYTES", "must be between %d (1 KiB) and %d (64 MiB), not %d", MinMaxBodyBytes, MaxMaxBodyBytes, c.MaxBodyBytes)
 	}
+	if c.ShutdownGrace < 100*time.Millisecond || c.ShutdownGrace > 10*time.Minute {
+		ps.add("PATCHBAY_SHUTDOWN_GRACE", "must be from 100ms to 10m, not %s", c.ShutdownGrace)
+	}
+	if c.SchemaMaxNodes < 0 || c.SchemaMaxNodes > 10_000_000 {
+		ps.add("PATCHBAY_SCHEMA_MAX_NODES", "must be from 1 to 10000000 (0 or unset: 20000), not %d", c.SchemaMaxNodes)
+	}
+	if c.SchemaCompileTimeout < 0 || c.SchemaCompileTimeout > time.Hour {
+		ps.add("PATCHBAY_SCHEMA_COMPILE_TIMEOUT", "must be at most 1h (0 or unset: 10s), not %s", c.SchemaCompileTimeout)
+	}
 	c.Limits.validate(ps)
 }
 
@@ -562,6 +571,15 @@ func (o *OpenAPI) validate(ps *problems, path string) {
 		ps.add(path+".maxResponseBytes", "must not be negative")
 	} else if o.MaxResponseBytes > 0 && o.MaxResponseBytes < MinMaxResponseBytes {
 		ps.add(path+".maxResponseBytes", "must be at least %d (1 KiB), not %d", MinMaxResponseBytes, o.MaxResponseBytes)
+	}
+	for _, b := range []struct {
+		field string
+		v     int64
+	}{{"maxSchemaNodes", o.MaxSchemaNodes}, {"maxSchemaBytes", o.MaxSchemaBytes},
+		{"maxManifestBytes", o.MaxManifestBytes}, {"maxOperations", int64(o.MaxOperations)}} {
+		if b.v < 0 {
+			ps.add(path+"."+b.field, "must not be negative (0 means the default)")
+		}
 	}
 	validateRedirects(ps, path+".followRedirects", o.FollowRedirects)
 }

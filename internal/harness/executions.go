@@ -195,6 +195,15 @@ type ExecutionsOptions struct {
 	// Tracer records runs, steps, calls and model rounds as spans (see
 	// trace.go); nil: no tracing, at no cost.
 	Tracer trace.Tracer
+	// SchemaMaxNodes bounds an operation schema gate 2 compiles (JSON
+	// values, once repeated subschemas are shared); a larger one refuses
+	// its calls at gate 2. Default DefaultSchemaMaxNodes.
+	SchemaMaxNodes int
+	// SchemaCompileTimeout bounds how long a call waits at gate 2 for its
+	// operation's schema to compile; past it the call is refused (the
+	// compile goes on, for the next call). Default
+	// DefaultSchemaCompileTimeout.
+	SchemaCompileTimeout time.Duration
 }
 
 // Attacher connects an MCP server a document brings, for one run. secrets
@@ -283,6 +292,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		repairEvery: o.RepairEvery, repairGrace: repairGrace,
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher, credentials: o.Credentials,
 		models: o.Models, tracer: o.Tracer,
+		schemas: schemas{maxNodes: o.SchemaMaxNodes, timeout: o.SchemaCompileTimeout},
 	}
 	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit, approvers: e.approversOf, decided: e.approvalDecided}
 	e.notify = newNotifier(st.Client, globEscape(st.Prefix)+"{exec:*}:cancel", globEscape(st.Prefix)+"{exec:*}:done")

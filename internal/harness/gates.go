@@ -2,13 +2,16 @@ package harness
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/sync/singleflight"
 )
 
 // Policy is a connection's call policy from the host's config.
@@ -73,41 +76,120 @@ const (
 	needsApproval
 )
 
+// Defaults of the gate-2 compile's bounds (ExecutionsOptions).
+const (
+	// DefaultSchemaMaxNodes bounds an operation schema gate 2 compiles,
+	// in JSON values once its repeated subschemas are shared (see
+	// shareSubschemas): the compile's cost grows with their square, and
+	// 20,000 distinct ones take about a second.
+	DefaultSchemaMaxNodes = 20_000
+	// DefaultSchemaCompileTimeout bounds how long a call waits for its
+	// operation's schema to compile.
+	DefaultSchemaCompileTimeout = 10 * time.Second
+)
+
 // schemas caches compiled operation schemas by connection, identity
 // instance and operation, so a replaced server's new schema is compiled
-// anew.
+// anew. A schema is compiled once, outside the lock, by one goroutine
+// whatever the number of calls waiting for it; a call waits at most
+// timeout, and no longer than its context, while the compile (bounded by
+// maxNodes) runs on and is kept for the next call. A schema that fails
+// (too large, not JSON, not a schema) is kept as its error.
 type schemas struct {
+	maxNodes int
+	timeout  time.Duration
+	// build compiles one schema; nil is compile. Tests stand in a slow one.
+	build func(conn string, op Operation) compiled
+
 	mu    sync.Mutex
-	cache map[string]*jsonschema.Schema
+	cache map[string]compiled
+	group singleflight.Group
 }
 
-func (s *schemas) get(conn string, inst string, op Operation) (*jsonschema.Schema, error) {
+// compiled is one operation's schema, nil when it has none, or why not.
+type compiled struct {
+	sch *jsonschema.Schema
+	err error
+}
+
+// errSchemaTimeout is a compile that did not finish in time.
+var errSchemaTimeout = errors.New("schema compile timed out")
+
+func (s *schemas) get(ctx context.Context, conn string, inst string, op Operation) (*jsonschema.Schema, error) {
 	key := conn + "\x00" + inst + "\x00" + op.Name
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sch, ok := s.cache[key]; ok {
-		return sch, nil
+	c, ok := s.cache[key]
+	s.mu.Unlock()
+	if ok {
+		return c.sch, c.err
 	}
-	if s.cache == nil {
-		s.cache = map[string]*jsonschema.Schema{}
+	build := s.build
+	if build == nil {
+		build = s.compile
 	}
-	var sch *jsonschema.Schema
-	if len(op.InputSchema) > 0 {
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(op.InputSchema))
-		if err != nil {
-			return nil, fmt.Errorf("schema of %s is not JSON: %w", op.Name, err)
+	done := s.group.DoChan(key, func() (any, error) {
+		c := build(conn, op)
+		s.mu.Lock()
+		if s.cache == nil {
+			s.cache = map[string]compiled{}
 		}
-		c := jsonschema.NewCompiler()
-		url := "mem://" + conn + "/" + op.Name
-		if err := c.AddResource(url, doc); err != nil {
-			return nil, err
+		s.cache[key] = c
+		s.mu.Unlock()
+		return c, nil
+	})
+	timeout := cmp.Or(s.timeout, DefaultSchemaCompileTimeout)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		c := r.Val.(compiled)
+		return c.sch, c.err
+	case <-timer.C:
+		return nil, fmt.Errorf("schema of %s did not compile within %s (PATCHBAY_SCHEMA_COMPILE_TIMEOUT): %w", op.Name, timeout, errSchemaTimeout)
+	case <-ctx.Done():
+		if cause := context.Cause(ctx); cause != ctx.Err() {
+			return nil, fmt.Errorf("schema of %s: %w: %w", op.Name, ctx.Err(), cause)
 		}
-		if sch, err = c.Compile(url); err != nil {
-			return nil, fmt.Errorf("schema of %s does not compile: %w", op.Name, err)
+		return nil, fmt.Errorf("schema of %s: %w", op.Name, ctx.Err())
+	}
+}
+
+// compile compiles one operation's schema, its repeated subschemas
+// shared when it is large.
+func (s *schemas) compile(conn string, op Operation) (c compiled) {
+	if len(op.InputSchema) == 0 {
+		return compiled{}
+	}
+	defer func() {
+		// A schema must never take the process down.
+		if p := recover(); p != nil {
+			c = compiled{err: fmt.Errorf("schema of %s does not compile: %v", op.Name, p)}
+		}
+	}()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(op.InputSchema))
+	if err != nil {
+		return compiled{err: fmt.Errorf("schema of %s is not JSON: %w", op.Name, err)}
+	}
+	nodes := countValues(doc)
+	if nodes > shareAbove {
+		if shared, n, ok := shareSubschemas(doc); ok {
+			doc, nodes = shared, n
 		}
 	}
-	s.cache[key] = sch
-	return sch, nil
+	maxNodes := cmp.Or(s.maxNodes, DefaultSchemaMaxNodes)
+	if nodes > maxNodes {
+		return compiled{err: fmt.Errorf("schema of %s is too large to check: %d JSON values, more than %d (PATCHBAY_SCHEMA_MAX_NODES)", op.Name, nodes, maxNodes)}
+	}
+	comp := jsonschema.NewCompiler()
+	url := "mem://" + conn + "/" + op.Name
+	if err := comp.AddResource(url, doc); err != nil {
+		return compiled{err: err}
+	}
+	sch, err := comp.Compile(url)
+	if err != nil {
+		return compiled{err: fmt.Errorf("schema of %s does not compile: %w", op.Name, err)}
+	}
+	return compiled{sch: sch}
 }
 
 // gates runs gates 1 to 4 for a call with evaluated args (secrets still
@@ -128,8 +210,12 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, gua
 	rc := RefContext{Thread: thread, Identity: conn.Identity(), Lease: leaseOf(conn)}
 	opened, refErr := e.openRefs(ctx, args, "", rc, conn.Name())
 	if refErr == nil {
-		sch, err := e.schemas.get(conn.Name(), conn.Identity().Instance, operation)
+		sch, err := e.schemas.get(ctx, conn.Name(), conn.Identity().Instance, operation)
 		if err != nil {
+			if ctx.Err() != nil {
+				// Cancelled or out of time: not a refusal.
+				return 0, nil, fmt.Errorf("gate %d: %w", GateSchema, err)
+			}
 			return 0, nil, &denied{GateSchema, err.Error()}
 		}
 		if sch != nil {

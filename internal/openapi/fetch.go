@@ -21,6 +21,9 @@ func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) 
 	if !strings.Contains(raw, "://") || strings.HasPrefix(raw, "file://") {
 		path := strings.TrimPrefix(raw, "file://")
 		data, err := p.opts.ReadFile(filepath.Clean(path))
+		if err == nil && int64(len(data)) > p.maxBytes() {
+			err = fmt.Errorf("larger than %d bytes (maxResponseBytes)", p.maxBytes())
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("openapi %s: read document: %w", p.name, err)
 		}

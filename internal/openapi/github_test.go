@@ -40,6 +40,22 @@ func TestGitHubDocument(t *testing.T) {
 				if _, ok := c.Info()["warning"]; !ok {
 					t.Fatal("no warning for 1,000+ operations without include")
 				}
+				// The default budgets admit the whole description: no
+				// operation's refs are inlined less deep than 3 levels.
+				if r, ok := c.Info()["schemasReduced"]; ok {
+					t.Fatalf("the default budget reduced schemas: %v", r)
+				}
+				var maxNodes, maxBytes, manifest int64
+				for _, op := range c.Manifest().Operations {
+					var v any
+					if err := json.Unmarshal(op.InputSchema, &v); err != nil {
+						t.Fatal(err)
+					}
+					maxNodes, maxBytes = max(maxNodes, measure(v)), max(maxBytes, int64(len(op.InputSchema)))
+					manifest += int64(len(op.Name) + len(op.HTTP.Path) + len(op.Description) + len(op.Annotations.Title) + len(op.InputSchema))
+				}
+				t.Logf("largest input schema %d values (maxSchemaNodes %d), %d bytes (maxSchemaBytes %d); all operations %d bytes (maxManifestBytes %d)",
+					maxNodes, DefaultMaxSchemaNodes, maxBytes, DefaultMaxSchemaBytes, manifest, DefaultMaxManifestBytes)
 				// Gate 2 compiles an operation's schema at its first call:
 				// every one of a real document's must compile.
 				for _, op := range c.Manifest().Operations {
@@ -95,7 +111,11 @@ func TestGitHubDocument(t *testing.T) {
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			start := time.Now()
-			c, err := New("github", config.OpenAPI{URL: path, Include: config.IncludeNames(tt.include...)}, nil).Connect(context.Background())
+			// Under -race on a busy machine the load takes minutes; what
+			// this test checks is what loads, not how fast (see
+			// BenchmarkGitHubLoad), so the load timeout is out of the way.
+			spec := config.OpenAPI{URL: path, Include: config.IncludeNames(tt.include...), TimeoutMs: int((30 * time.Minute).Milliseconds())}
+			c, err := New("github", spec, nil).Connect(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

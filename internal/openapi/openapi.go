@@ -39,6 +39,16 @@
 // origin but Accept and User-Agent, and only GET and HEAD are
 // redirected. A path parameter that would leave its segment (see
 // harness.CheckPathArgs) is refused at gate 2 and checked again here.
+//
+// Inlined refs multiply, so a small document can describe a huge schema.
+// Everything is bounded: the document by maxResponseBytes whether fetched
+// or read from a file, and by 64 levels of nesting; what is built from it
+// by the entry's budgets (budget.go), counted while inlining: each
+// operation's input schema in JSON values and bytes (its refs are inlined
+// fewer than three levels deep when that is what fits; one that does not
+// fit with none inlined fails the connection), all operations together,
+// and their number. A budget error names the operation and the setting.
+// Descriptions are cut at 8 KiB and titles at 512 bytes.
 package openapi
 
 import (
@@ -90,7 +100,9 @@ type Options struct {
 	// left behind, for the document), and then its own CheckRedirect.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
-	// ReadFile reads a document given as a file path; nil is os.ReadFile.
+	// ReadFile reads a document given as a file path; nil reads at most
+	// the entry's maxResponseBytes of it. What it returns is held to that
+	// bound too.
 	ReadFile func(string) ([]byte, error)
 	// Secrets resolves ${secret:NAME} in header values at each call (and
 	// for the document request when headers go with it); nil refuses
@@ -139,7 +151,7 @@ func New(name string, spec config.OpenAPI, opts *Options) *Provider {
 		p.opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if p.opts.ReadFile == nil {
-		p.opts.ReadFile = os.ReadFile
+		p.opts.ReadFile = p.readFile
 	}
 	return p
 }
@@ -209,7 +221,7 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
 	}
-	ops, unmatched, err := parseOperations(ctx, root, sel)
+	ops, unmatched, reduced, err := parseOperations(ctx, root, sel, newBudget(p.spec))
 	if err != nil {
 		return nil, fmt.Errorf("openapi %s: %w", p.name, err)
 	}
@@ -242,6 +254,11 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 		c.info["includeUnmatched"] = unmatched
 		p.opts.Logger.Warn("openapi: include entries select no operation", "connection", p.name, "entries", unmatched)
 	}
+	if len(reduced) > 0 {
+		c.info["schemasReduced"] = reducedInfo(reduced)
+		p.opts.Logger.Warn("openapi: input schemas inlined fewer than 3 $ref levels deep to stay within maxSchemaNodes and maxSchemaBytes",
+			"connection", p.name, "operations", len(reduced), "first", firstNames(reduced, 5))
+	}
 	if len(p.spec.Include) == 0 && len(ops) > WarnOperations {
 		msg := fmt.Sprintf("%d operations without include: every one is a tool a model is offered; choose some with include", len(ops))
 		c.info["warning"] = msg
@@ -256,6 +273,22 @@ func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
 	}
 	c.identity = p.identity(hex.EncodeToString(h.Sum(nil))[:16])
 	return c, nil
+}
+
+// reducedInfo is what status shows of the operations whose schemas were
+// inlined less deep: how many, and the first few by name with the depth
+// used (a few, so status stays small whatever the document).
+func reducedInfo(reduced map[string]int) map[string]any {
+	first := map[string]int{}
+	for _, name := range firstNames(reduced, 10) {
+		first[cut(name, 128)] = reduced[name]
+	}
+	return map[string]any{"count": len(reduced), "first": first}
+}
+
+func firstNames(m map[string]int, n int) []string {
+	names := slices.Sorted(maps.Keys(m))
+	return names[:min(n, len(names))]
 }
 
 // identity is the connection's identity for the operations hashed to
@@ -302,6 +335,11 @@ func parseDocument(data []byte) (map[string]any, string, error) {
 	if !ok {
 		return nil, "", errors.New("document is not an object")
 	}
+	// kin-openapi decodes each nested schema from its own bytes again, so
+	// its cost grows with size × depth: 4,000 levels took a minute.
+	if !within(root, maxDocumentDepth) {
+		return nil, "", fmt.Errorf("document nests deeper than %d levels", maxDocumentDepth)
+	}
 	version, _ := root["openapi"].(string)
 	if !strings.HasPrefix(version, "3.") {
 		return nil, "", fmt.Errorf("document's openapi version is %q: only OpenAPI 3.0 and 3.1 are supported", version)
@@ -317,6 +355,31 @@ func parseDocument(data []byte) (map[string]any, string, error) {
 		return nil, "", fmt.Errorf("parse document: %w", err)
 	}
 	return root, version, nil
+}
+
+// within reports whether v nests at most depth objects and arrays deep.
+func within(v any, depth int) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		if depth == 0 {
+			return false
+		}
+		for _, x := range v {
+			if !within(x, depth-1) {
+				return false
+			}
+		}
+	case []any:
+		if depth == 0 {
+			return false
+		}
+		for _, x := range v {
+			if !within(x, depth-1) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // jsonish turns YAML's decoded values into JSON's: maps with non-string
@@ -439,6 +502,17 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
+// readFile reads a document file, failing past maxResponseBytes without
+// reading the rest: a file is bounded like a fetched document.
+func (p *Provider) readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readBounded(f, p.maxBytes())
+}
+
 // readBounded reads at most limit bytes of r, failing when there is more.
 func readBounded(r io.Reader, limit int64) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))
@@ -446,7 +520,7 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("larger than %d bytes", limit)
+		return nil, fmt.Errorf("larger than %d bytes (maxResponseBytes)", limit)
 	}
 	return data, nil
 }

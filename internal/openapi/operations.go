@@ -46,15 +46,17 @@ type operation struct {
 }
 
 // parseOperations lists the document's operations, those sel selects
-// when it is not nil. unmatched are the include entries that selected
-// nothing.
-func parseOperations(ctx context.Context, root map[string]any, sel *selector) (ops []operation, unmatched []string, err error) {
+// when it is not nil, each built within b (see buildWithin). unmatched are
+// the include entries that selected nothing; reduced maps the operations
+// whose refs were inlined less than maxRefDepth deep to the depth used.
+func parseOperations(ctx context.Context, root map[string]any, sel *selector, b budget) (ops []operation, unmatched []string, reduced map[string]int, err error) {
 	r := resolver{root: root}
 	paths, ok := root["paths"].(map[string]any)
 	if !ok && root["paths"] != nil {
-		return nil, nil, fmt.Errorf("paths is not an object")
+		return nil, nil, nil, fmt.Errorf("paths is not an object")
 	}
 	taken := map[string]bool{}
+	var manifest int64
 	for _, path := range slices.Sorted(maps.Keys(paths)) {
 		item, ok := r.deref(paths[path])
 		if !ok {
@@ -70,11 +72,18 @@ func parseOperations(ctx context.Context, root map[string]any, sel *selector) (o
 			if sel != nil {
 				hit, err := sel.match(ctx, id, strings.ToUpper(method), path, tags)
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 				if !hit {
 					continue
 				}
+			}
+			if len(ops) == b.operations {
+				return nil, nil, nil, &BudgetError{What: "more operations than that,", Setting: "maxOperations", Limit: int64(b.operations),
+					Hint: "choose some with include"}
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, nil, nil, fmt.Errorf("building the operations (timeoutMs bounds the load): %w", err)
 			}
 			name := id
 			if name == "" {
@@ -87,11 +96,57 @@ func parseOperations(ctx context.Context, root map[string]any, sel *selector) (o
 				name = fmt.Sprintf("%s_%d", base, n)
 			}
 			taken[name] = true
-			op := buildOperation(r, name, strings.ToUpper(method), path, tags, item, raw)
+			op, depth, err := buildWithin(b, r, name, strings.ToUpper(method), path, tags, item, raw)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if depth < maxRefDepth {
+				if reduced == nil {
+					reduced = map[string]int{}
+				}
+				reduced[name] = depth
+			}
+			manifest += int64(len(op.Name) + len(op.Path) + len(op.Spec.Description) + len(op.Spec.Annotations.Title) + len(op.Spec.InputSchema))
+			if manifest > b.manifestBytes {
+				return nil, nil, nil, &BudgetError{Op: name, What: "the operations up to this one,", Setting: "maxManifestBytes", Limit: b.manifestBytes,
+					Hint: "choose fewer with include, or raise the limit"}
+			}
 			ops = append(ops, op)
 		}
 	}
-	return ops, sel.unmatched(), nil
+	return ops, sel.unmatched(), reduced, nil
+}
+
+// buildWithin builds one operation with its refs inlined maxRefDepth
+// levels deep, or as many fewer as it takes for its input schema to fit
+// b; it fails, naming the operation and the limit, when even an input
+// schema with no ref inlined does not. Each attempt stops as soon as it
+// passes the budget, so the work is at most maxRefDepth+1 budgets.
+func buildWithin(b budget, r resolver, name, method, path string, tags []string, item, raw map[string]any) (operation, int, error) {
+	var last size
+	for depth := maxRefDepth; depth >= 0; depth-- {
+		e := &expansion{r: r, maxDepth: depth, limit: b}
+		op, schema := buildOperation(e, name, method, path, tags, item, raw)
+		if e.over() {
+			last = e.used
+			continue
+		}
+		// The count while expanding is close; these are exact.
+		nodes := measure(schema)
+		data := mustJSON(schema)
+		if nodes > b.nodes || int64(len(data)) > b.bytes {
+			last = size{nodes: nodes, bytes: int64(len(data))}
+			continue
+		}
+		op.Spec.InputSchema = data
+		return op, depth, nil
+	}
+	err := &BudgetError{Op: name, What: "input schema with no $ref inlined,", Setting: "maxSchemaNodes", Limit: b.nodes,
+		Hint: "leave the operation out with include, or raise the limit"}
+	if last.nodes <= b.nodes {
+		err.Setting, err.Limit = "maxSchemaBytes", b.bytes
+	}
+	return operation{}, 0, err
 }
 
 var nonWord = regexp.MustCompile(`[^A-Za-z0-9]+`)
@@ -123,7 +178,9 @@ func stringList(v any) []string {
 // beside the parameters so callers (and models) write {"name": …} rather
 // than {"body": {"name": …}}; a body that is not a plain object, or whose
 // properties share a name with a parameter, goes whole under "body".
-func buildOperation(r resolver, name, method, path string, tags []string, item, raw map[string]any) operation {
+// The input schema is returned unmarshalled, for the caller to measure.
+func buildOperation(e *expansion, name, method, path string, tags []string, item, raw map[string]any) (operation, map[string]any) {
+	r := e.r
 	op := operation{Name: name, Method: method, Path: path, Tags: tags}
 	props := map[string]any{}
 	var required []string
@@ -166,11 +223,11 @@ func buildOperation(r resolver, name, method, path string, tags []string, item, 
 		op.Params = append(op.Params, param{Name: pname, In: in, Explode: explode})
 		var s any = map[string]any{}
 		if sch, ok := p["schema"]; ok {
-			s = r.schema(sch, 0, nil)
+			s = e.schema(sch, 0, nil)
 		} else if content, ok := p["content"].(map[string]any); ok {
 			for _, mt := range slices.Sorted(maps.Keys(content)) {
 				if m, ok := content[mt].(map[string]any); ok {
-					s = r.schema(m["schema"], 0, nil)
+					s = e.schema(m["schema"], 0, nil)
 					break
 				}
 			}
@@ -180,10 +237,12 @@ func buildOperation(r resolver, name, method, path string, tags []string, item, 
 				if _, has := m["description"]; !has {
 					m = cloneMap(m)
 					m["description"] = d
+					e.add(1, int64(len(d))+17)
 					s = m
 				}
 			}
 		}
+		e.add(0, int64(len(pname))+4)
 		props[pname] = s
 		if p["required"] == true || in == "path" {
 			required = append(required, pname)
@@ -194,7 +253,7 @@ func buildOperation(r resolver, name, method, path string, tags []string, item, 
 	additional := any(false)
 	if body, ok := r.deref(raw["requestBody"]); ok {
 		if bs, ok := jsonBodySchema(body); ok {
-			bodySchema := r.schema(bs, 0, nil)
+			bodySchema := e.schema(bs, 0, nil)
 			bodyRequired := body["required"] == true
 			if m, ok := mergeable(bodySchema, props); ok {
 				op.BodyMode = bodyMerged
@@ -235,12 +294,11 @@ func buildOperation(r resolver, name, method, path string, tags []string, item, 
 	}
 	op.Spec = harness.Operation{
 		Name:        name,
-		Description: fmt.Sprintf("%s %s", method, path) + prefixed(desc),
-		InputSchema: mustJSON(schema),
+		Description: cut(fmt.Sprintf("%s %s", method, path)+prefixed(desc), maxDescriptionBytes),
 		Annotations: annotations(method, raw),
 		HTTP:        &harness.HTTPRoute{Method: method, Path: path},
 	}
-	return op
+	return op, schema
 }
 
 func prefixed(desc string) string {
@@ -303,7 +361,7 @@ func annotations(method string, raw map[string]any) harness.Annotations {
 	yes, no := true, false
 	a := harness.Annotations{}
 	if s, ok := raw["summary"].(string); ok {
-		a.Title = s
+		a.Title = cut(s, maxTitleBytes)
 	}
 	switch method {
 	case "GET", "HEAD", "OPTIONS":

@@ -29,7 +29,7 @@ func loadShapes(t *testing.T, include []config.Include) ([]operation, []string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, unmatched, err := parseOperations(context.Background(), root, sel)
+	ops, unmatched, _, err := parseOperations(context.Background(), root, sel, newBudget(config.OpenAPI{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestInputSchemas(t *testing.T) {
 
 func TestOpenAPI30Dialect(t *testing.T) {
 	t.Parallel()
-	r := resolver{root: map[string]any{}}
+	r := &expansion{r: resolver{root: map[string]any{}}, maxDepth: maxRefDepth, limit: newBudget(config.OpenAPI{})}
 	got := r.schema(map[string]any{
 		"type": "integer", "nullable": true, "minimum": 1.0, "exclusiveMinimum": true,
 		"maximum": 9.0, "exclusiveMaximum": false, "example": 3.0,

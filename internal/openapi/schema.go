@@ -10,7 +10,8 @@ import (
 // maxRefDepth is how many $refs deep a schema is inlined; a ref deeper
 // than that becomes an open schema, as a cyclic or remote one does. Three
 // levels carry the shapes callers fill in (an object, its parts, their
-// parts) without blowing up the size of large documents' schemas.
+// parts); an operation whose schema would pass its budget at three levels
+// is inlined fewer (see buildWithin).
 const maxRefDepth = 3
 
 // resolver inlines local refs of one document, parsed as generic JSON.
@@ -94,64 +95,35 @@ var (
 
 // schema turns an OpenAPI schema into a self-contained JSON Schema (draft
 // 2020-12, what gate 2 validates with): local refs are inlined up to
-// maxRefDepth levels, cyclic, remote, unresolvable or deeper refs become
+// e.maxDepth levels, cyclic, remote, unresolvable or deeper refs become
 // the open schema {}, and the OpenAPI 3.0 dialect (nullable, boolean
 // exclusiveMinimum/exclusiveMaximum) is rewritten in 2020-12 terms. OpenAPI
 // 3.1 schemas (type lists with "null", const, …) pass as they are.
-func (r resolver) schema(v any, depth int, stack []string) any {
+//
+// Everything it produces is counted against e's budget; once over, it
+// returns open schemas without looking further.
+func (e *expansion) schema(v any, depth int, stack []string) any {
+	if e.over() {
+		return map[string]any{}
+	}
 	switch s := v.(type) {
 	case bool:
+		e.add(1, 5)
 		return s
 	case map[string]any:
 		if ref, ok := s["$ref"].(string); ok {
-			if depth >= maxRefDepth || slices.Contains(stack, ref) {
-				return map[string]any{}
-			}
-			target, ok := r.pointer(ref)
-			if !ok {
-				return map[string]any{}
-			}
-			out := r.schema(target, depth+1, append(stack, ref))
-			// A description beside the ref (allowed in 3.1) says more
-			// about this use than the target's does.
-			if d, ok := s["description"].(string); ok {
-				if m, ok := out.(map[string]any); ok {
-					m = cloneMap(m)
-					m["description"] = d
-					return m
-				}
-			}
-			return out
+			return e.ref(s, ref, depth, stack)
 		}
+		e.add(1, 2)
 		out := make(map[string]any, len(s))
 		for k, val := range s {
-			if !slices.Contains(droppedKeys, k) {
+			if slices.Contains(droppedKeys, k) {
+				continue
+			}
+			e.add(0, int64(len(k))+4)
+			if !e.sub(out, k, val, depth, stack) {
 				out[k] = val
-			}
-		}
-		for _, k := range schemaKeys {
-			if sub, ok := s[k]; ok {
-				if k == "items" {
-					if list, ok := sub.([]any); ok { // 3.0-era tuple form
-						out[k] = r.schemaList(list, depth, stack)
-						continue
-					}
-				}
-				out[k] = r.schema(sub, depth, stack)
-			}
-		}
-		for _, k := range schemaMapKeys {
-			if m, ok := s[k].(map[string]any); ok {
-				sub := make(map[string]any, len(m))
-				for name, val := range m {
-					sub[name] = r.schema(val, depth, stack)
-				}
-				out[k] = sub
-			}
-		}
-		for _, k := range schemaListKeys {
-			if list, ok := s[k].([]any); ok {
-				out[k] = r.schemaList(list, depth, stack)
+				e.count(val)
 			}
 		}
 		for _, pair := range [][2]string{{"exclusiveMinimum", "minimum"}, {"exclusiveMaximum", "maximum"}} {
@@ -166,18 +138,83 @@ func (r resolver) schema(v any, depth int, stack []string) any {
 			}
 		}
 		if s["nullable"] == true {
+			e.add(3, 24)
 			return orNull(out)
 		}
 		return out
 	default:
+		e.add(1, 2)
 		return map[string]any{}
 	}
 }
 
-func (r resolver) schemaList(list []any, depth int, stack []string) []any {
+// ref inlines the target of a $ref at depth, or leaves it open.
+func (e *expansion) ref(s map[string]any, ref string, depth int, stack []string) any {
+	if depth >= e.maxDepth || slices.Contains(stack, ref) {
+		e.add(1, 2)
+		return map[string]any{}
+	}
+	target, ok := e.r.pointer(ref)
+	if !ok {
+		e.add(1, 2)
+		return map[string]any{}
+	}
+	out := e.schema(target, depth+1, append(stack, ref))
+	// A description beside the ref (allowed in 3.1) says more about this
+	// use than the target's does.
+	if d, ok := s["description"].(string); ok {
+		if m, ok := out.(map[string]any); ok {
+			m = cloneMap(m)
+			m["description"] = d
+			e.add(1, int64(len(d))+17)
+			return m
+		}
+	}
+	return out
+}
+
+// sub converts the value of keyword k when it holds schemas, into out; it
+// reports false for any other keyword (or a schema keyword of the wrong
+// shape), which the caller copies as it is.
+func (e *expansion) sub(out map[string]any, k string, val any, depth int, stack []string) bool {
+	switch {
+	case slices.Contains(schemaKeys, k):
+		if list, ok := val.([]any); ok && k == "items" { // 3.0-era tuple form
+			out[k] = e.schemaList(list, depth, stack)
+			return true
+		}
+		out[k] = e.schema(val, depth, stack)
+		return true
+	case slices.Contains(schemaMapKeys, k):
+		m, ok := val.(map[string]any)
+		if !ok {
+			return false
+		}
+		e.add(1, 2)
+		sub := make(map[string]any, len(m))
+		for name, x := range m {
+			e.add(0, int64(len(name))+4)
+			sub[name] = e.schema(x, depth, stack)
+		}
+		out[k] = sub
+		return true
+	case slices.Contains(schemaListKeys, k):
+		list, ok := val.([]any)
+		if !ok {
+			return false
+		}
+		out[k] = e.schemaList(list, depth, stack)
+		return true
+	}
+	return false
+}
+
+func (e *expansion) schemaList(list []any, depth int, stack []string) []any {
+	e.add(1, 2)
 	out := make([]any, len(list))
 	for i, sub := range list {
-		out[i] = r.schema(sub, depth, stack)
+		e.add(0, 1)
+		out[i] = e.schema(sub, depth, stack)
 	}
 	return out
 }
