@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -94,8 +95,12 @@ type Service struct {
 	triggers map[string]*trigger // by id
 	subs     []*subscription     // MCP event subscriptions, in config order
 
+	// mu serializes Start and Close, and guards cancel. started is read
+	// without it: Start holds mu across Redis calls, and a status read
+	// must not wait behind a Start stuck on an unanswering Redis (each
+	// request waits on Redis at most store.RequestWait, not twice that).
 	mu      sync.Mutex
-	started bool
+	started atomic.Bool
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -336,7 +341,7 @@ func (s *Service) Deliveries(ctx context.Context, connection string, n int) ([]R
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started {
+	if s.started.Load() {
 		return nil
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.triggers)) {
@@ -365,24 +370,22 @@ func (s *Service) Start(ctx context.Context) error {
 	for _, sb := range s.subs {
 		s.wg.Go(func() { s.runSubscription(runCtx, sb) })
 	}
-	s.started, s.cancel = true, cancel
+	s.cancel = cancel
+	s.started.Store(true)
 	s.logger.Info("triggers started", "triggers", len(s.triggers), "sources", len(s.sources), "consumer", s.consumer)
 	return nil
 }
 
 // Started reports whether Start has run.
-func (s *Service) Started() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.started
-}
+func (s *Service) Started() bool { return s.started.Load() }
 
 // Close stops delivery and cron and waits for them. Events held are left
 // pending; another replica (or this one, restarted) reclaims them.
 func (s *Service) Close() {
 	s.mu.Lock()
 	cancel := s.cancel
-	s.started, s.cancel = false, nil
+	s.cancel = nil
+	s.started.Store(false)
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel()
