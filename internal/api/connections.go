@@ -82,16 +82,22 @@ func (h *handlers) statusFor(c echo.Context, conn *harness.Connection) harness.S
 	return st
 }
 
-func (h *handlers) getConnection(c echo.Context) error {
+// visibleConnection is the connection the path names, when the request's
+// key may see it; CONNECTION_UNKNOWN otherwise, as if it did not exist.
+func (h *handlers) visibleConnection(c echo.Context) (*harness.Connection, error) {
 	sees, err := h.connectionFilter(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	name := c.Param("name")
 	if !sees(name) {
-		return &harness.Error{Code: harness.CodeConnectionUnknown, Message: fmt.Sprintf("no connection named %q", name)}
+		return nil, &harness.Error{Code: harness.CodeConnectionUnknown, Message: fmt.Sprintf("no connection named %q", name)}
 	}
-	conn, err := h.Registry.Get(name)
+	return h.Registry.Get(name)
+}
+
+func (h *handlers) getConnection(c echo.Context) error {
+	conn, err := h.visibleConnection(c)
 	if err != nil {
 		return err
 	}
@@ -120,15 +126,7 @@ func summaries(ops []harness.Operation) []operationSummary {
 // whole. The operation's name is the rest of the path, slashes included
 // (issues/create).
 func (h *handlers) getOperation(c echo.Context) error {
-	sees, err := h.connectionFilter(c)
-	if err != nil {
-		return err
-	}
-	name := c.Param("name")
-	if !sees(name) {
-		return &harness.Error{Code: harness.CodeConnectionUnknown, Message: fmt.Sprintf("no connection named %q", name)}
-	}
-	conn, err := h.Registry.Get(name)
+	conn, err := h.visibleConnection(c)
 	if err != nil {
 		return err
 	}
@@ -141,7 +139,7 @@ func (h *handlers) getOperation(c echo.Context) error {
 	}
 	found, ok := conn.Manifest().Operation(op)
 	if !ok {
-		return problem(http.StatusNotFound, string(harness.CodeOperationUnknown), fmt.Sprintf("connection %s has no operation %q", name, strings.ToValidUTF8(op, "?")))
+		return problem(http.StatusNotFound, string(harness.CodeOperationUnknown), fmt.Sprintf("connection %s has no operation %q", conn.Name(), strings.ToValidUTF8(op, "?")))
 	}
 	return c.JSON(http.StatusOK, found)
 }
