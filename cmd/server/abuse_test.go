@@ -247,20 +247,7 @@ func adminSession(t *testing.T, base, token string) *http.Client {
 
 func pendingApproval(t *testing.T, base, exec string) string {
 	t.Helper()
-	resp := send(t, http.DefaultClient, "GET", base+"/v1/approvals?state=pending", "k1", nil)
-	defer resp.Body.Close()
-	var list struct {
-		Items []struct{ ID, Execution string }
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		t.Fatal(err)
-	}
-	for _, ap := range list.Items {
-		if ap.Execution == exec {
-			return ap.ID
-		}
-	}
-	return ""
+	return pendingApprovalAs(t, base, "k1", exec)
 }
 
 // TestWrongCredentialsAreRateLimited: wrong API keys from one address
