@@ -1,0 +1,327 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// call runs one call step through the gates, replaying the ledger: a done
+// entry returns its recorded output without calling again; a pending one is
+// re-sent with the same idempotency key; a waiting one checks its approval.
+func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
+	key := n.ID + f.suffix
+	conn := n.Connection
+	if n.ConnFromItem {
+		conn = f.item
+	}
+	if err := r.recheckHandle(ctx, f, conn, key); err != nil {
+		return nil, err
+	}
+	if out, err, ok := r.replayed(key, n); ok {
+		return out, err
+	}
+	r.beginHeld(n, key, conn)
+	ctx, span := r.traceCall(ctx, n, key, conn)
+	started := time.Now()
+	out, _, err := r.send(ctx, f, n, &key)
+	span.end(err)
+	if interruption(err) {
+		return nil, err
+	}
+	r.e.observer.CallDone(conn, n.Op, outcome(err), time.Since(started))
+	if err != nil {
+		return nil, r.fail(ctx, key, n, err)
+	}
+	return r.done(ctx, key, n, out)
+}
+
+// send evaluates a call's arguments, passes the gates and sends it. With a
+// ledger key, a guarded call asks for approval and the pending entry is
+// written before the call leaves; without one (a verify's read) a guarded
+// call is refused, since a check cannot wait for a person.
+func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Identity, error) {
+	r.mu.Lock()
+	sc := r.scope(f)
+	v, err := object(n.Args).eval(sc)
+	r.mu.Unlock()
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	args := v.(map[string]any)
+	name := n.Connection
+	if n.ConnFromItem {
+		name = f.item
+	}
+	conn, err := r.connFor(ctx, f, n.ID, name)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	r.mu.Lock()
+	reset := r.resets[name]
+	delete(r.resets, name)
+	r.mu.Unlock()
+	if reset {
+		r.e.logger.InfoContext(ctx, "resetting a costly connection before running live", "execution", r.rec.ID, "connection", name)
+		if err := conn.Reset(ctx); err != nil {
+			return nil, Identity{}, err
+		}
+	}
+	if conn.Access().ActsAsUser() && forNoOne(r.rec.Principal) {
+		// Hidden, not unavailable: there is no user for it to act as.
+		return nil, Identity{}, &denied{GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name())}
+	}
+	if st := conn.State(); st != StateReady {
+		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
+	}
+	marks := profileOp(n, conn)
+	verdict, args, err := r.e.gates(ctx, conn, n.Op, marks != nil && marks.Guarded, args, r.rec.ID)
+	traceGates(ctx, verdict, err)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	if err := checkProfileArgs(n, args); err != nil {
+		return nil, Identity{}, err
+	}
+	approval := ""
+	if verdict == needsApproval {
+		if key == nil {
+			return nil, Identity{}, &denied{GateApprover, "a verify read cannot wait for approval; the policy guards " + n.Op}
+		}
+		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
+			return nil, Identity{}, err
+		}
+		approval = approvalID(r.rec.ID, *key)
+	} else if key != nil && r.askedApproval(*key) {
+		// The server refused this call as guarded before the run parked:
+		// the call sent now is the approved one, and only it (sent bare
+		// it would only be refused again).
+		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
+			return nil, Identity{}, err
+		}
+		approval = approvalID(r.rec.ID, *key)
+	}
+	filled, err := r.e.fillSecrets(ctx, args)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	id := conn.Identity()
+	idemKey := ""
+	if key != nil {
+		// The pending entry is written before the call leaves, so a crash
+		// after sending is re-sent with the same key, never lost.
+		r.update(*key, func(st *StepRecord) { st.Status, st.Identity, idemKey = StepPending, &id, st.IdempotencyKey })
+		if err := r.save(ctx); err != nil {
+			return nil, id, err
+		}
+	}
+	once := ""
+	if marks != nil && marks.Once && idemKey != "" {
+		once = r.e.onceKey(conn, n.Op, idemKey)
+		o, ok, err := r.e.onceRecorded(ctx, once)
+		if err != nil {
+			return nil, id, r.storage(ctx, err)
+		}
+		if ok {
+			// Sent before and its outcome recorded, but the ledger did
+			// not hear of it: answered from the record, not sent again.
+			out, err := o.replay()
+			return r.answered(ctx, n, conn, id, out, err)
+		}
+	}
+	req := CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Approval: approval}
+	if key != nil {
+		req.Task = r.taskWatch(ctx, n, *key, true)
+	}
+	out, err := r.deliver(ctx, conn, req)
+	if guardedRefusal(err) && approval == "" && key != nil {
+		// The server guards this target: a person decides, and the call
+		// is sent again, once, with the approval (a new call, so a new
+		// task if the server makes one).
+		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
+			return nil, id, err
+		}
+		req.Approval = approvalID(r.rec.ID, *key)
+		req.Task = r.taskWatch(ctx, n, *key, false)
+		out, err = r.deliver(ctx, conn, req)
+	}
+	if once != "" && recordable(err) {
+		o := onceOutcome{Output: out, Op: n.Op}
+		if ce := (*CallError)(nil); errors.As(err, &ce) {
+			o.Error = ce.Message
+		}
+		if rerr := r.e.onceRecord(ctx, once, o); rerr != nil {
+			return nil, id, r.storage(ctx, rerr)
+		}
+	}
+	return r.answered(ctx, n, conn, id, out, err)
+}
+
+// askedApproval reports whether ledger entry key asked a person before:
+// its call waited for an approval.
+func (r *run) askedApproval(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := r.entry(key)
+	return i >= 0 && r.rec.Steps[i].ApprovalID != ""
+}
+
+// guardedRefusal reports whether err is a server refusing the call's
+// target as guarded.
+func guardedRefusal(err error) bool {
+	var ce *CallError
+	return errors.As(err, &ce) && ce.Code == CodeGuarded
+}
+
+// answered checks and presents a call's answer.
+func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id Identity, out any, err error) (any, Identity, error) {
+	if err != nil {
+		return nil, id, err
+	}
+	if err := checkProfileResult(n, conn.Name(), out); err != nil {
+		return nil, id, err
+	}
+	out, err = r.e.present(ctx, out, conn, r.rec.ID)
+	return withholdReadTool(conn, n.Op, out), id, err
+}
+
+// deliver sends req with the principal's credentials (gate 6's last
+// part), replacing them once when the server rejects them.
+func (r *run) deliver(ctx context.Context, conn *Connection, req CallRequest) (any, error) {
+	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
+	if err != nil {
+		return nil, err
+	}
+	req.Headers = headers
+	out, err := conn.Call(ctx, req)
+	if errors.Is(err, ErrNeedsSignIn) && headers != nil {
+		// The server rejected the principal's credentials before acting
+		// (a token revoked before its expiry): replaced once, sent again.
+		if fresh, ok := r.e.refreshHeaders(ctx, conn.Name(), r.rec.Principal, headers); ok {
+			req.Headers = fresh
+			out, err = conn.Call(ctx, req)
+		}
+		if errors.Is(err, ErrNeedsSignIn) && conn.Access().SignIn == SignInShared {
+			// The shared token is refused even fresh: everyone's sign-in
+			// is gone, so the connection says so until someone signs in.
+			conn.needSignIn(r.e.redactor.String(err.Error()))
+		}
+	}
+	return out, err
+}
+
+// conn returns the named connection: a server the document brought
+// (attached on first use), else the host's.
+func (r *run) conn(ctx context.Context, name string) (*Connection, error) {
+	r.mu.Lock()
+	step, ok := r.attached[name] // a server the document or a model node attached
+	r.mu.Unlock()
+	if ok {
+		return step, nil
+	}
+	var spec AttachSpec
+	if r.doc != nil {
+		spec, ok = r.doc.Attached[name]
+	}
+	if !ok {
+		return r.e.reg.Get(name)
+	}
+	return r.attach(ctx, spec)
+}
+
+// attach connects a server the document or a model node brings, on first
+// use. It joins the run's attached servers (so calls find it by name) and
+// is closed when the run ends. The lock is not held while connecting; two
+// paths that attach the same server at once keep the first.
+func (r *run) attach(ctx context.Context, spec AttachSpec) (*Connection, error) {
+	r.mu.Lock()
+	c, ok := r.attached[spec.Name]
+	r.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	if r.e.attacher == nil {
+		return nil, &denied{GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", spec.Name)}
+	}
+	values := map[string]string{}
+	for _, sec := range spec.secrets() {
+		if r.e.secrets == nil {
+			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", sec)}
+		}
+		v, err := r.e.secrets.Resolve(ctx, sec)
+		if err != nil {
+			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q could not be resolved", sec)}
+		}
+		r.e.redactor.Add(v)
+		values[sec] = v
+	}
+	conn, err := r.e.attacher.Attach(ctx, spec, values)
+	if err != nil {
+		return nil, fmt.Errorf("attach %s: %s", spec.Name, r.e.redactor.String(err.Error()))
+	}
+	c = &Connection{name: spec.Name, conn: conn, manifest: conn.Manifest(), state: StateReady, since: time.Now()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.attached[spec.Name]; ok { // attached meanwhile by a parallel path
+		_ = c.close()
+		return prev, nil
+	}
+	if r.attached == nil {
+		r.attached = map[string]*Connection{}
+	}
+	r.attached[spec.Name] = c
+	return c, nil
+}
+
+// detach closes the servers the document brought.
+func (r *run) detach() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, c := range r.attached {
+		if err := c.close(); err != nil {
+			r.e.logger.Warn("closing an attached server", "execution", r.rec.ID, "connection", name, "err", err)
+		}
+	}
+	r.attached = nil
+}
+
+// approve is gate 5: it asks for (or finds) the step's approval. It returns
+// nil once approved, errWaiting while pending, and a refusal when denied or
+// expired.
+func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[string]any) error {
+	now := time.Now().UTC()
+	ap, err := r.e.approvals.request(ctx, &Approval{
+		ID: approvalID(r.rec.ID, key), State: ApprovalPending, Execution: r.rec.ID, Step: n.ID,
+		Connection: conn, Op: n.Op, Args: r.e.redact(jsonValueMap(args)).(map[string]any),
+		RequestedBy: r.rec.Principal, CreatedAt: now, ExpiresAt: now.Add(r.e.approvalTTL),
+	})
+	if err != nil {
+		return r.storage(ctx, err)
+	}
+	r.traceApproval(ctx, ap)
+	switch ap.State {
+	case ApprovalApproved:
+		return nil
+	case ApprovalPending:
+		// The task that answered with the refusal is over: the approved
+		// call is a new one.
+		r.update(key, func(st *StepRecord) { st.Status, st.ApprovalID, st.Task = StepWaiting, ap.ID, "" })
+		if err := r.save(ctx); err != nil {
+			return err
+		}
+		r.e.emit(ctx, r.rec.ID, EventApprovalRequest, map[string]any{"approval": ap.ID, "step": n.ID, "connection": conn, "op": n.Op})
+		return errWaiting
+	}
+	return &denied{GateApprover, fmt.Sprintf("approval %s was %s", ap.ID, ap.State)}
+}
+
+// jsonValueMap shows evaluated arguments as JSON values (secrets as their
+// placeholder), for approval records.
+func jsonValueMap(args map[string]any) any {
+	v := jsonValue(args)
+	if m, ok := v.(map[string]any); ok {
+		return m
+	}
+	return map[string]any{}
+}
