@@ -18,6 +18,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/githubapp"
 	"github.com/patchbay-dev/patchbay/internal/githubapp/githubapptest"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -274,7 +275,7 @@ func TestGitHubAppProviderSource(t *testing.T) {
 		mustDo(t, err)
 		ex, err = execs.Wait(context.Background(), ex.ID, 20*time.Second)
 		mustDo(t, err)
-		if ex.Status != harness.ExecFailed || ex.Error.Gate != harness.GateDeclared || !strings.Contains(ex.Error.Message, "no principal") {
+		if ex.Status != harness.ExecFailed || ex.Error.Gate != fault.GateDeclared || !strings.Contains(ex.Error.Message, "no principal") {
 			t.Fatalf("%s %+v, want refused at gate 1", ex.Status, ex.Error)
 		}
 		if gh.Exchanges() != before || len(seen()) != reads {

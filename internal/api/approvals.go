@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 type approvalList struct {
@@ -51,13 +52,13 @@ func (h *handlers) listApprovals(c echo.Context) error {
 	switch state {
 	case "", harness.ApprovalPending, harness.ApprovalApproved, harness.ApprovalDenied, harness.ApprovalExpired:
 	default:
-		return fieldProblem(harness.CodeValidationFailed, "state", "must be one of pending, approved, denied, expired")
+		return fieldProblem(fault.CodeValidationFailed, "state", "must be one of pending, approved, denied, expired")
 	}
 	limit := 50
 	if l := c.QueryParam("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 200 {
-			return fieldProblem(harness.CodeValidationFailed, "limit", "must be a whole number from 1 to 200")
+			return fieldProblem(fault.CodeValidationFailed, "limit", "must be a whole number from 1 to 200")
 		}
 		limit = n
 	}
@@ -99,7 +100,7 @@ func (h *handlers) decide(c echo.Context, state harness.ApprovalState) error {
 		}
 	}
 	if len(body.Note) > maxNote {
-		return fieldProblem(harness.CodeValidationFailed, "/note", "must be at most 2000 characters")
+		return fieldProblem(fault.CodeValidationFailed, "/note", "must be at most 2000 characters")
 	}
 	if _, err := h.seenApproval(c, c.Param("id")); err != nil {
 		return approvalProblem(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 type connectionList struct {
@@ -91,7 +92,7 @@ func (h *handlers) visibleConnection(c echo.Context) (*harness.Connection, error
 	}
 	name := c.Param("name")
 	if !sees(name) {
-		return nil, &harness.Error{Code: harness.CodeConnectionUnknown, Message: fmt.Sprintf("no connection named %q", name)}
+		return nil, &fault.Error{Code: fault.CodeConnectionUnknown, Message: fmt.Sprintf("no connection named %q", name)}
 	}
 	return h.Registry.Get(name)
 }
@@ -139,7 +140,7 @@ func (h *handlers) getOperation(c echo.Context) error {
 	}
 	found, ok := conn.Manifest().Operation(op)
 	if !ok {
-		return problem(http.StatusNotFound, string(harness.CodeOperationUnknown), fmt.Sprintf("connection %s has no operation %q", conn.Name(), strings.ToValidUTF8(op, "?")))
+		return problem(http.StatusNotFound, string(fault.CodeOperationUnknown), fmt.Sprintf("connection %s has no operation %q", conn.Name(), strings.ToValidUTF8(op, "?")))
 	}
 	return c.JSON(http.StatusOK, found)
 }

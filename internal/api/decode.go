@@ -10,22 +10,22 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // numbersProblem refuses a body holding a number no float64 can hold
 // (1e400): decoded as usual it would be stored as null. 400, as malformed
 // JSON is, naming each such field.
 func numbersProblem(body []byte) error {
-	paths := harness.NumbersOutOfRange(body, "")
+	paths := fault.NumbersOutOfRange(body, "")
 	if len(paths) == 0 {
 		return nil
 	}
-	errs := make([]harness.FieldError, len(paths))
+	errs := make([]fault.FieldError, len(paths))
 	for i, p := range paths {
-		errs[i] = harness.FieldError{Path: p, Code: harness.CodeNumberOutOfRange, Message: "is a number too large to represent (beyond ±1.8e308)"}
+		errs[i] = fault.FieldError{Path: p, Code: fault.CodeNumberOutOfRange, Message: "is a number too large to represent (beyond ±1.8e308)"}
 	}
-	return problem(http.StatusBadRequest, string(harness.CodeNumberOutOfRange),
+	return problem(http.StatusBadRequest, string(fault.CodeNumberOutOfRange),
 		paths[0]+": is a number too large to represent", errs...)
 }
 
@@ -48,7 +48,7 @@ func decodeClosed(body []byte, dst any) error {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			path := "/" + strings.ReplaceAll(te.Field, ".", "/")
-			return fieldProblem(harness.CodeValidationFailed, path, "must be "+jsonKind(te.Type))
+			return fieldProblem(fault.CodeValidationFailed, path, "must be "+jsonKind(te.Type))
 		}
 		return malformed(err)
 	}
@@ -57,11 +57,11 @@ func decodeClosed(body []byte, dst any) error {
 
 // unknownMembers names each member of a closed object that allowed does
 // not list.
-func unknownMembers(fields map[string]json.RawMessage, allowed ...string) []harness.FieldError {
-	var problems []harness.FieldError
+func unknownMembers(fields map[string]json.RawMessage, allowed ...string) []fault.FieldError {
+	var problems []fault.FieldError
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		if !slices.Contains(allowed, k) {
-			problems = append(problems, harness.FieldError{Path: "/" + k, Code: harness.CodeValidationFailed,
+			problems = append(problems, fault.FieldError{Path: "/" + k, Code: fault.CodeValidationFailed,
 				Message: fmt.Sprintf("unknown field %q (allowed: %s)", k, strings.Join(allowed, ", "))})
 		}
 	}

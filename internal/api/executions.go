@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // maxWait bounds how long POST /v1/executions may hold a request open.
@@ -124,7 +125,7 @@ func decodeCreate(body []byte) (*createRequest, error) {
 	}
 	problems := unknownMembers(fields, "workflow", "agent", "input", "wait")
 	bad := func(path, msg string) {
-		problems = append(problems, harness.FieldError{Path: path, Code: harness.CodeValidationFailed, Message: msg})
+		problems = append(problems, fault.FieldError{Path: path, Code: fault.CodeValidationFailed, Message: msg})
 	}
 	req := &createRequest{Workflow: fields["workflow"], Agent: fields["agent"]}
 	isObject := func(raw json.RawMessage) bool { w := bytes.TrimSpace(raw); return len(w) > 0 && w[0] == '{' }
@@ -200,7 +201,7 @@ func (h *handlers) visible(c echo.Context, id string) (*harness.Execution, error
 		return nil, err
 	}
 	if !principal(c).Sees(ex.Principal) {
-		return nil, fmt.Errorf("execution %s: %w", id, harness.ErrNotFound)
+		return nil, fmt.Errorf("execution %s: %w", id, fault.ErrNotFound)
 	}
 	return ex, nil
 }
@@ -233,14 +234,14 @@ func (h *handlers) listExecutions(c echo.Context) error {
 	}
 	if s := c.QueryParam("status"); s != "" {
 		if !harness.ValidExecState(s) {
-			return fieldProblem(harness.CodeValidationFailed, "status", "must be one of queued, running, waiting, succeeded, failed, cancelled")
+			return fieldProblem(fault.CodeValidationFailed, "status", "must be one of queued, running, waiting, succeeded, failed, cancelled")
 		}
 		opts.Status = harness.ExecState(s)
 	}
 	if l := c.QueryParam("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 100 {
-			return fieldProblem(harness.CodeValidationFailed, "limit", "must be a whole number from 1 to 100")
+			return fieldProblem(fault.CodeValidationFailed, "limit", "must be a whole number from 1 to 100")
 		}
 		opts.Limit = n
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/webhooks"
 )
@@ -66,10 +66,10 @@ func webhookAnswer(c echo.Context, o webhooks.Outcome) error {
 	return problem(o.Status, o.Code, o.Detail, fieldErrors(o.Problems)...)
 }
 
-func fieldErrors(ps []triggers.FieldProblem) []harness.FieldError {
-	out := make([]harness.FieldError, len(ps))
+func fieldErrors(ps []triggers.FieldProblem) []fault.FieldError {
+	out := make([]fault.FieldError, len(ps))
 	for i, p := range ps {
-		out[i] = harness.FieldError{Path: p.Path, Code: harness.CodeValidationFailed, Message: p.Message}
+		out[i] = fault.FieldError{Path: p.Path, Code: fault.CodeValidationFailed, Message: p.Message}
 	}
 	return out
 }

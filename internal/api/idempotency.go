@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // The Idempotency-Key header (draft-ietf-httpapi-idempotency-key-header,
@@ -47,7 +48,7 @@ func idempotencyKey(c echo.Context) (string, error) {
 	}
 	bad := problem(http.StatusBadRequest, codeIdempotencyKeyInvalid,
 		headerIdempotencyKey+" must be one value of 1 to 255 printable ASCII characters",
-		harness.FieldError{Path: headerIdempotencyKey, Code: codeIdempotencyKeyInvalid, Message: "must be 1 to 255 printable ASCII characters"})
+		fault.FieldError{Path: headerIdempotencyKey, Code: codeIdempotencyKeyInvalid, Message: "must be 1 to 255 printable ASCII characters"})
 	if len(vals) > 1 {
 		return "", bad
 	}

@@ -12,18 +12,19 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
 // Problem is an RFC 9457 problem document with patchbay's stable code and
 // per-field errors.
 type Problem struct {
-	Type   string               `json:"type"`
-	Title  string               `json:"title"`
-	Status int                  `json:"status"`
-	Detail string               `json:"detail,omitempty"`
-	Code   string               `json:"code"`
-	Errors []harness.FieldError `json:"errors,omitempty"`
+	Type   string             `json:"type"`
+	Title  string             `json:"title"`
+	Status int                `json:"status"`
+	Detail string             `json:"detail,omitempty"`
+	Code   string             `json:"code"`
+	Errors []fault.FieldError `json:"errors,omitempty"`
 
 	// retryAfter is the Retry-After of a problem a retry may fix, in
 	// seconds; 0 means the default of its status (see retryAfterOf).
@@ -44,9 +45,9 @@ const (
 	codeInternal           = "INTERNAL"
 	codeInvalidCursor      = "INVALID_CURSOR"
 	codeInvalidEventID     = "INVALID_EVENT_ID"
-	codeExecutionNotFound  = string(harness.CodeExecutionNotFound)
-	codeValidationFailed   = string(harness.CodeValidationFailed)
-	codeConnectionNotFound = string(harness.CodeConnectionUnknown)
+	codeExecutionNotFound  = string(fault.CodeExecutionNotFound)
+	codeValidationFailed   = string(fault.CodeValidationFailed)
+	codeConnectionNotFound = string(fault.CodeConnectionUnknown)
 	codeStoreUnavailable   = "STORE_UNAVAILABLE" // also webhooks.CodeUnavailable
 	codeTooManyStreams     = "TOO_MANY_STREAMS"
 )
@@ -60,7 +61,7 @@ const (
 	retryDefault    = 5
 )
 
-func problem(status int, code, detail string, errs ...harness.FieldError) *Problem {
+func problem(status int, code, detail string, errs ...fault.FieldError) *Problem {
 	return &Problem{
 		Type:   "urn:patchbay:problem:" + strings.ToLower(strings.ReplaceAll(code, "_", "-")),
 		Title:  http.StatusText(status),
@@ -72,9 +73,9 @@ func problem(status int, code, detail string, errs ...harness.FieldError) *Probl
 }
 
 // fieldProblem is a 422 naming one field.
-func fieldProblem(code harness.Code, path, message string) *Problem {
+func fieldProblem(code fault.Code, path, message string) *Problem {
 	return problem(http.StatusUnprocessableEntity, string(code), path+": "+message,
-		harness.FieldError{Path: path, Code: code, Message: message})
+		fault.FieldError{Path: path, Code: code, Message: message})
 }
 
 // errorHandler maps every error a handler returns to problem+json, once, at
@@ -109,8 +110,8 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 func toProblem(err error) *Problem {
 	var (
 		p  *Problem
-		ve *harness.ValidationError
-		he *harness.Error
+		ve *fault.ValidationError
+		he *fault.Error
 		ee *echo.HTTPError
 		le *eventstream.LimitError
 	)
@@ -128,7 +129,7 @@ func toProblem(err error) *Problem {
 		return problem(status, string(ve.Code()), ve.Error(), ve.Problems...)
 	case errors.Is(err, harness.ErrInvalidEventID):
 		return problem(http.StatusBadRequest, codeInvalidEventID, "Last-Event-ID (or after) must be an event id as the stream sent it, such as 1733225000000-0")
-	case errors.Is(err, harness.ErrNotFound):
+	case errors.Is(err, fault.ErrNotFound):
 		return problem(http.StatusNotFound, codeExecutionNotFound, "no execution with that id")
 	case errors.As(err, &le):
 		p := problem(http.StatusTooManyRequests, codeTooManyStreams, le.Error())
@@ -154,20 +155,20 @@ func retryAfterOf(p *Problem) int {
 		return 0
 	case p.Code == codeStoreUnavailable:
 		return retryStore
-	case harness.Code(p.Code).Transient():
+	case fault.Code(p.Code).Transient():
 		return retryConnection
 	}
 	return retryDefault
 }
 
-func statusOf(code harness.Code) int {
+func statusOf(code fault.Code) int {
 	if code.Transient() {
 		return http.StatusServiceUnavailable
 	}
 	switch code {
-	case harness.CodeConnectionUnknown:
+	case fault.CodeConnectionUnknown:
 		return http.StatusNotFound
-	case harness.CodeConnectionNameTaken:
+	case fault.CodeConnectionNameTaken:
 		return http.StatusConflict
 	}
 	return http.StatusUnprocessableEntity

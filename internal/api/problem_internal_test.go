@@ -8,9 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // TestTransientIs503: what a retry may fix (a connection or pool starting
@@ -18,10 +17,10 @@ import (
 // code; what it cannot (a sign-in, a closed connection, a bad document) is
 // 422 without one, even when a transient problem comes with it.
 func TestTransientIs503(t *testing.T) {
-	refused := func(codes ...harness.Code) error {
-		ve := &harness.ValidationError{}
+	refused := func(codes ...fault.Code) error {
+		ve := &fault.ValidationError{}
 		for _, c := range codes {
-			ve.Problems = append(ve.Problems, harness.FieldError{Path: "/workflow/root/op", Code: c, Message: "m"})
+			ve.Problems = append(ve.Problems, fault.FieldError{Path: "/workflow/root/op", Code: c, Message: "m"})
 		}
 		return ve
 	}
@@ -32,13 +31,13 @@ func TestTransientIs503(t *testing.T) {
 		code   string
 		retry  int
 	}{
-		{"connection starting", refused(harness.CodeConnectionStarting), 503, "CONNECTION_STARTING", retryConnection},
-		{"connection reconnecting", refused(harness.CodeConnectionUnavailable), 503, "CONNECTION_UNAVAILABLE", retryConnection},
-		{"two connections starting", refused(harness.CodeConnectionStarting, harness.CodeConnectionUnavailable), 503, "CONNECTION_STARTING", retryConnection},
-		{"needs a sign-in", refused(harness.CodeConnectionNeedsSignIn), 422, "CONNECTION_NEEDS_SIGN_IN", 0},
-		{"closed", refused(harness.CodeConnectionClosed), 422, "CONNECTION_CLOSED", 0},
-		{"starting and a bad operation", refused(harness.CodeConnectionStarting, harness.CodeOperationUnknown), 422, "CONNECTION_STARTING", 0},
-		{"a harness error while starting", &harness.Error{Code: harness.CodeConnectionStarting, Message: "m"}, 503, "CONNECTION_STARTING", retryConnection},
+		{"connection starting", refused(fault.CodeConnectionStarting), 503, "CONNECTION_STARTING", retryConnection},
+		{"connection reconnecting", refused(fault.CodeConnectionUnavailable), 503, "CONNECTION_UNAVAILABLE", retryConnection},
+		{"two connections starting", refused(fault.CodeConnectionStarting, fault.CodeConnectionUnavailable), 503, "CONNECTION_STARTING", retryConnection},
+		{"needs a sign-in", refused(fault.CodeConnectionNeedsSignIn), 422, "CONNECTION_NEEDS_SIGN_IN", 0},
+		{"closed", refused(fault.CodeConnectionClosed), 422, "CONNECTION_CLOSED", 0},
+		{"starting and a bad operation", refused(fault.CodeConnectionStarting, fault.CodeOperationUnknown), 422, "CONNECTION_STARTING", 0},
+		{"a harness error while starting", &fault.Error{Code: fault.CodeConnectionStarting, Message: "m"}, 503, "CONNECTION_STARTING", retryConnection},
 		{"Redis refuses connections", fmt.Errorf("executions: submit: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), 503, codeStoreUnavailable, retryStore},
 		{"Redis answers it is loading", fmt.Errorf("executions: submit: %w", redis.Error(loadingReply{})), 503, codeStoreUnavailable, retryStore},
 		{"an internal error", fmt.Errorf("executions: submit: %w", errors.New("boom")), 500, codeInternal, 0},

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // codeSecretsReadOnly answers PUT /v1/secrets when no writable store is
@@ -25,7 +26,7 @@ func (h *handlers) putSecret(c echo.Context) error {
 	}
 	name := c.Param("name")
 	if !harness.ValidSecretName(name) {
-		return fieldProblem(harness.CodeValidationFailed, "name", "must be 1 to 128 letters, digits, '.', '_' or '-'")
+		return fieldProblem(fault.CodeValidationFailed, "name", "must be 1 to 128 letters, digits, '.', '_' or '-'")
 	}
 	body, err := readJSONBody(c)
 	if err != nil {
@@ -49,7 +50,7 @@ func decodeSecret(body []byte) (string, error) {
 	}
 	problems := unknownMembers(fields, "value")
 	bad := func(path, msg string) {
-		problems = append(problems, harness.FieldError{Path: path, Code: harness.CodeValidationFailed, Message: msg})
+		problems = append(problems, fault.FieldError{Path: path, Code: fault.CodeValidationFailed, Message: msg})
 	}
 	var value string
 	raw, ok := fields["value"]

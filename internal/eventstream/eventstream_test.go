@@ -15,6 +15,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -163,7 +164,7 @@ func setup(t *testing.T, st *store.Store, o *eventstream.Options) bundle {
 		switch {
 		case errors.Is(err, eventstream.ErrTooManyStreams):
 			http.Error(w, err.Error(), http.StatusTooManyRequests)
-		case errors.Is(err, harness.ErrNotFound):
+		case errors.Is(err, fault.ErrNotFound):
 			http.Error(w, err.Error(), http.StatusNotFound)
 		case errors.Is(err, harness.ErrInvalidEventID):
 			http.Error(w, err.Error(), http.StatusBadRequest)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // AgentRequest is the shorthand for a one-node document: a model turn
@@ -32,7 +34,7 @@ func (e *Executions) SubmitAgent(ctx context.Context, req AgentRequest) (*Execut
 		return nil, err
 	}
 	ex, err := e.Submit(ctx, Request{Workflow: doc, Input: req.Input, Principal: req.Principal, Allowlist: req.Allowlist, ID: req.ID})
-	var ve *ValidationError
+	var ve *fault.ValidationError
 	if errors.As(err, &ve) {
 		for i := range ve.Problems {
 			ve.Problems[i].Path = agentPath(ve.Problems[i].Path)
@@ -52,11 +54,11 @@ func agentPath(p string) string {
 func (e *Executions) agentDocument(ctx context.Context, raw json.RawMessage, allowlist string) (json.RawMessage, error) {
 	var agent map[string]any
 	if err := json.Unmarshal(raw, &agent); err != nil || agent == nil {
-		return nil, &ValidationError{Problems: []FieldError{{Path: "/agent", Code: CodeValidationFailed, Message: "must be an object with model, instructions and tools"}}}
+		return nil, &fault.ValidationError{Problems: []fault.FieldError{{Path: "/agent", Code: fault.CodeValidationFailed, Message: "must be an object with model, instructions and tools"}}}
 	}
 	for _, k := range []string{"kind", "id"} {
 		if _, ok := agent[k]; ok {
-			return nil, &ValidationError{Problems: []FieldError{{Path: "/agent/" + k, Code: CodeValidationFailed,
+			return nil, &fault.ValidationError{Problems: []fault.FieldError{{Path: "/agent/" + k, Code: fault.CodeValidationFailed,
 				Message: "unknown field (allowed: model, instructions, input, tools, until, toolChoice, maxTokens, output)"}}}
 		}
 	}

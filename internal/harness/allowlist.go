@@ -14,12 +14,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
 // CodeConnectionNotAllowed: a document asks for more than its allowlist
 // grants.
-const CodeConnectionNotAllowed Code = "CONNECTION_NOT_ALLOWED"
+const CodeConnectionNotAllowed fault.Code = "CONNECTION_NOT_ALLOWED"
 
 // Grant is what an allowlist lets documents use of one connection.
 type Grant struct {
@@ -62,9 +63,9 @@ type Allowlist struct {
 // reported with its JSON Pointer, as for documents, so the API and the
 // admin UI show the same messages.
 func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
-	var problems []FieldError
+	var problems []fault.FieldError
 	bad := func(p, format string, args ...any) {
-		problems = append(problems, FieldError{Path: p, Code: CodeValidationFailed, Message: fmt.Sprintf(format, args...)})
+		problems = append(problems, fault.FieldError{Path: p, Code: fault.CodeValidationFailed, Message: fmt.Sprintf(format, args...)})
 	}
 	if !ValidName(name) {
 		bad("name", "an allowlist name is a letter followed by letters, digits, '_' or '-' (at most 64)")
@@ -77,20 +78,20 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		bad("", "not a valid allowlist: %v", err)
-		return nil, &ValidationError{Problems: problems}
+		return nil, &fault.ValidationError{Problems: problems}
 	}
 	for _, conn := range sortedKeys(body.Connections) {
-		g, at := body.Connections[conn], "/connections/"+escape(conn)
+		g, at := body.Connections[conn], "/connections/"+fault.Escape(conn)
 		if !ValidName(conn) {
 			bad(at, "%q is not a valid connection name", conn)
 		}
 		checkGlobs(at+"/ops", g.Ops, bad)
 		checkGlobs(at+"/events", g.Events, bad)
 		for _, field := range sortedKeys(g.Setup) {
-			checkGlobs(at+"/setup/"+escape(field), g.Setup[field], bad)
+			checkGlobs(at+"/setup/"+fault.Escape(field), g.Setup[field], bad)
 		}
 		for _, secret := range sortedKeys(g.Secrets) {
-			p := at + "/secrets/" + escape(secret)
+			p := at + "/secrets/" + fault.Escape(secret)
 			if !ValidSecretName(secret) {
 				bad(p, "%q is not a valid secret name (letters, digits, '.', '_', '-')", secret)
 			}
@@ -115,7 +116,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 		checkGlobs(at+"/ops", g.Ops, bad)
 	}
 	if len(problems) > 0 {
-		return nil, &ValidationError{Problems: problems}
+		return nil, &fault.ValidationError{Problems: problems}
 	}
 	if body.Connections == nil {
 		body.Connections = map[string]Grant{}
@@ -191,10 +192,10 @@ func (al *Allowlist) allows(conn, op string) bool {
 }
 
 // check reports what doc asks for beyond al.
-func (al *Allowlist) check(doc *Document, base string) []FieldError {
-	var problems []FieldError
+func (al *Allowlist) check(doc *Document, base string) []fault.FieldError {
+	var problems []fault.FieldError
 	deny := func(p, format string, args ...any) {
-		problems = append(problems, FieldError{Path: p, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
+		problems = append(problems, fault.FieldError{Path: p, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
 	}
 	granted := func(conn string) bool {
 		if al == nil {
@@ -204,7 +205,7 @@ func (al *Allowlist) check(doc *Document, base string) []FieldError {
 		return ok
 	}
 	for _, name := range doc.Connections {
-		at := base + "/connections/" + escape(name)
+		at := base + "/connections/" + fault.Escape(name)
 		if h, ok := doc.Handles[name]; ok {
 			al.checkHandle(h, at, deny)
 			continue
@@ -297,7 +298,7 @@ func NewAllowlists(st *store.Store) *Allowlists {
 
 // CodeHostGrant: an allowlist written through the API or the UI grants a
 // server that runs a command on the host.
-const CodeHostGrant Code = "HOST_GRANT_REFUSED"
+const CodeHostGrant fault.Code = "HOST_GRANT_REFUSED"
 
 func (a *Allowlists) hostGrants(name string) []MCPGrant {
 	a.mu.RLock()
@@ -322,7 +323,7 @@ func withoutCommands(grants []MCPGrant) (rest, commands []MCPGrant) {
 // did not make; those it did make are dropped, since Get adds them back.
 func (a *Allowlists) refuseCommands(al *Allowlist) error {
 	host := a.hostGrants(al.Name)
-	var problems []FieldError
+	var problems []fault.FieldError
 	var rest []MCPGrant
 	for i, g := range al.MCP {
 		if g.Command == "" {
@@ -330,12 +331,12 @@ func (a *Allowlists) refuseCommands(al *Allowlist) error {
 			continue
 		}
 		if !slices.ContainsFunc(host, func(h MCPGrant) bool { return sameGrant(h, g) }) {
-			problems = append(problems, FieldError{Path: fmt.Sprintf("/mcp/%d/command", i), Code: CodeHostGrant,
+			problems = append(problems, fault.FieldError{Path: fmt.Sprintf("/mcp/%d/command", i), Code: CodeHostGrant,
 				Message: "a server that runs a command on this host can be granted only in the config file"})
 		}
 	}
 	if len(problems) > 0 {
-		return &ValidationError{Problems: problems}
+		return &fault.ValidationError{Problems: problems}
 	}
 	al.MCP = rest
 	return nil

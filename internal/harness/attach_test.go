@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -67,7 +68,7 @@ func TestDocumentBringsItsOwnServer(t *testing.T) {
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tt.doc), Allowlist: tt.allowlist})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Code() != harness.CodeConnectionNotAllowed || ve.Problems[0].Path != tt.path {
 				t.Fatalf("Submit = %v, want CONNECTION_NOT_ALLOWED at %s", err, tt.path)
 			}

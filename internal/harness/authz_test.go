@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -144,7 +145,7 @@ func TestCommandGrantsComeFromTheConfigFile(t *testing.T) {
 		`{"connections":{},"mcp":[{"name":"tool","command":"./bin/tool","args":["--unsafe"],"ops":["*"]}]}`,
 	} {
 		_, err := als.Put(ctx, parse("team", body), "admin")
-		var ve *harness.ValidationError
+		var ve *fault.ValidationError
 		if !errors.As(err, &ve) || ve.Code() != harness.CodeHostGrant || ve.Problems[0].Path != "/mcp/0/command" {
 			t.Fatalf("PUT %s = %v", body, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // call runs one call step through the gates, replaying the ledger: a done
@@ -70,7 +72,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	}
 	if conn.Access().ActsAsUser() && forNoOne(r.rec.Principal) {
 		// Hidden, not unavailable: there is no user for it to act as.
-		return nil, Identity{}, &denied{GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name())}
+		return nil, Identity{}, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name()))
 	}
 	if st := conn.State(); st != StateReady {
 		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
@@ -87,7 +89,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	approval := ""
 	if verdict == needsApproval {
 		if key == nil {
-			return nil, Identity{}, &denied{GateApprover, "a verify read cannot wait for approval; the policy guards " + n.Op}
+			return nil, Identity{}, fault.Deny(fault.GateApprover, "a verify read cannot wait for approval; the policy guards "+n.Op)
 		}
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
 			return nil, Identity{}, err
@@ -242,16 +244,16 @@ func (r *run) attach(ctx context.Context, spec AttachSpec) (*Connection, error) 
 		return c, nil
 	}
 	if r.e.attacher == nil {
-		return nil, &denied{GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", spec.Name)}
+		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", spec.Name))
 	}
 	values := map[string]string{}
 	for _, sec := range spec.secrets() {
 		if r.e.secrets == nil {
-			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", sec)}
+			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", sec))
 		}
 		v, err := r.e.secrets.Resolve(ctx, sec)
 		if err != nil {
-			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q could not be resolved", sec)}
+			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("secret %q could not be resolved", sec))
 		}
 		r.e.redactor.Add(v)
 		values[sec] = v
@@ -313,7 +315,7 @@ func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[s
 		r.e.emit(ctx, r.rec.ID, EventApprovalRequest, map[string]any{"approval": ap.ID, "step": n.ID, "connection": conn, "op": n.Op})
 		return errWaiting
 	}
-	return &denied{GateApprover, fmt.Sprintf("approval %s was %s", ap.ID, ap.State)}
+	return fault.Deny(fault.GateApprover, fmt.Sprintf("approval %s was %s", ap.ID, ap.State))
 }
 
 // jsonValueMap shows evaluated arguments as JSON values (secrets as their

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -207,7 +208,7 @@ func (e *Executions) claimRun(ctx context.Context, id, token string) (*claimed, 
 	case epoch < 0:
 		return nil, &heldError{left: time.Duration(-epoch) * time.Millisecond}
 	case epoch == 0 || len(res) < 4:
-		return nil, fmt.Errorf("execution %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("execution %s: %w", id, fault.ErrNotFound)
 	}
 	head, _ := res[1].(string)
 	flat, _ := res[3].([]any)

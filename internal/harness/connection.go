@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // State is where a connection is in its life.
@@ -251,4 +253,17 @@ type Status struct {
 	// Profiles are the profiles it speaks, declared by its server or
 	// given by a binding (see package profiles).
 	Profiles []SpokenProfile `json:"profiles,omitempty"`
+}
+
+// notReadyCode is the code of a refusal because a connection is in state s.
+func notReadyCode(s State) fault.Code {
+	switch s {
+	case StateConnecting:
+		return fault.CodeConnectionStarting
+	case StateNeedsSignIn:
+		return fault.CodeConnectionNeedsSignIn
+	case StateClosed:
+		return fault.CodeConnectionClosed
+	}
+	return fault.CodeConnectionUnavailable
 }

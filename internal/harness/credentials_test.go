@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -91,7 +92,7 @@ func TestCallsCarryTheirPrincipalsCredentials(t *testing.T) {
 		}
 
 		ex := b.run(t, "carol")
-		if ex.Status != harness.ExecFailed || ex.Error.Code != harness.KindSteeringDenied || ex.Error.Gate != harness.GateSecrets {
+		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.KindSteeringDenied || ex.Error.Gate != fault.GateSecrets {
 			t.Fatalf("carol without a sign-in: %s %+v, want steering_denied at gate 6", ex.Status, ex.Error)
 		}
 		if len(b.mem.Calls()) != 3 {
@@ -109,7 +110,7 @@ func TestActsAsUserNeedsAPrincipal(t *testing.T) {
 			creds := &fakeCredentials{tokens: map[string]string{"": "tok-nobody-0123456789"}}
 			b := setupCredentials(t, st, access, creds)
 			ex := b.run(t, "")
-			if ex.Status != harness.ExecFailed || ex.Error.Gate != harness.GateDeclared || !strings.Contains(ex.Error.Message, "no principal") {
+			if ex.Status != harness.ExecFailed || ex.Error.Gate != fault.GateDeclared || !strings.Contains(ex.Error.Message, "no principal") {
 				t.Fatalf("%+v: %s %+v, want refused at gate 1", access, ex.Status, ex.Error)
 			}
 			if len(b.mem.Calls()) != 0 || len(creds.asked) != 0 {
@@ -179,7 +180,7 @@ func TestRefusedSharedSignInNeedsSignIn(t *testing.T) {
 			creds := &fakeCredentials{tokens: map[string]string{}} // every sign-in gone
 			b := setupCredentials(t, st, harness.Access{SignIn: kind}, creds)
 			ex := b.run(t, "alice")
-			if ex.Status != harness.ExecFailed || ex.Error.Gate != harness.GateSecrets {
+			if ex.Status != harness.ExecFailed || ex.Error.Gate != fault.GateSecrets {
 				t.Fatalf("%s: %s %+v, want refused at gate 6", kind, ex.Status, ex.Error)
 			}
 			c, err := b.reg.Get("svc")

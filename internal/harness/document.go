@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -117,12 +118,12 @@ func ParseDocument(raw []byte, reg *Registry, base string) (*Document, error) {
 	var doc any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&doc); err != nil {
-		return nil, &ValidationError{Problems: []FieldError{{Path: base, Code: CodeValidationFailed, Message: "not valid JSON: " + err.Error()}}}
+		return nil, &fault.ValidationError{Problems: []fault.FieldError{{Path: base, Code: fault.CodeValidationFailed, Message: "not valid JSON: " + err.Error()}}}
 	}
 	p := &parser{reg: reg, ids: map[string]string{}, done: map[string]bool{}, base: base}
 	d := p.document(doc, base)
 	if len(p.problems) > 0 {
-		return nil, &ValidationError{Problems: p.problems}
+		return nil, &fault.ValidationError{Problems: p.problems}
 	}
 	return d, nil
 }
@@ -132,7 +133,7 @@ type parser struct {
 	declared map[string]bool
 	ids      map[string]string // step id → path where first seen
 	done     map[string]bool   // ids whose output is available to later steps
-	problems []FieldError
+	problems []fault.FieldError
 	field    string      // dotted argument path while parsing a call's args
 	secrets  []secretUse // $secrets found in the current call's args
 
@@ -149,8 +150,8 @@ type parser struct {
 	looks         map[string]map[string]string // each manifest entry's look timings
 }
 
-func (p *parser) fail(path string, code Code, format string, args ...any) {
-	p.problems = append(p.problems, FieldError{Path: path, Code: code, Message: fmt.Sprintf(format, args...)})
+func (p *parser) fail(path string, code fault.Code, format string, args ...any) {
+	p.problems = append(p.problems, fault.FieldError{Path: path, Code: code, Message: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) document(v any, path string) *Document {
@@ -161,9 +162,9 @@ func (p *parser) document(v any, path string) *Document {
 	d := &Document{}
 	switch ver, ok := obj["version"].(float64); {
 	case obj["version"] == nil:
-		p.fail(path+"/version", CodeValidationFailed, "is required and must be 1")
+		p.fail(path+"/version", fault.CodeValidationFailed, "is required and must be 1")
 	case !ok || ver != 1:
-		p.fail(path+"/version", CodeValidationFailed, "must be 1")
+		p.fail(path+"/version", fault.CodeValidationFailed, "must be 1")
 	default:
 		d.Version = 1
 	}
@@ -178,7 +179,7 @@ func (p *parser) document(v any, path string) *Document {
 	d.Expose = p.exposures
 	d.Looks = p.looks
 	if obj["root"] == nil {
-		p.fail(path+"/root", CodeValidationFailed, "is required")
+		p.fail(path+"/root", fault.CodeValidationFailed, "is required")
 		return d
 	}
 	d.Root = p.node(obj["root"], path+"/root")
@@ -191,24 +192,24 @@ func (p *parser) connections(v any, path string) []string {
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		p.fail(path, CodeValidationFailed, "must be an object mapping connection names to entries")
+		p.fail(path, fault.CodeValidationFailed, "must be an object mapping connection names to entries")
 		return nil
 	}
 	names := make([]string, 0, len(obj))
 	for _, name := range sortedKeys(obj) {
-		at := path + "/" + escape(name)
+		at := path + "/" + fault.Escape(name)
 		names = append(names, name)
 		entry, ok := obj[name].(map[string]any)
 		_, attaches := entry["mcp"]
 		_, leases := entry["from"] // a handle: its pool is checked by handle
 		switch _, err := p.reg.Get(name); {
 		case !ValidName(name):
-			p.fail(at, CodeConnectionInvalid, "%q is not a valid connection name", name)
+			p.fail(at, fault.CodeConnectionInvalid, "%q is not a valid connection name", name)
 		case err != nil && !attaches && !leases:
-			p.fail(at, CodeConnectionUnknown, "no connection named %q", name)
+			p.fail(at, fault.CodeConnectionUnknown, "no connection named %q", name)
 		}
 		if !ok {
-			p.fail(at, CodeValidationFailed, "must be an object")
+			p.fail(at, fault.CodeValidationFailed, "must be an object")
 			continue
 		}
 		p.entry(name, entry, at)
@@ -222,7 +223,7 @@ func (p *parser) connections(v any, path string) []string {
 func (p *parser) node(v any, path string) *Node {
 	obj, ok := v.(map[string]any)
 	if !ok {
-		p.fail(path, CodeValidationFailed, "must be an object")
+		p.fail(path, fault.CodeValidationFailed, "must be an object")
 		return nil
 	}
 	kind, _ := obj["kind"].(string)
@@ -242,9 +243,9 @@ func (p *parser) node(v any, path string) *Node {
 	case obj["kind"] == nil && len(obj) == 1:
 		return p.shorthand(obj, path)
 	case obj["kind"] == nil:
-		p.fail(path+"/kind", CodeValidationFailed, "is required (%s)", kindList)
+		p.fail(path+"/kind", fault.CodeValidationFailed, "is required (%s)", kindList)
 	default:
-		p.fail(path+"/kind", CodeValidationFailed, "unknown kind %v (%s)", obj["kind"], kindList)
+		p.fail(path+"/kind", fault.CodeValidationFailed, "unknown kind %v (%s)", obj["kind"], kindList)
 	}
 	return nil
 }
@@ -259,7 +260,7 @@ func (p *parser) shorthand(obj map[string]any, path string) *Node {
 		conn = p.declaredList[0]
 	}
 	if conn == "" {
-		p.fail(path, CodeValidationFailed, "%q is written by name, but there is no enclosing connection (the document declares %d)", op, len(p.declaredList))
+		p.fail(path, fault.CodeValidationFailed, "%q is written by name, but there is no enclosing connection (the document declares %d)", op, len(p.declaredList))
 		return nil
 	}
 	call := map[string]any{"kind": KindCall, "id": "@" + strings.TrimPrefix(path, p.base), "connection": conn, "op": op}
@@ -277,7 +278,7 @@ func (p *parser) sequence(obj map[string]any, path string) *Node {
 	n := &Node{Kind: KindSequence, ID: p.id(obj["id"], path), Path: path}
 	steps, ok := obj["steps"].([]any)
 	if !ok || len(steps) == 0 {
-		p.fail(path+"/steps", CodeValidationFailed, "must be a non-empty array of steps")
+		p.fail(path+"/steps", fault.CodeValidationFailed, "must be a non-empty array of steps")
 	}
 	for i, s := range steps {
 		if child := p.node(s, path+"/steps/"+strconv.Itoa(i)); child != nil {
@@ -298,7 +299,7 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 	}
 	switch {
 	case n.ConnFromItem && p.over == nil:
-		p.fail(path+"/connection", CodeValidationFailed, "$item names a connection only inside a parallel node's fan-out (over)")
+		p.fail(path+"/connection", fault.CodeValidationFailed, "$item names a connection only inside a parallel node's fan-out (over)")
 	case n.ConnFromItem:
 		for _, c := range p.over {
 			probe := *n
@@ -312,13 +313,13 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 	if a, ok := obj["args"]; ok {
 		args, ok := a.(map[string]any)
 		if !ok {
-			p.fail(path+"/args", CodeValidationFailed, "must be an object")
+			p.fail(path+"/args", fault.CodeValidationFailed, "must be an object")
 		}
 		n.Args = map[string]value{}
 		p.secrets = nil
 		for _, k := range sortedKeys(args) {
 			p.field = k
-			n.Args[k] = p.value(args[k], path+"/args/"+escape(k))
+			n.Args[k] = p.value(args[k], path+"/args/"+fault.Escape(k))
 		}
 		n.Secrets = p.secrets
 	}
@@ -331,7 +332,7 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 // its manifest has.
 func (p *parser) target(n *Node, obj map[string]any, path string) {
 	if n.Connection == "" {
-		p.fail(path+"/connection", CodeValidationFailed, "is required and must be a connection name")
+		p.fail(path+"/connection", fault.CodeValidationFailed, "is required and must be a connection name")
 		return
 	}
 	if p.handleTarget(n, path) {
@@ -341,21 +342,21 @@ func (p *parser) target(n *Node, obj map[string]any, path string) {
 		// Its operations are known once it is attached; gate 1 checks
 		// them then.
 		if n.Op == "" {
-			p.fail(path+"/op", CodeValidationFailed, "is required and must be an operation name")
+			p.fail(path+"/op", fault.CodeValidationFailed, "is required and must be an operation name")
 		}
 		return
 	}
 	conn, err := p.reg.Get(n.Connection)
 	switch {
 	case err != nil:
-		p.fail(path+"/connection", CodeConnectionUnknown, "no connection named %q", n.Connection)
+		p.fail(path+"/connection", fault.CodeConnectionUnknown, "no connection named %q", n.Connection)
 		return
 	case !p.declared[n.Connection]:
-		p.fail(path+"/connection", CodeValidationFailed, "connection %q is not declared in the document's connections", n.Connection)
+		p.fail(path+"/connection", fault.CodeValidationFailed, "connection %q is not declared in the document's connections", n.Connection)
 		return
 	}
 	if n.Op == "" {
-		p.fail(path+"/op", CodeValidationFailed, "is required and must be an operation name")
+		p.fail(path+"/op", fault.CodeValidationFailed, "is required and must be an operation name")
 		return
 	}
 	if st := conn.State(); st != StateReady {
@@ -364,10 +365,10 @@ func (p *parser) target(n *Node, obj map[string]any, path string) {
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {
 		if prof := p.entryProfiles[n.Connection]; prof != nil && prof.Operations[n.Op] == nil {
-			p.fail(path+"/op", CodeOperationUnknown, "connection %q has no operation %q, nor has its profile %s", n.Connection, n.Op, prof.ID())
+			p.fail(path+"/op", fault.CodeOperationUnknown, "connection %q has no operation %q, nor has its profile %s", n.Connection, n.Op, prof.ID())
 			return
 		}
-		p.fail(path+"/op", CodeOperationUnknown, "connection %q has no operation %q", n.Connection, n.Op)
+		p.fail(path+"/op", fault.CodeOperationUnknown, "connection %q has no operation %q", n.Connection, n.Op)
 	}
 }
 
@@ -375,11 +376,11 @@ func (p *parser) id(v any, path string) string {
 	id, ok := v.(string)
 	switch {
 	case !ok || id == "":
-		p.fail(path+"/id", CodeValidationFailed, "is required and must be a non-empty string")
+		p.fail(path+"/id", fault.CodeValidationFailed, "is required and must be a non-empty string")
 	case len(id) > 128:
-		p.fail(path+"/id", CodeValidationFailed, "must be at most 128 characters")
+		p.fail(path+"/id", fault.CodeValidationFailed, "must be at most 128 characters")
 	case p.ids[id] != "":
-		p.fail(path+"/id", CodeStepIDDuplicate, "step id %q is already used at %s", id, p.ids[id])
+		p.fail(path+"/id", fault.CodeStepIDDuplicate, "step id %q is already used at %s", id, p.ids[id])
 	default:
 		p.ids[id] = path
 	}
@@ -389,7 +390,7 @@ func (p *parser) id(v any, path string) string {
 func (p *parser) object(v any, path string, fields ...string) (map[string]any, bool) {
 	obj, ok := v.(map[string]any)
 	if !ok {
-		p.fail(path, CodeValidationFailed, "must be a JSON object")
+		p.fail(path, fault.CodeValidationFailed, "must be a JSON object")
 		return nil, false
 	}
 	p.checkFields(obj, path, fields...)
@@ -399,7 +400,7 @@ func (p *parser) object(v any, path string, fields ...string) (map[string]any, b
 func (p *parser) checkFields(obj map[string]any, path string, fields ...string) {
 	for _, k := range sortedKeys(obj) {
 		if !slices.Contains(fields, k) {
-			p.fail(path+"/"+escape(k), CodeValidationFailed, "unknown field %q (allowed: %s)", k, strings.Join(fields, ", "))
+			p.fail(path+"/"+fault.Escape(k), fault.CodeValidationFailed, "unknown field %q (allowed: %s)", k, strings.Join(fields, ", "))
 		}
 	}
 }
@@ -411,16 +412,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// pointerEscaper is built once: building a Replacer per key was most of
-// what a submission allocated.
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
-
-// escape encodes a key for a JSON Pointer (RFC 6901).
-func escape(key string) string {
-	if !strings.ContainsAny(key, "~/") {
-		return key
-	}
-	return pointerEscaper.Replace(key)
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // testRegistry has a ready "mem" connection with add and echo, and a
@@ -44,52 +46,52 @@ var validationCases = []struct {
 	name     string
 	doc      string
 	wantPath string
-	wantCode Code
+	wantCode fault.Code
 }{
 	{"valid", ok, "", ""},
-	{"not json", `{`, "/workflow", CodeValidationFailed},
-	{"not an object", `[]`, "/workflow", CodeValidationFailed},
-	{"version missing", `{"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"connections":{"mem":{}}}`, "/workflow/version", CodeValidationFailed},
-	{"version 2", `{"version":2,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/version", CodeValidationFailed},
-	{"unknown top field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"extra":1}`, "/workflow/extra", CodeValidationFailed},
-	{"root missing", `{"version":1,"connections":{"mem":{}}}`, "/workflow/root", CodeValidationFailed},
-	{"unknown connection in manifest", `{"version":1,"connections":{"nope":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/nope", CodeConnectionUnknown},
-	{"bad connection name", `{"version":1,"connections":{"1x":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/1x", CodeConnectionInvalid},
-	{"unknown profile", `{"version":1,"connections":{"mem":{"profile":"browser@^1"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", CodeValidationFailed},
-	{"bad profile range", `{"version":1,"connections":{"mem":{"profile":"browser@^^1"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", CodeValidationFailed},
-	{"profile without range", `{"version":1,"connections":{"mem":{"profile":"browser"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", CodeValidationFailed},
-	{"unknown expose", `{"version":1,"connections":{"mem":{"expose":"lazy"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/expose", CodeValidationFailed},
-	{"expose not a string", `{"version":1,"connections":{"mem":{"expose":["call"]}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/expose", CodeValidationFailed},
-	{"expose profile without a profile", `{"version":1,"connections":{"mem":{"expose":"profile"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/expose", CodeValidationFailed},
+	{"not json", `{`, "/workflow", fault.CodeValidationFailed},
+	{"not an object", `[]`, "/workflow", fault.CodeValidationFailed},
+	{"version missing", `{"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"connections":{"mem":{}}}`, "/workflow/version", fault.CodeValidationFailed},
+	{"version 2", `{"version":2,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/version", fault.CodeValidationFailed},
+	{"unknown top field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"},"extra":1}`, "/workflow/extra", fault.CodeValidationFailed},
+	{"root missing", `{"version":1,"connections":{"mem":{}}}`, "/workflow/root", fault.CodeValidationFailed},
+	{"unknown connection in manifest", `{"version":1,"connections":{"nope":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/nope", fault.CodeConnectionUnknown},
+	{"bad connection name", `{"version":1,"connections":{"1x":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/1x", fault.CodeConnectionInvalid},
+	{"unknown profile", `{"version":1,"connections":{"mem":{"profile":"browser@^1"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", fault.CodeValidationFailed},
+	{"bad profile range", `{"version":1,"connections":{"mem":{"profile":"browser@^^1"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", fault.CodeValidationFailed},
+	{"profile without range", `{"version":1,"connections":{"mem":{"profile":"browser"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profile", fault.CodeValidationFailed},
+	{"unknown expose", `{"version":1,"connections":{"mem":{"expose":"lazy"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/expose", fault.CodeValidationFailed},
+	{"expose not a string", `{"version":1,"connections":{"mem":{"expose":["call"]}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/expose", fault.CodeValidationFailed},
+	{"expose profile without a profile", `{"version":1,"connections":{"mem":{"expose":"profile"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/expose", fault.CodeValidationFailed},
 	{"expose call", `{"version":1,"connections":{"mem":{"expose":"call"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "", ""},
-	{"extension range", `{"version":1,"connections":{"mem":{"extensions":{"com.acme.x":"nope"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/extensions/com.acme.x", CodeValidationFailed},
-	{"pooled entry", `{"version":1,"connections":{"mem":{"from":"browsers","fresh":"path","setup":{"url":"x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/from", CodeConnectionUnknown},
-	{"bad fresh", `{"version":1,"connections":{"mem":{"fresh":"always"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem", CodeValidationFailed},
-	{"attached server key differs", `{"version":1,"connections":{"mem":{"mcp":{"name":"other","url":"http://x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/mcp/name", CodeValidationFailed},
-	{"attached server plain header", `{"version":1,"connections":{"mem":{"mcp":{"name":"mem","url":"http://x","headers":{"Authorization":"Bearer x"}}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/mcp/headers/Authorization", CodeValidationFailed},
-	{"attached server with setup", `{"version":1,"connections":{"mem":{"setup":{},"mcp":{"name":"mem","command":"x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem", CodeValidationFailed},
-	{"unknown entry field", `{"version":1,"connections":{"mem":{"profil":"x"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profil", CodeValidationFailed},
-	{"call to unknown connection", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"ghost","op":"add"}}`, "/workflow/root/connection", CodeConnectionUnknown},
-	{"call to undeclared connection", `{"version":1,"connections":{},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/root/connection", CodeValidationFailed},
-	{"unknown operation", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"sub"}}`, "/workflow/root/op", CodeOperationUnknown},
-	{"unavailable connection", `{"version":1,"connections":{"down":{}},"root":{"kind":"call","id":"a","connection":"down","op":"x"}}`, "/workflow/root/op", CodeConnectionUnavailable},
-	{"starting connection", `{"version":1,"connections":{"starting":{}},"root":{"kind":"call","id":"a","connection":"starting","op":"x"}}`, "/workflow/root/op", CodeConnectionStarting},
-	{"duplicate ids", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[{"kind":"call","id":"a","connection":"mem","op":"add"},{"kind":"call","id":"a","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/1/id", CodeStepIDDuplicate},
-	{"id missing", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","connection":"mem","op":"add"}}`, "/workflow/root/id", CodeValidationFailed},
-	{"unknown kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"loop","id":"a"}}`, "/workflow/root/kind", CodeValidationFailed},
-	{"model without model", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a"}}`, "/workflow/root/model", CodeValidationFailed},
-	{"model output schema does not compile", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a","model":"fake/m","output":{"schema":{"type":"object","properties":{"n":{"type":"numbr"}}}}}}`, "/workflow/root/output/schema/properties/n/type", CodeValidationFailed},
-	{"model output schema refers outside", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a","model":"fake/m","output":{"schema":{"$ref":"https://example.com/s.json"}}}}`, "/workflow/root/output/schema", CodeValidationFailed},
-	{"wait without event", `{"version":1,"connections":{"mem":{}},"root":{"kind":"wait","id":"a","connection":"mem"}}`, "/workflow/root/event", CodeValidationFailed},
-	{"unknown step field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","arg":{}}}`, "/workflow/root/arg", CodeValidationFailed},
-	{"empty sequence", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[]}}`, "/workflow/root/steps", CodeValidationFailed},
-	{"args not object", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":[1]}}`, "/workflow/root/args", CodeValidationFailed},
-	{"expression does not compile", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"1 +"}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
-	{"expression unknown variable", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$env2"}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
-	{"expression names a later step", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$steps.b.sum"}}},{"kind":"call","id":"b","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/0/args/a/$expr", CodeExpressionInvalid},
-	{"expression not a string", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":3}}}}`, "/workflow/root/args/a/$expr", CodeExpressionInvalid},
-	{"bad secret name", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$secret":"no spaces"}}}}`, "/workflow/root/args/a/$secret", CodeValidationFailed},
-	{"slash in key escaped", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a/b":{"$expr":"("}}}}`, "/workflow/root/args/a~1b/$expr", CodeExpressionInvalid},
+	{"extension range", `{"version":1,"connections":{"mem":{"extensions":{"com.acme.x":"nope"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/extensions/com.acme.x", fault.CodeValidationFailed},
+	{"pooled entry", `{"version":1,"connections":{"mem":{"from":"browsers","fresh":"path","setup":{"url":"x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/from", fault.CodeConnectionUnknown},
+	{"bad fresh", `{"version":1,"connections":{"mem":{"fresh":"always"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem", fault.CodeValidationFailed},
+	{"attached server key differs", `{"version":1,"connections":{"mem":{"mcp":{"name":"other","url":"http://x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/mcp/name", fault.CodeValidationFailed},
+	{"attached server plain header", `{"version":1,"connections":{"mem":{"mcp":{"name":"mem","url":"http://x","headers":{"Authorization":"Bearer x"}}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/mcp/headers/Authorization", fault.CodeValidationFailed},
+	{"attached server with setup", `{"version":1,"connections":{"mem":{"setup":{},"mcp":{"name":"mem","command":"x"}}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem", fault.CodeValidationFailed},
+	{"unknown entry field", `{"version":1,"connections":{"mem":{"profil":"x"}},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/connections/mem/profil", fault.CodeValidationFailed},
+	{"call to unknown connection", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"ghost","op":"add"}}`, "/workflow/root/connection", fault.CodeConnectionUnknown},
+	{"call to undeclared connection", `{"version":1,"connections":{},"root":{"kind":"call","id":"a","connection":"mem","op":"add"}}`, "/workflow/root/connection", fault.CodeValidationFailed},
+	{"unknown operation", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"sub"}}`, "/workflow/root/op", fault.CodeOperationUnknown},
+	{"unavailable connection", `{"version":1,"connections":{"down":{}},"root":{"kind":"call","id":"a","connection":"down","op":"x"}}`, "/workflow/root/op", fault.CodeConnectionUnavailable},
+	{"starting connection", `{"version":1,"connections":{"starting":{}},"root":{"kind":"call","id":"a","connection":"starting","op":"x"}}`, "/workflow/root/op", fault.CodeConnectionStarting},
+	{"duplicate ids", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[{"kind":"call","id":"a","connection":"mem","op":"add"},{"kind":"call","id":"a","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/1/id", fault.CodeStepIDDuplicate},
+	{"id missing", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","connection":"mem","op":"add"}}`, "/workflow/root/id", fault.CodeValidationFailed},
+	{"unknown kind", `{"version":1,"connections":{"mem":{}},"root":{"kind":"loop","id":"a"}}`, "/workflow/root/kind", fault.CodeValidationFailed},
+	{"model without model", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a"}}`, "/workflow/root/model", fault.CodeValidationFailed},
+	{"model output schema does not compile", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a","model":"fake/m","output":{"schema":{"type":"object","properties":{"n":{"type":"numbr"}}}}}}`, "/workflow/root/output/schema/properties/n/type", fault.CodeValidationFailed},
+	{"model output schema refers outside", `{"version":1,"connections":{"mem":{}},"root":{"kind":"model","id":"a","model":"fake/m","output":{"schema":{"$ref":"https://example.com/s.json"}}}}`, "/workflow/root/output/schema", fault.CodeValidationFailed},
+	{"wait without event", `{"version":1,"connections":{"mem":{}},"root":{"kind":"wait","id":"a","connection":"mem"}}`, "/workflow/root/event", fault.CodeValidationFailed},
+	{"unknown step field", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","arg":{}}}`, "/workflow/root/arg", fault.CodeValidationFailed},
+	{"empty sequence", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[]}}`, "/workflow/root/steps", fault.CodeValidationFailed},
+	{"args not object", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":[1]}}`, "/workflow/root/args", fault.CodeValidationFailed},
+	{"expression does not compile", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"1 +"}}}}`, "/workflow/root/args/a/$expr", fault.CodeExpressionInvalid},
+	{"expression unknown variable", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$env2"}}}}`, "/workflow/root/args/a/$expr", fault.CodeExpressionInvalid},
+	{"expression names a later step", `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$steps.b.sum"}}},{"kind":"call","id":"b","connection":"mem","op":"add"}]}}`, "/workflow/root/steps/0/args/a/$expr", fault.CodeExpressionInvalid},
+	{"expression not a string", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":3}}}}`, "/workflow/root/args/a/$expr", fault.CodeExpressionInvalid},
+	{"bad secret name", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$secret":"no spaces"}}}}`, "/workflow/root/args/a/$secret", fault.CodeValidationFailed},
+	{"slash in key escaped", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a/b":{"$expr":"("}}}}`, "/workflow/root/args/a~1b/$expr", fault.CodeExpressionInvalid},
 }
 
 func TestParseDocument(t *testing.T) {
@@ -105,7 +107,7 @@ func TestParseDocument(t *testing.T) {
 				}
 				return
 			}
-			var ve *ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("ParseDocument = %v, want a ValidationError", err)
 			}
@@ -131,7 +133,7 @@ func TestValidationGolden(t *testing.T) {
 	for _, tt := range validationCases {
 		fmt.Fprintf(&b, "== %s\n", tt.name)
 		_, err := ParseDocument([]byte(tt.doc), reg, "/workflow")
-		var ve *ValidationError
+		var ve *fault.ValidationError
 		if errors.As(err, &ve) {
 			for _, p := range ve.Problems {
 				fmt.Fprintf(&b, "%s %s: %s\n", p.Code, p.Path, p.Message)
@@ -155,7 +157,7 @@ func TestParseDocumentReportsEveryProblem(t *testing.T) {
 	reg, _ := testRegistry(t)
 	_, err := ParseDocument([]byte(`{"version":3,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[
 		{"kind":"call","id":"a","connection":"mem","op":"nope"},{"kind":"call","id":"a","connection":"mem","op":"add","args":{"x":{"$expr":"1 +"}}}]}}`), reg, "")
-	var ve *ValidationError
+	var ve *fault.ValidationError
 	if !errors.As(err, &ve) || len(ve.Problems) != 4 {
 		t.Fatalf("got %v, want 4 problems", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -110,7 +111,7 @@ func (e *Executions) checkFollow(ctx context.Context, exec, after string) (strin
 	if n, err := e.store.Client.Exists(ctx, e.recordKey(exec)).Result(); err != nil {
 		return "", fmt.Errorf("executions: events %s: %w", exec, err)
 	} else if n == 0 {
-		return "", fmt.Errorf("execution %s: %w", exec, ErrNotFound)
+		return "", fmt.Errorf("execution %s: %w", exec, fault.ErrNotFound)
 	}
 	return after, nil
 }

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
@@ -368,12 +369,12 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 		return nil, err
 	}
 	if problems := resolveSetups(doc, e.reg, req.Input, "/workflow"); len(problems) > 0 {
-		return nil, &ValidationError{Problems: problems}
+		return nil, &fault.ValidationError{Problems: problems}
 	}
 	problems := al.check(doc, "/workflow")
 	problems = append(problems, e.checkModels(doc, al, false)...)
 	if len(problems) > 0 {
-		return nil, &ValidationError{Problems: problems}
+		return nil, &fault.ValidationError{Problems: problems}
 	}
 	bound := req.Allowlist
 	id := req.ID
@@ -409,7 +410,7 @@ func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.R
 		return nil, false, err
 	}
 	if problems := resolveSetups(doc, e.reg, input, "/workflow"); len(problems) > 0 {
-		return nil, false, &ValidationError{Problems: problems}
+		return nil, false, &fault.ValidationError{Problems: problems}
 	}
 	msgKey := e.store.Key("msg", key)
 	id := newExecutionID()
@@ -430,7 +431,7 @@ func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.R
 			}
 			return &rec.Execution, false, nil
 		}
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, fault.ErrNotFound) {
 			return nil, false, err
 		}
 	}
@@ -517,7 +518,7 @@ func (e *Executions) load(ctx context.Context, id string) (*record, error) {
 		return nil
 	})
 	if errors.Is(err, redis.Nil) || errors.Is(head.Err(), redis.Nil) {
-		return nil, fmt.Errorf("execution %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("execution %s: %w", id, fault.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("executions: load %s: %w", id, err)
@@ -709,7 +710,7 @@ func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Exe
 func (e *Executions) ended(ctx context.Context, id string) (bool, error) {
 	data, err := e.store.Client.Get(ctx, e.recordKey(id)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("execution %s: %w", id, ErrNotFound)
+		return false, fmt.Errorf("execution %s: %w", id, fault.ErrNotFound)
 	}
 	if err != nil {
 		return false, fmt.Errorf("executions: load %s: %w", id, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -120,11 +121,11 @@ func TestSubmitRefusesInvalidDocument(t *testing.T) {
 	t.Parallel()
 	b := setup(t, storetest.New(t))
 	_, err := b.submit(context.Background(), `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"nope"}}`, nil)
-	var ve *harness.ValidationError
-	if !errors.As(err, &ve) || ve.Code() != harness.CodeOperationUnknown {
+	var ve *fault.ValidationError
+	if !errors.As(err, &ve) || ve.Code() != fault.CodeOperationUnknown {
 		t.Fatalf("Submit = %v", err)
 	}
-	if _, err := b.execs.Get(context.Background(), "ex_missing"); !errors.Is(err, harness.ErrNotFound) {
+	if _, err := b.execs.Get(context.Background(), "ex_missing"); !errors.Is(err, fault.ErrNotFound) {
 		t.Fatalf("Get missing = %v", err)
 	}
 }

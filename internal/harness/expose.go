@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -70,11 +71,11 @@ func (p *parser) exposure(name string, e map[string]any, at string) {
 			mode = s
 		case ExposeProfile:
 			if !named {
-				p.fail(at+"/expose", CodeValidationFailed, "\"profile\" offers the eager set of the entry's profile, and this entry names no profile; use \"eager\" or \"call\"")
+				p.fail(at+"/expose", fault.CodeValidationFailed, "\"profile\" offers the eager set of the entry's profile, and this entry names no profile; use \"eager\" or \"call\"")
 			}
 		default:
 			raw, _ := json.Marshal(v)
-			p.fail(at+"/expose", CodeValidationFailed, "must be \"eager\", \"call\" or \"profile\", got %s", raw)
+			p.fail(at+"/expose", fault.CodeValidationFailed, "must be \"eager\", \"call\" or \"profile\", got %s", raw)
 		}
 	}
 	if mode == ExposeEager {
@@ -265,7 +266,7 @@ func (p *callPair) target(tool string, args map[string]any, required bool) (stri
 	}
 	s, _ := v.(string)
 	if !slices.Contains(p.Targets, s) {
-		return "", &denied{GateDeclared, fmt.Sprintf("tool %s: target %s is not one of the connections this step may reach (%s)", tool, jsonText(v), strings.Join(p.Targets, ", "))}
+		return "", fault.Deny(fault.GateDeclared, fmt.Sprintf("tool %s: target %s is not one of the connections this step may reach (%s)", tool, jsonText(v), strings.Join(p.Targets, ", ")))
 	}
 	return s, nil
 }
@@ -297,7 +298,7 @@ type opsPage struct {
 func (p *callPair) list(args map[string]any) (*opsPage, error) {
 	for k := range args {
 		if k != "query" && k != "offset" && (k != targetArg || !p.Shared) {
-			return nil, &denied{GateSchema, fmt.Sprintf("tool %s takes no argument %q", p.Ops, k)}
+			return nil, fault.Deny(fault.GateSchema, fmt.Sprintf("tool %s takes no argument %q", p.Ops, k))
 		}
 	}
 	target, err := p.target(p.Ops, args, false)
@@ -306,13 +307,13 @@ func (p *callPair) list(args map[string]any) (*opsPage, error) {
 	}
 	query, ok := args["query"].(string)
 	if _, given := args["query"]; given && !ok {
-		return nil, &denied{GateSchema, fmt.Sprintf("tool %s: query must be a string", p.Ops)}
+		return nil, fault.Deny(fault.GateSchema, fmt.Sprintf("tool %s: query must be a string", p.Ops))
 	}
 	offset := 0
 	if v, given := args["offset"]; given {
 		f, isNum := v.(float64)
 		if !isNum || f < 0 || f != float64(int(f)) {
-			return nil, &denied{GateSchema, fmt.Sprintf("tool %s: offset must be a whole number from 0", p.Ops)}
+			return nil, fault.Deny(fault.GateSchema, fmt.Sprintf("tool %s: offset must be a whole number from 0", p.Ops))
 		}
 		offset = int(f)
 	}
@@ -365,7 +366,7 @@ func matchesQuery(e opEntry, query string) bool {
 func (p *callPair) resolve(ts *toolSet, args map[string]any) (conn, op string, rest map[string]any, err error) {
 	for k := range args {
 		if k != "op" && k != "args" && (k != targetArg || !p.Shared) {
-			return "", "", nil, &denied{GateSchema, fmt.Sprintf("tool %s takes op and args%s; the operation's arguments go inside args, not %q", p.Call, map[bool]string{true: " and target"}[p.Shared], k)}
+			return "", "", nil, fault.Deny(fault.GateSchema, fmt.Sprintf("tool %s takes op and args%s; the operation's arguments go inside args, not %q", p.Call, map[bool]string{true: " and target"}[p.Shared], k))
 		}
 	}
 	conn, err = p.target(p.Call, args, true)
@@ -378,14 +379,14 @@ func (p *callPair) resolve(ts *toolSet, args map[string]any) (conn, op string, r
 		if own := ts.ownToolOf(conn, op); own != "" {
 			msg = fmt.Sprintf("tool %s: %s of %s is a tool of its own, %s; call that", p.Call, op, conn, own)
 		}
-		return conn, op, nil, &denied{GateDeclared, msg}
+		return conn, op, nil, fault.Deny(fault.GateDeclared, msg)
 	}
 	rest, isObj := args["args"].(map[string]any)
 	switch {
 	case args["args"] == nil:
 		rest = map[string]any{}
 	case !isObj:
-		return conn, op, nil, &denied{GateSchema, fmt.Sprintf("tool %s: args must be an object of %s's arguments", p.Call, op)}
+		return conn, op, nil, fault.Deny(fault.GateSchema, fmt.Sprintf("tool %s: args must be an object of %s's arguments", p.Call, op))
 	}
 	return conn, op, rest, nil
 }
@@ -407,7 +408,7 @@ func (ts *toolSet) ownToolOf(conn, op string) string {
 func (r *run) listOps(p *callPair, res ModelToolResult, args map[string]any) ModelToolResult {
 	page, err := p.list(args)
 	if err != nil {
-		res.IsError, res.Content = true, KindSteeringDenied+": "+err.Error()
+		res.IsError, res.Content = true, fault.KindSteeringDenied+": "+err.Error()
 		return res
 	}
 	res.Content = r.toolContent(page)

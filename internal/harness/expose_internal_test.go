@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -128,7 +129,7 @@ func TestPairNameCollides(t *testing.T) {
 		{Name: "c", Ops: []Operation{{Name: "a_call"}}},
 	}
 	_, err := buildToolSet(turn, nil, false)
-	var he *Error
+	var he *fault.Error
 	if !errors.As(err, &he) || he.Code != CodeToolIDCollision || !strings.Contains(err.Error(), `"a_call"`) || !strings.Contains(err.Error(), "call tool of connection a") {
 		t.Fatalf("err = %v, want a collision on a_call", err)
 	}
@@ -190,7 +191,7 @@ func TestOpsListing(t *testing.T) {
 	for _, bad := range []string{`{"target":"nope"}`, `{"offset":-1}`, `{"offset":1.5}`, `{"query":3}`, `{"page":2}`} {
 		var args map[string]any
 		must(t, json.Unmarshal([]byte(bad), &args))
-		var d *denied
+		var d *fault.Denied
 		if _, err := pair.list(args); !errors.As(err, &d) {
 			t.Errorf("list(%s) = %v, want a refusal", bad, err)
 		}
@@ -232,12 +233,12 @@ func TestCallResolves(t *testing.T) {
 	}{
 		{`{"target":"big","op":"op03","args":{"id":"r1"}}`, "big", "op03", `{"id":"r1"}`, 0, ""},
 		{`{"target":"app","op":"snapshot"}`, "app", "snapshot", `{}`, 0, ""},
-		{`{"target":"big","op":"op42","args":{}}`, "", "", "", GateDeclared, "connection_ops lists those it does"},
-		{`{"target":"app","op":"navigate","args":{"url":"https://x.test"}}`, "", "", "", GateDeclared, "a tool of its own, app_navigate"},
-		{`{"target":"web","op":"op03"}`, "", "", "", GateDeclared, "big, app"},
-		{`{"op":"op03"}`, "", "", "", GateDeclared, "(none)"},
-		{`{"target":"big","op":"op03","args":"{\"id\":\"r1\"}"}`, "", "", "", GateSchema, "args must be an object"},
-		{`{"target":"big","op":"op03","id":"r1"}`, "", "", "", GateSchema, "inside args"},
+		{`{"target":"big","op":"op42","args":{}}`, "", "", "", fault.GateDeclared, "connection_ops lists those it does"},
+		{`{"target":"app","op":"navigate","args":{"url":"https://x.test"}}`, "", "", "", fault.GateDeclared, "a tool of its own, app_navigate"},
+		{`{"target":"web","op":"op03"}`, "", "", "", fault.GateDeclared, "big, app"},
+		{`{"op":"op03"}`, "", "", "", fault.GateDeclared, "(none)"},
+		{`{"target":"big","op":"op03","args":"{\"id\":\"r1\"}"}`, "", "", "", fault.GateSchema, "args must be an object"},
+		{`{"target":"big","op":"op03","id":"r1"}`, "", "", "", fault.GateSchema, "inside args"},
 	}
 	for _, tt := range tests {
 		var args map[string]any
@@ -250,8 +251,8 @@ func TestCallResolves(t *testing.T) {
 			}
 			continue
 		}
-		var d *denied
-		if !errors.As(err, &d) || d.gate != tt.gate || !strings.Contains(d.reason, tt.errorMention) {
+		var d *fault.Denied
+		if !errors.As(err, &d) || d.Gate != tt.gate || !strings.Contains(d.Reason, tt.errorMention) {
 			t.Errorf("%s: err = %v, want gate %d saying %q", tt.args, err, tt.gate, tt.errorMention)
 		}
 	}

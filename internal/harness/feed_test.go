@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -223,7 +224,7 @@ func TestFollowResumesAfterAnEvent(t *testing.T) {
 		if ended, err := f.Ended(context.Background()); err != nil || !ended {
 			t.Fatalf("Ended = %v, %v", ended, err)
 		}
-		if _, err := b.execs.Follow(context.Background(), "ex_missing", ""); !errors.Is(err, harness.ErrNotFound) {
+		if _, err := b.execs.Follow(context.Background(), "ex_missing", ""); !errors.Is(err, fault.ErrNotFound) {
 			t.Fatalf("Follow of a missing execution = %v", err)
 		}
 		if _, err := b.execs.Follow(context.Background(), id, "garbage"); !errors.Is(err, harness.ErrInvalidEventID) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/sync/singleflight"
 )
@@ -40,33 +41,6 @@ const (
 	Costly     = "costly"
 	Unsafe     = "unsafe"
 )
-
-// Run-time failure kinds, the code of a failed execution or step.
-const (
-	KindStepFailed            = "step_failed"
-	KindSteeringDenied        = "steering_denied"
-	KindConnectionUnavailable = "connection_unavailable"
-	KindTimeout               = "timeout"
-	KindCancelled             = "cancelled"
-)
-
-// Gate numbers, in the order every call passes them.
-const (
-	GateDeclared = 1 // the operation exists and is declared
-	GateSchema   = 2 // the arguments match the operation's schema
-	GateRefs     = 3 // refs were issued to this thread by this connection
-	GatePolicy   = 4 // the connection's policy
-	GateApprover = 5 // a person approves
-	GateSecrets  = 6 // secrets filled in, then sent
-)
-
-// denied is a call refused at a gate.
-type denied struct {
-	gate   int
-	reason string
-}
-
-func (d *denied) Error() string { return fmt.Sprintf("refused at gate %d: %s", d.gate, d.reason) }
 
 // verdict is what gates 1–4 decide about a call.
 type verdict int
@@ -205,7 +179,7 @@ func (s *schemas) compile(conn string, op Operation) (c compiled) {
 func (e *Executions) gates(ctx context.Context, conn *Connection, op string, guarded bool, args map[string]any, thread string) (verdict, map[string]any, error) {
 	operation, ok := conn.Manifest().Operation(op)
 	if !ok {
-		return 0, nil, &denied{GateDeclared, fmt.Sprintf("connection %s has no operation %q", conn.Name(), op)}
+		return 0, nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s has no operation %q", conn.Name(), op))
 	}
 	rc := RefContext{Thread: thread, Identity: conn.Identity(), Lease: leaseOf(conn)}
 	opened, refErr := e.openRefs(ctx, args, "", rc, conn.Name())
@@ -214,29 +188,29 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, gua
 		if err != nil {
 			if ctx.Err() != nil {
 				// Cancelled or out of time: not a refusal.
-				return 0, nil, fmt.Errorf("gate %d: %w", GateSchema, err)
+				return 0, nil, fmt.Errorf("gate %d: %w", fault.GateSchema, err)
 			}
-			return 0, nil, &denied{GateSchema, err.Error()}
+			return 0, nil, fault.Deny(fault.GateSchema, err.Error())
 		}
 		if sch != nil {
 			if err := sch.Validate(jsonValue(opened)); err != nil {
-				return 0, nil, &denied{GateSchema, "arguments do not match the schema of " + op + ": " + err.Error()}
+				return 0, nil, fault.Deny(fault.GateSchema, "arguments do not match the schema of "+op+": "+err.Error())
 			}
 		}
 		if m, ok := opened.(map[string]any); ok {
 			// A value that leaves the operation's path would reach
 			// another path than the one granted and judged below.
 			if err := CheckPathArgs(operation.HTTP, m); err != nil {
-				return 0, nil, &denied{GateSchema, "arguments do not fit the path of " + op + ": " + err.Error()}
+				return 0, nil, fault.Deny(fault.GateSchema, "arguments do not fit the path of "+op+": "+err.Error())
 			}
 		}
 	} else {
-		return 0, nil, &denied{GateRefs, refErr.Error()}
+		return 0, nil, fault.Deny(fault.GateRefs, refErr.Error())
 	}
 	args = opened.(map[string]any)
 	pol := conn.Policy()
 	if matchOp(pol.Deny, op) {
-		return 0, nil, &denied{GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), op)}
+		return 0, nil, fault.Deny(fault.GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), op))
 	}
 	if matchOp(pol.Approve, op) || (guarded && !matchOp(pol.Allow, op)) {
 		return needsApproval, args, nil
@@ -266,7 +240,7 @@ func (e *Executions) openRefs(ctx context.Context, v any, path string, rc RefCon
 		}
 		out := make(map[string]any, len(x))
 		for k, item := range x {
-			opened, err := e.openRefs(ctx, item, path+"/"+escape(k), rc, conn)
+			opened, err := e.openRefs(ctx, item, path+"/"+fault.Escape(k), rc, conn)
 			if err != nil {
 				return nil, err
 			}
@@ -328,7 +302,7 @@ func (e *Executions) callerHeaders(ctx context.Context, conn *Connection, princi
 				// Everyone's sign-in is gone, not one user's.
 				conn.needSignIn(e.redactor.String(err.Error()))
 			}
-			return nil, &denied{GateSecrets, fmt.Sprintf("connection %s needs a sign-in for %q: %v", connection, principal, e.redactor.String(err.Error()))}
+			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("connection %s needs a sign-in for %q: %v", connection, principal, e.redactor.String(err.Error())))
 		}
 		return nil, fmt.Errorf("credentials for %s: %s", connection, e.redactor.String(err.Error()))
 	}
@@ -363,11 +337,11 @@ func (e *Executions) fillSecrets(ctx context.Context, v any) (any, error) {
 	switch x := v.(type) {
 	case secretArg:
 		if e.secrets == nil {
-			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", x.Name)}
+			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", x.Name))
 		}
 		val, err := e.secrets.Resolve(ctx, x.Name)
 		if err != nil {
-			return nil, &denied{GateSecrets, fmt.Sprintf("secret %q could not be resolved", x.Name)}
+			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("secret %q could not be resolved", x.Name))
 		}
 		e.redactor.Add(val)
 		return val, nil

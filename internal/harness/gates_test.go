@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -260,7 +261,7 @@ func TestAllowlistBoundsDocuments(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := g.execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tt.doc), Allowlist: tt.allowlist})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Code() != harness.CodeConnectionNotAllowed {
 				t.Fatalf("Submit = %v, want CONNECTION_NOT_ALLOWED", err)
 			}
@@ -288,7 +289,7 @@ func TestParseAllowlist(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := harness.ParseAllowlist("x", []byte(tt.body))
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Problems[0].Path != tt.path {
 				t.Fatalf("ParseAllowlist = %v, want a problem at %q", err, tt.path)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/expr-lang/expr/ast"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // Handle is a manifest entry that takes a connection of its own from a
@@ -54,7 +55,7 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 	if hasFrom {
 		s, ok := from.(string)
 		if !ok || !ValidName(s) {
-			p.fail(at+"/from", CodeValidationFailed, "must name a pool connection")
+			p.fail(at+"/from", fault.CodeValidationFailed, "must name a pool connection")
 			return
 		}
 		pool = s
@@ -65,15 +66,15 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 	case !hasFrom && !hasFresh && !hasSetup:
 		return // a plain connection
 	case err != nil:
-		p.fail(at+"/from", CodeConnectionUnknown, "no connection named %q", pool)
+		p.fail(at+"/from", fault.CodeConnectionUnknown, "no connection named %q", pool)
 		return
 	default:
-		p.fail(at, CodeValidationFailed, "connection %q is not a pool, so the entry takes no from, fresh or setup", pool)
+		p.fail(at, fault.CodeValidationFailed, "connection %q is not a pool, so the entry takes no from, fresh or setup", pool)
 		return
 	}
 	if name != pool {
 		if _, err := p.reg.Get(name); err == nil {
-			p.fail(at, CodeConnectionNameTaken, "the host already has a connection named %q; give the handle another name", name)
+			p.fail(at, fault.CodeConnectionNameTaken, "the host already has a connection named %q; give the handle another name", name)
 		}
 	}
 	h := Handle{Name: name, Pool: pool, Fresh: FreshExecution, Setup: map[string]any{}}
@@ -82,17 +83,17 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 		case FreshExecution, FreshPath:
 			h.Fresh = f.(string)
 		default:
-			p.fail(at+"/fresh", CodeValidationFailed, "must be \"path\" or \"execution\"")
+			p.fail(at+"/fresh", fault.CodeValidationFailed, "must be \"path\" or \"execution\"")
 		}
 	}
 	if hasSetup {
 		setup, ok := setupV.(map[string]any)
 		if !ok {
-			p.fail(at+"/setup", CodeValidationFailed, "must be an object of setup values")
+			p.fail(at+"/setup", fault.CodeValidationFailed, "must be an object of setup values")
 			return
 		}
 		for _, k := range sortedKeys(setup) {
-			fp := at + "/setup/" + escape(k)
+			fp := at + "/setup/" + fault.Escape(k)
 			if src, ok := inputExpr(setup[k]); ok {
 				if e := p.inputExpression(src, fp+"/$expr"); e != nil {
 					if h.exprs == nil {
@@ -103,7 +104,7 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 				continue
 			}
 			if computed(setup[k]) {
-				p.fail(fp, CodeValidationFailed, "setup values are literal JSON or {\"$expr\": …} over $input ($secret and $ref are not taken here)")
+				p.fail(fp, fault.CodeValidationFailed, "setup values are literal JSON or {\"$expr\": …} over $input ($secret and $ref are not taken here)")
 			}
 		}
 		h.Setup = setup
@@ -111,7 +112,7 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 	if l, ok := conn.leaser(); ok && len(h.exprs) == 0 {
 		// With expressions the values are known, and checked, at submit.
 		if err := l.CheckSetup(h.Setup); err != nil {
-			p.fail(at+"/setup", CodeValidationFailed, "%v", err)
+			p.fail(at+"/setup", fault.CodeValidationFailed, "%v", err)
 		}
 	}
 	if p.handles == nil {
@@ -143,7 +144,7 @@ func (p *parser) inputExpression(src, path string) *expression {
 	only := &inputOnly{}
 	ast.Walk(&node, only)
 	if only.other != "" {
-		p.fail(path, CodeExpressionInvalid, "a setup expression may read $input only, not %s", only.other)
+		p.fail(path, fault.CodeExpressionInvalid, "a setup expression may read $input only, not %s", only.other)
 		return nil
 	}
 	return e
@@ -162,19 +163,19 @@ func (v *inputOnly) Visit(n *ast.Node) {
 // input, in place, and checks the values against each pool's setup schema.
 // It runs at submit (so the allowlist judges the values a run will use)
 // and again in each run (the same input gives the same values).
-func resolveSetups(doc *Document, reg *Registry, input any, base string) []FieldError {
-	var problems []FieldError
+func resolveSetups(doc *Document, reg *Registry, input any, base string) []fault.FieldError {
+	var problems []fault.FieldError
 	for _, name := range sortedKeys(doc.Handles) {
 		h := doc.Handles[name]
 		if len(h.exprs) == 0 {
 			continue
 		}
-		at := base + "/connections/" + escape(name) + "/setup"
+		at := base + "/connections/" + fault.Escape(name) + "/setup"
 		setup := maps.Clone(h.Setup)
 		for _, k := range sortedKeys(h.exprs) {
 			v, err := h.exprs[k].eval(scope{Input: input})
 			if err != nil {
-				problems = append(problems, FieldError{Path: at + "/" + escape(k), Code: CodeExpressionInvalid, Message: err.Error()})
+				problems = append(problems, fault.FieldError{Path: at + "/" + fault.Escape(k), Code: fault.CodeExpressionInvalid, Message: err.Error()})
 				continue
 			}
 			setup[k] = v
@@ -182,7 +183,7 @@ func resolveSetups(doc *Document, reg *Registry, input any, base string) []Field
 		if conn, err := reg.Get(h.Pool); err == nil {
 			if l, ok := conn.leaser(); ok {
 				if err := l.CheckSetup(setup); err != nil {
-					problems = append(problems, FieldError{Path: at, Code: CodeValidationFailed, Message: err.Error()})
+					problems = append(problems, fault.FieldError{Path: at, Code: fault.CodeValidationFailed, Message: err.Error()})
 				}
 			}
 		}
@@ -216,7 +217,7 @@ func (p *parser) handleTarget(n *Node, path string) bool {
 		return false
 	}
 	if n.Op == "" {
-		p.fail(path+"/op", CodeValidationFailed, "is required and must be an operation name")
+		p.fail(path+"/op", fault.CodeValidationFailed, "is required and must be an operation name")
 		return true
 	}
 	conn, err := p.reg.Get(h.Pool)
@@ -228,7 +229,7 @@ func (p *parser) handleTarget(n *Node, path string) bool {
 		return true
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {
-		p.fail(path+"/op", CodeOperationUnknown, "pool %q has no operation %q", h.Pool, n.Op)
+		p.fail(path+"/op", fault.CodeOperationUnknown, "pool %q has no operation %q", h.Pool, n.Op)
 	}
 	return true
 }
@@ -247,7 +248,7 @@ func (al *Allowlist) checkHandle(h Handle, at string, deny func(p, format string
 		return
 	}
 	for _, field := range sortedKeys(h.Setup) {
-		p := at + "/setup/" + escape(field)
+		p := at + "/setup/" + fault.Escape(field)
 		patterns, granted := g.Setup[field]
 		if !granted {
 			deny(p, "the allowlist grants no setup field %q for pool %q", field, h.Pool)
@@ -411,7 +412,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	}
 	leaser, ok := pc.leaser()
 	if !ok {
-		return nil, &denied{GateDeclared, fmt.Sprintf("connection %s is not a pool", h.Pool)}
+		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s is not a pool", h.Pool))
 	}
 	var prev *LeaseRecord
 	r.mu.Lock()

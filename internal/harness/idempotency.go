@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 
@@ -239,8 +240,8 @@ const (
 // was written (a document that does not validate, a coded harness error),
 // after which its idempotency key may be forgotten.
 func Refused(err error) bool {
-	var ve *ValidationError
-	var he *Error
+	var ve *fault.ValidationError
+	var he *fault.Error
 	return errors.As(err, &ve) || errors.As(err, &he)
 }
 
@@ -275,7 +276,7 @@ func (e *Executions) SubmitIdempotent(ctx context.Context, k IdempotencyKey, sub
 // SubmitOnce).
 func (e *Executions) resumeClaimed(ctx context.Context, id string) (*Execution, error) {
 	rec, err := e.load(ctx, id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, fault.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -168,7 +169,7 @@ func TestSubmitIdempotentRefused(t *testing.T) {
 	_, _, err := b.execs.SubmitIdempotent(ctx, idemKey("fix", "bad"), func(ctx context.Context, id string) (*harness.Execution, error) {
 		return b.execs.Submit(ctx, request(bad, id))
 	})
-	var ve *harness.ValidationError
+	var ve *fault.ValidationError
 	if !errors.As(err, &ve) {
 		t.Fatalf("bad document: err = %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -123,19 +124,19 @@ type lookRecord struct {
 func (p *parser) parseLook(name string, v any, at string) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		p.fail(at, CodeValidationFailed, "must map read names to turn, effect or ask")
+		p.fail(at, fault.CodeValidationFailed, "must map read names to turn, effect or ask")
 		return
 	}
 	reads, known := p.readsFor(name)
 	out := map[string]string{}
 	for _, read := range sortedKeys(m) {
-		ra := at + "/" + escape(read)
+		ra := at + "/" + fault.Escape(read)
 		t, _ := m[read].(string)
 		switch {
 		case t != profiles.LookTurn && t != profiles.LookEffect && t != profiles.LookAsk:
-			p.fail(ra, CodeValidationFailed, "must be turn, effect or ask")
+			p.fail(ra, fault.CodeValidationFailed, "must be turn, effect or ask")
 		case known && reads[read] == nil:
-			p.fail(ra, CodeValidationFailed, "connection %q has no read %q (its profile reads: %s)", name, read, orNone(sortedKeys(reads)))
+			p.fail(ra, fault.CodeValidationFailed, "connection %q has no read %q (its profile reads: %s)", name, read, orNone(sortedKeys(reads)))
 		default:
 			out[read] = t
 		}
@@ -178,7 +179,7 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 	for _, name := range names {
 		conn, grant, as, err := r.lookConn(ctx, name)
 		if err != nil {
-			return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
+			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 		}
 		lc := lookConn{Name: name}
 		reads := readsOf(conn)
@@ -234,7 +235,7 @@ func (l *lookLayer) addLookTools(ts *toolSet) error {
 		}
 		name := c.Name + "_look"
 		if _, taken := ts.byName[name]; taken {
-			return errorf(CodeToolIDCollision, "tool id %q names both an operation of %s and the look tool of its profile reads; rename the connection or narrow its operations", name, c.Name)
+			return fault.Errorf(CodeToolIDCollision, "tool id %q names both an operation of %s and the look tool of its profile reads; rename the connection or narrow its operations", name, c.Name)
 		}
 		schema, _ := json.Marshal(map[string]any{"type": "object", "required": []string{"read"}, "properties": map[string]any{
 			"read": map[string]any{"type": "string", "enum": asks, "description": "The read to take."},
@@ -417,7 +418,7 @@ func (r *run) lookCall(ctx context.Context, f *frame, n *Node, round int, l *loo
 	}
 	_ = json.Unmarshal(call.Args, &args)
 	if !l.asks(conn, args.Read) {
-		_, err := r.refused(ctx, f, tn, &denied{GateDeclared, fmt.Sprintf("%s: %q is not a read this step may ask for", call.Name, args.Read)})
+		_, err := r.refused(ctx, f, tn, fault.Deny(fault.GateDeclared, fmt.Sprintf("%s: %q is not a read this step may ask for", call.Name, args.Read)))
 		if err != nil && !isStepFailure(err) {
 			return res, true, err
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -243,7 +244,7 @@ func TestLookValidation(t *testing.T) {
 		} {
 			doc := `{"version":1,"connections":{"web":` + entry + `},"root":{"kind":"model","id":"turn","model":"fake/m1"}}`
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Principal: "alice", Allowlist: "agents"})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Problems[0].Path != pointer {
 				t.Errorf("%s: err = %v, want a problem at %s", entry, err, pointer)
 			}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -25,22 +26,22 @@ func (p *parser) entry(name string, e map[string]any, at string) {
 	if v, ok := e["extensions"]; ok {
 		exts, isObj := v.(map[string]any)
 		if !isObj {
-			p.fail(at+"/extensions", CodeValidationFailed, "must map extension names to version ranges")
+			p.fail(at+"/extensions", fault.CodeValidationFailed, "must map extension names to version ranges")
 		}
 		for _, ext := range sortedKeys(exts) {
-			p.versionRange(exts[ext], at+"/extensions/"+escape(ext))
-			p.fail(at+"/extensions/"+escape(ext), CodeValidationFailed, "connection %q does not provide extension %q", name, ext)
+			p.versionRange(exts[ext], at+"/extensions/"+fault.Escape(ext))
+			p.fail(at+"/extensions/"+fault.Escape(ext), fault.CodeValidationFailed, "connection %q does not provide extension %q", name, ext)
 		}
 	}
 	if v, ok := e["events"]; ok {
 		events, isList := v.([]any)
 		if !isList {
-			p.fail(at+"/events", CodeValidationFailed, "must be an array of event types")
+			p.fail(at+"/events", fault.CodeValidationFailed, "must be an array of event types")
 		}
 		for i, ev := range events {
 			s, ok := ev.(string)
 			if !ok || s == "" {
-				p.fail(fmt.Sprintf("%s/events/%d", at, i), CodeValidationFailed, "must be an event type")
+				p.fail(fmt.Sprintf("%s/events/%d", at, i), fault.CodeValidationFailed, "must be an event type")
 				continue
 			}
 			if p.events == nil {
@@ -55,7 +56,7 @@ func (p *parser) entry(name string, e map[string]any, at string) {
 	if m, ok := e["mcp"]; ok {
 		p.attached(name, m, at)
 		if from || fresh || setup {
-			p.fail(at, CodeValidationFailed, "an entry that brings its own server (mcp) takes no from, fresh or setup")
+			p.fail(at, fault.CodeValidationFailed, "an entry that brings its own server (mcp) takes no from, fresh or setup")
 		}
 		return
 	}
@@ -66,7 +67,7 @@ func (p *parser) versionRange(v any, at string) *semver.Constraints {
 	s, _ := v.(string)
 	c, err := semver.NewConstraint(s)
 	if err != nil {
-		p.fail(at, CodeValidationFailed, "%q is not a version range: %v", s, err)
+		p.fail(at, fault.CodeValidationFailed, "%q is not a version range: %v", s, err)
 		return nil
 	}
 	return c
@@ -101,29 +102,29 @@ func (a AttachSpec) secrets() []string {
 func (p *parser) attached(key string, v any, at string) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		p.fail(at+"/mcp", CodeValidationFailed, "must be an object")
+		p.fail(at+"/mcp", fault.CodeValidationFailed, "must be an object")
 		return
 	}
 	at += "/mcp"
 	p.checkFields(m, at, "name", "type", "url", "headers", "command", "args", "env")
 	spec := AttachSpec{Name: key}
 	if m["name"] != key {
-		p.fail(at+"/name", CodeValidationFailed, "must equal the entry's key %q", key)
+		p.fail(at+"/name", fault.CodeValidationFailed, "must equal the entry's key %q", key)
 	}
 	if _, err := p.reg.Get(key); err == nil {
-		p.fail(at+"/name", CodeConnectionNameTaken, "the host already has a connection named %q", key)
+		p.fail(at+"/name", fault.CodeConnectionNameTaken, "the host already has a connection named %q", key)
 	}
 	spec.URL, _ = m["url"].(string)
 	spec.Command, _ = m["command"].(string)
 	spec.Type, _ = m["type"].(string)
 	if (spec.URL == "") == (spec.Command == "") {
-		p.fail(at, CodeValidationFailed, "needs exactly one of url and command")
+		p.fail(at, fault.CodeValidationFailed, "needs exactly one of url and command")
 	}
 	if args, ok := m["args"].([]any); ok {
 		for i, a := range args {
 			s, ok := a.(string)
 			if !ok {
-				p.fail(fmt.Sprintf("%s/args/%d", at, i), CodeValidationFailed, "must be a string")
+				p.fail(fmt.Sprintf("%s/args/%d", at, i), fault.CodeValidationFailed, "must be a string")
 			}
 			spec.Args = append(spec.Args, s)
 		}
@@ -134,7 +135,7 @@ func (p *parser) attached(key string, v any, at string) {
 			s, ok := vals[k].(map[string]any)
 			name, isSecret := s["$secret"].(string)
 			if !ok || !isSecret || len(s) != 1 || !ValidSecretName(name) {
-				p.fail(at+"/"+field+"/"+escape(k), CodeValidationFailed, "may only be a {\"$secret\": name}")
+				p.fail(at+"/"+field+"/"+fault.Escape(k), fault.CodeValidationFailed, "may only be a {\"$secret\": name}")
 				continue
 			}
 			if field == "headers" {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -90,11 +91,11 @@ const (
 
 // CodeUnknownToolChoice: a model node's toolChoice names no tool of its
 // tool set.
-const CodeUnknownToolChoice Code = "UNKNOWN_TOOL_CHOICE"
+const CodeUnknownToolChoice fault.Code = "UNKNOWN_TOOL_CHOICE"
 
 // CodeToolIDCollision: two connections of a model turn offer operations
 // under one tool id (see buildToolSet).
-const CodeToolIDCollision Code = "TOOL_ID_COLLISION"
+const CodeToolIDCollision fault.Code = "TOOL_ID_COLLISION"
 
 // Models runs model turns for the harness; cmd/server adapts
 // internal/models to it, so the harness imports no provider SDK.
@@ -226,12 +227,12 @@ func (p *parser) model(obj map[string]any, at string) *Node {
 	spec.Ref, _ = obj["model"].(string)
 	provider, name, ok := strings.Cut(spec.Ref, "/")
 	if !ok || !ValidName(provider) || name == "" || len(spec.Ref) > maxModelRefLen {
-		p.fail(at+"/model", CodeValidationFailed, "is required and must be \"<provider>/<model>\" with a provider from the config file's models, e.g. \"anthropic/claude-sonnet-4-5\" or \"local/llama3\"")
+		p.fail(at+"/model", fault.CodeValidationFailed, "is required and must be \"<provider>/<model>\" with a provider from the config file's models, e.g. \"anthropic/claude-sonnet-4-5\" or \"local/llama3\"")
 	}
 	if v, ok := obj["instructions"]; ok {
 		s, isStr := v.(string)
 		if !isStr || len(s) > maxInstructions {
-			p.fail(at+"/instructions", CodeValidationFailed, "must be a string of at most %d bytes", maxInstructions)
+			p.fail(at+"/instructions", fault.CodeValidationFailed, "must be a string of at most %d bytes", maxInstructions)
 		}
 		spec.Instructions = s
 	}
@@ -239,7 +240,7 @@ func (p *parser) model(obj map[string]any, at string) *Node {
 		p.secrets, p.field = nil, "input"
 		spec.Input = p.value(v, at+"/input")
 		for _, s := range p.secrets {
-			p.fail(s.Path, CodeValidationFailed, "a model's input may not hold secrets: the model would read them")
+			p.fail(s.Path, fault.CodeValidationFailed, "a model's input may not hold secrets: the model would read them")
 		}
 		p.secrets = nil
 	}
@@ -252,14 +253,14 @@ func (p *parser) model(obj map[string]any, at string) *Node {
 	if v, ok := obj["toolChoice"]; ok {
 		s, isStr := v.(string)
 		if !isStr || s == "" || len(s) > MaxToolIDLen {
-			p.fail(at+"/toolChoice", CodeValidationFailed, "must be \"auto\", \"none\", \"required\" or the name of a tool of this node")
+			p.fail(at+"/toolChoice", fault.CodeValidationFailed, "must be \"auto\", \"none\", \"required\" or the name of a tool of this node")
 		}
 		spec.ToolChoice = s
 	}
 	if v, ok := obj["maxTokens"]; ok {
 		f, isNum := v.(float64)
 		if !isNum || f < 1 || f > 1_000_000 || f != float64(int64(f)) {
-			p.fail(at+"/maxTokens", CodeValidationFailed, "must be a whole number from 1 to 1000000")
+			p.fail(at+"/maxTokens", fault.CodeValidationFailed, "must be a whole number from 1 to 1000000")
 		}
 		spec.MaxTokens = int64(f)
 	}
@@ -288,33 +289,33 @@ const KindOutputInvalid = "output_invalid"
 func (p *parser) output(v any, at string) *outputSpec {
 	obj, ok := v.(map[string]any)
 	if !ok {
-		p.fail(at, CodeValidationFailed, "must be {\"schema\": <JSON Schema>}")
+		p.fail(at, fault.CodeValidationFailed, "must be {\"schema\": <JSON Schema>}")
 		return nil
 	}
 	p.checkFields(obj, at, "schema")
 	schema, ok := obj["schema"]
 	if !ok {
-		p.fail(at+"/schema", CodeValidationFailed, "is required: the JSON Schema the final answer must match")
+		p.fail(at+"/schema", fault.CodeValidationFailed, "is required: the JSON Schema the final answer must match")
 		return nil
 	}
 	raw, err := json.Marshal(schema)
 	switch {
 	case err != nil:
-		p.fail(at+"/schema", CodeValidationFailed, "is not JSON: %v", err)
+		p.fail(at+"/schema", fault.CodeValidationFailed, "is not JSON: %v", err)
 		return nil
 	case len(raw) > maxOutputSchema:
-		p.fail(at+"/schema", CodeValidationFailed, "is %d bytes; at most %d", len(raw), maxOutputSchema)
+		p.fail(at+"/schema", fault.CodeValidationFailed, "is %d bytes; at most %d", len(raw), maxOutputSchema)
 		return nil
 	}
 	if _, isObj := schema.(map[string]any); !isObj {
 		if _, isBool := schema.(bool); !isBool {
-			p.fail(at+"/schema", CodeValidationFailed, "must be a JSON Schema (an object, or true/false)")
+			p.fail(at+"/schema", fault.CodeValidationFailed, "must be a JSON Schema (an object, or true/false)")
 			return nil
 		}
 	}
 	compiled, where, err := compileOutputSchema(raw)
 	if err != nil {
-		p.fail(at+"/schema"+where, CodeValidationFailed, "is not a valid JSON Schema: %v", err)
+		p.fail(at+"/schema"+where, fault.CodeValidationFailed, "is not a valid JSON Schema: %v", err)
 		return nil
 	}
 	return &outputSpec{Raw: raw, Schema: compiled}
@@ -432,7 +433,7 @@ func (p *parser) until(v any, at string) int {
 	m, ok := v.(map[string]any)
 	rounds, isNum := m["maxRounds"].(float64)
 	if !ok || len(m) != 1 || !isNum || rounds < 1 || rounds > maxModelRounds || rounds != float64(int(rounds)) {
-		p.fail(at, CodeValidationFailed, "must be \"no_tool_calls\" or {\"maxRounds\": n} with n from 1 to %d", maxModelRounds)
+		p.fail(at, fault.CodeValidationFailed, "must be \"no_tool_calls\" or {\"maxRounds\": n} with n from 1 to %d", maxModelRounds)
 		return 0
 	}
 	return int(rounds)
@@ -443,7 +444,7 @@ func (p *parser) until(v any, at string) int {
 func (p *parser) modelTools(v any, at string, spec *modelSpec) {
 	list, ok := v.([]any)
 	if !ok {
-		p.fail(at, CodeValidationFailed, "must be an array of {\"connection\": name, \"ops\"?: [globs]} and {\"mcp\": {…}} entries")
+		p.fail(at, fault.CodeValidationFailed, "must be an array of {\"connection\": name, \"ops\"?: [globs]} and {\"mcp\": {…}} entries")
 		return
 	}
 	spec.HasTools = true
@@ -464,7 +465,7 @@ func (p *parser) modelTools(v any, at string, spec *modelSpec) {
 				spec.Picks = append(spec.Picks, pick)
 			}
 		default:
-			p.fail(entry, CodeValidationFailed, "must be {\"connection\": name, \"ops\"?: [globs]} or {\"mcp\": {…}}")
+			p.fail(entry, fault.CodeValidationFailed, "must be {\"connection\": name, \"ops\"?: [globs]} or {\"mcp\": {…}}")
 		}
 	}
 }
@@ -479,24 +480,24 @@ func (p *parser) pick(m map[string]any, at string) (toolPick, bool) {
 	_, err := p.reg.Get(name)
 	switch {
 	case !ValidName(name):
-		p.fail(at+"/connection", CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
+		p.fail(at+"/connection", fault.CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
 		return pick, false
 	case !attached && !handle && err != nil:
-		p.fail(at+"/connection", CodeConnectionUnknown, "no connection named %q", name)
+		p.fail(at+"/connection", fault.CodeConnectionUnknown, "no connection named %q", name)
 		return pick, false
 	case !p.declared[name]:
-		p.fail(at+"/connection", CodeValidationFailed, "connection %q is not declared in the document's connections", name)
+		p.fail(at+"/connection", fault.CodeValidationFailed, "connection %q is not declared in the document's connections", name)
 		return pick, false
 	}
 	if v, ok := m["ops"]; ok {
 		globs, isList := v.([]any)
 		if !isList || len(globs) == 0 {
-			p.fail(at+"/ops", CodeValidationFailed, "must be a non-empty array of operation globs")
+			p.fail(at+"/ops", fault.CodeValidationFailed, "must be a non-empty array of operation globs")
 		}
 		for j, g := range globs {
 			s, _ := g.(string)
 			if _, err := path.Match(s, ""); err != nil || s == "" {
-				p.fail(fmt.Sprintf("%s/ops/%d", at, j), CodeValidationFailed, "%v is not a valid glob", g)
+				p.fail(fmt.Sprintf("%s/ops/%d", at, j), fault.CodeValidationFailed, "%v is not a valid glob", g)
 				continue
 			}
 			pick.Ops = append(pick.Ops, s)
@@ -516,11 +517,11 @@ func (p *parser) stepServer(v any, at string) (toolPick, bool) {
 	m, _ := v.(map[string]any)
 	name, _ := m["name"].(string)
 	if !ValidName(name) {
-		p.fail(at+"/mcp/name", CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
+		p.fail(at+"/mcp/name", fault.CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
 		return toolPick{}, false
 	}
 	if p.declared[name] {
-		p.fail(at+"/mcp/name", CodeConnectionNameTaken, "the document already has a connection named %q", name)
+		p.fail(at+"/mcp/name", fault.CodeConnectionNameTaken, "the document already has a connection named %q", name)
 		return toolPick{}, false
 	}
 	// p.attached validates and records into the document's servers;
@@ -538,7 +539,7 @@ func (p *parser) stepServer(v any, at string) (toolPick, bool) {
 		return toolPick{}, false
 	}
 	if other, seen := p.stepSpecs[name]; seen && !sameSpec(other, spec) {
-		p.fail(at+"/mcp/name", CodeConnectionNameTaken, "another node attaches a different server named %q", name)
+		p.fail(at+"/mcp/name", fault.CodeConnectionNameTaken, "another node attaches a different server named %q", name)
 		return toolPick{}, false
 	}
 	if p.stepSpecs == nil {
@@ -558,10 +559,10 @@ func sameSpec(a, b AttachSpec) bool {
 // the provider exists, the allowlist grants what the tools pick (nil al
 // with trusted false grants nothing), and a toolChoice names a tool, when
 // the tool set can be built before the run (no server to attach first).
-func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []FieldError {
-	var problems []FieldError
-	add := func(at string, code Code, format string, args ...any) {
-		problems = append(problems, FieldError{Path: at, Code: code, Message: fmt.Sprintf(format, args...)})
+func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []fault.FieldError {
+	var problems []fault.FieldError
+	add := func(at string, code fault.Code, format string, args ...any) {
+		problems = append(problems, fault.FieldError{Path: at, Code: code, Message: fmt.Sprintf(format, args...)})
 	}
 	doc.walk(func(n *Node) {
 		if n.Kind != KindModel || n.Model == nil {
@@ -570,10 +571,10 @@ func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []F
 		spec := n.Model
 		switch {
 		case e.models == nil:
-			add(n.Path+"/model", CodeNotSupported, "this deployment has no model providers; configure models in the config file")
+			add(n.Path+"/model", fault.CodeNotSupported, "this deployment has no model providers; configure models in the config file")
 		default:
 			if err := e.models.Check(spec.Ref); err != nil {
-				add(n.Path+"/model", CodeValidationFailed, "%s", err.Error())
+				add(n.Path+"/model", fault.CodeValidationFailed, "%s", err.Error())
 			}
 		}
 		if !trusted {
@@ -582,10 +583,10 @@ func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []F
 			}
 		}
 		if ts, ok, err := e.staticTools(doc, n, al, trusted); err != nil {
-			add(n.Path+"/tools", CodeToolIDCollision, "%s", err.(*Error).Message)
+			add(n.Path+"/tools", CodeToolIDCollision, "%s", err.(*fault.Error).Message)
 		} else if ok {
 			if err := ts.checkChoice(spec.ToolChoice); err != nil {
-				add(n.Path+"/toolChoice", CodeUnknownToolChoice, "%s", err.(*Error).Message)
+				add(n.Path+"/toolChoice", CodeUnknownToolChoice, "%s", err.(*fault.Error).Message)
 			}
 		}
 	})
@@ -594,10 +595,10 @@ func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []F
 
 // checkPick reports what a pick asks for beyond the allowlist: each ops
 // glob must lie inside a granted one.
-func checkPick(doc *Document, al *Allowlist, pick toolPick) []FieldError {
-	var problems []FieldError
+func checkPick(doc *Document, al *Allowlist, pick toolPick) []fault.FieldError {
+	var problems []fault.FieldError
 	deny := func(at, format string, args ...any) {
-		problems = append(problems, FieldError{Path: at, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
+		problems = append(problems, fault.FieldError{Path: at, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
 	}
 	spec := pick.Attach
 	if spec == nil {
@@ -767,10 +768,10 @@ func (r *run) model(ctx context.Context, f *frame, n *Node) (any, error) {
 func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 	spec := n.Model
 	if r.e.models == nil {
-		return nil, &stepError{step: n.ID, code: KindStepFailed, err: errors.New("this deployment has no model providers")}
+		return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: errors.New("this deployment has no model providers")}
 	}
 	if err := r.e.models.Check(spec.Ref); err != nil {
-		return nil, &stepError{step: n.ID, code: KindStepFailed, err: err}
+		return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: err}
 	}
 	input, err := r.modelInput(ctx, f, spec)
 	if err != nil {
@@ -845,7 +846,7 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 				}
 				return resp.Text, nil
 			}
-			return nil, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("the model still calls tools after %d rounds; set until {\"maxRounds\": n} to stop earlier on purpose", limit)}
+			return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("the model still calls tools after %d rounds; set until {\"maxRounds\": n} to stop earlier on purpose", limit)}
 		}
 		results := make([]ModelToolResult, 0, len(resp.ToolCalls))
 		for _, call := range resp.ToolCalls {
@@ -1070,7 +1071,7 @@ func toolErrorText(err error) string {
 	var se *stepError
 	if errors.As(err, &se) {
 		msg := se.err.Error()
-		if se.code == KindSteeringDenied {
+		if se.code == fault.KindSteeringDenied {
 			return "steering_denied: " + msg
 		}
 		return se.code + ": " + msg
@@ -1122,7 +1123,7 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 				err = fmt.Errorf("pool %s is %s: %w", pool, st, ErrUnavailable)
 			}
 			if err != nil {
-				return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
+				return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 			}
 			turn = append(turn, r.doc.source(name, grantedOps(al, trusted, pool, nil, conn.Manifest().Operations)))
 			continue
@@ -1133,7 +1134,7 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 		}
 		conn, err := r.conn(ctx, name)
 		if err != nil {
-			return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
+			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 		}
 		var as *AttachSpec
 		if isAttached {
@@ -1147,7 +1148,7 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 		}
 		conn, err := r.attach(ctx, *p.Attach)
 		if err != nil {
-			return nil, &stepError{step: n.ID, code: KindConnectionUnavailable, err: err}
+			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 		}
 		turn = append(turn, toolSource{Name: p.Connection, Step: true, Ops: grantedOps(al, trusted, p.Connection, p.Attach, conn.Manifest().Operations)})
 	}

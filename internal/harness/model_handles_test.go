@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -100,7 +101,7 @@ func TestModelHandlePicks(t *testing.T) {
 	}
 	tests := []struct {
 		name, doc, path string
-		code            harness.Code
+		code            fault.Code
 	}{
 		{"handle pick", doc(`[{"connection":"app","ops":["whoami"]}]`), "", ""},
 		{"handle pick beyond the pool's grant", doc(`[{"connection":"app","ops":["flaky"]}]`), "/workflow/root/tools/0/ops/0", harness.CodeConnectionNotAllowed},
@@ -116,7 +117,7 @@ func TestModelHandlePicks(t *testing.T) {
 				}
 				return
 			}
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("Submit = %v, want a validation error", err)
 			}

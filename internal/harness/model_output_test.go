@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -111,12 +112,12 @@ func TestModelOutputSchemaChecked(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tt.doc), Allowlist: "out"})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("Submit = %v, want a validation error", err)
 			}
 			for _, p := range ve.Problems {
-				if p.Path == tt.path && p.Code == harness.CodeValidationFailed && strings.Contains(p.Message, tt.msg) {
+				if p.Path == tt.path && p.Code == fault.CodeValidationFailed && strings.Contains(p.Message, tt.msg) {
 					return
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -292,25 +293,25 @@ func TestModelNodeValidation(t *testing.T) {
 	execs, _ := devices(t, models)
 	tests := []struct {
 		name, root, path string
-		code             harness.Code
+		code             fault.Code
 	}{
 		{"unknown tool choice", `{"kind":"model","id":"m","model":"fake/x","toolChoice":"ios_ui_swipe"}`, "/workflow/root/toolChoice", harness.CodeUnknownToolChoice},
 		{"tool choice outside the picks", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"web"}],"toolChoice":"ios_ui_home"}`, "/workflow/root/toolChoice", harness.CodeUnknownToolChoice},
-		{"unknown provider", `{"kind":"model","id":"m","model":"other/x"}`, "/workflow/root/model", harness.CodeValidationFailed},
-		{"model without provider", `{"kind":"model","id":"m","model":"claude"}`, "/workflow/root/model", harness.CodeValidationFailed},
-		{"unknown connection", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"tv"}]}`, "/workflow/root/tools/0/connection", harness.CodeConnectionUnknown},
-		{"invalid connection name", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"9x"}]}`, "/workflow/root/tools/0/connection", harness.CodeConnectionInvalid},
+		{"unknown provider", `{"kind":"model","id":"m","model":"other/x"}`, "/workflow/root/model", fault.CodeValidationFailed},
+		{"model without provider", `{"kind":"model","id":"m","model":"claude"}`, "/workflow/root/model", fault.CodeValidationFailed},
+		{"unknown connection", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"tv"}]}`, "/workflow/root/tools/0/connection", fault.CodeConnectionUnknown},
+		{"invalid connection name", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"9x"}]}`, "/workflow/root/tools/0/connection", fault.CodeConnectionInvalid},
 		{"pick beyond the grant", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"android","ops":["*"]}]}`, "/workflow/root/tools/0/ops/0", harness.CodeConnectionNotAllowed},
-		{"bad until", `{"kind":"model","id":"m","model":"fake/x","until":{"maxRounds":0}}`, "/workflow/root/until", harness.CodeValidationFailed},
-		{"secret in input", `{"kind":"model","id":"m","model":"fake/x","input":{"$secret":"tok"}}`, "/workflow/root/input/$secret", harness.CodeValidationFailed},
-		{"step server shadows a connection", `{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"ios","url":"https://x.test/mcp"}}]}`, "/workflow/root/tools/0/mcp/name", harness.CodeConnectionNameTaken},
+		{"bad until", `{"kind":"model","id":"m","model":"fake/x","until":{"maxRounds":0}}`, "/workflow/root/until", fault.CodeValidationFailed},
+		{"secret in input", `{"kind":"model","id":"m","model":"fake/x","input":{"$secret":"tok"}}`, "/workflow/root/input/$secret", fault.CodeValidationFailed},
+		{"step server shadows a connection", `{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"ios","url":"https://x.test/mcp"}}]}`, "/workflow/root/tools/0/mcp/name", fault.CodeConnectionNameTaken},
 		{"step server not granted", `{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"linear","url":"https://x.test/mcp"}}]}`, "/workflow/root/tools/0", harness.CodeConnectionNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := `{"version":1,"connections":{"ios":{},"android":{},"web":{}},"root":` + tt.root + `}`
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "devices"})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("err = %v, want a validation error", err)
 			}
@@ -383,7 +384,7 @@ func TestToolIDCollisionAcrossConnections(t *testing.T) {
 		harness.ExecutionsOptions{Models: models})
 	doc := `{"version":1,"connections":{"gh":{},"gh_issues":{}},"root":{"kind":"model","id":"m","model":"fake/x"}}`
 	_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "both"})
-	var ve *harness.ValidationError
+	var ve *fault.ValidationError
 	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Code != harness.CodeToolIDCollision || ve.Problems[0].Path != "/workflow/root/tools" {
 		t.Fatalf("err = %v, want %s at /workflow/root/tools", err, harness.CodeToolIDCollision)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // itemConn marks a shorthand call inside a fan-out: its connection is the
@@ -30,7 +32,7 @@ func (p *parser) parallel(obj map[string]any, path string) *Node {
 	n := &Node{Kind: KindParallel, ID: p.id(obj["id"], path), Path: path, Mode: "all"}
 	if m, ok := obj["mode"]; ok {
 		if m != "all" && m != "any" {
-			p.fail(path+"/mode", CodeValidationFailed, "must be \"all\" or \"any\"")
+			p.fail(path+"/mode", fault.CodeValidationFailed, "must be \"all\" or \"any\"")
 		} else {
 			n.Mode = m.(string)
 		}
@@ -39,7 +41,7 @@ func (p *parser) parallel(obj map[string]any, path string) *Node {
 	_, hasOver := obj["over"]
 	switch {
 	case hasPaths == hasOver:
-		p.fail(path, CodeValidationFailed, "needs exactly one of paths and over")
+		p.fail(path, fault.CodeValidationFailed, "needs exactly one of paths and over")
 	case hasPaths:
 		p.paths(n, obj["paths"], path+"/paths")
 	default:
@@ -59,7 +61,7 @@ func (p *parser) parallel(obj map[string]any, path string) *Node {
 func (p *parser) paths(n *Node, v any, path string) {
 	list, ok := v.([]any)
 	if !ok || len(list) == 0 {
-		p.fail(path, CodeValidationFailed, "must be a non-empty array of paths (a step or an array of steps each)")
+		p.fail(path, fault.CodeValidationFailed, "must be a non-empty array of paths (a step or an array of steps each)")
 		return
 	}
 	before := p.done
@@ -100,23 +102,23 @@ func (p *parser) paths(n *Node, v any, path string) {
 func (p *parser) fanOut(n *Node, obj map[string]any, path string) {
 	list, ok := obj["over"].([]any)
 	if !ok || len(list) == 0 {
-		p.fail(path+"/over", CodeValidationFailed, "must be a non-empty array of connection names")
+		p.fail(path+"/over", fault.CodeValidationFailed, "must be a non-empty array of connection names")
 	}
 	for i, v := range list {
 		name, _ := v.(string)
 		at := path + "/over/" + strconv.Itoa(i)
 		switch {
 		case !p.declared[name]:
-			p.fail(at, CodeValidationFailed, "%v is not a connection declared in the document's connections", v)
+			p.fail(at, fault.CodeValidationFailed, "%v is not a connection declared in the document's connections", v)
 		case slices.Contains(n.Over, name):
-			p.fail(at, CodeValidationFailed, "%q is listed twice", name)
+			p.fail(at, fault.CodeValidationFailed, "%q is listed twice", name)
 		default:
 			n.Over = append(n.Over, name)
 		}
 	}
 	steps, ok := obj["steps"].([]any)
 	if !ok || len(steps) == 0 {
-		p.fail(path+"/steps", CodeValidationFailed, "must be a non-empty array of steps, run once per connection in over")
+		p.fail(path+"/steps", fault.CodeValidationFailed, "must be a non-empty array of steps, run once per connection in over")
 		return
 	}
 	before, over, enclosing := p.done, p.over, p.enclosing
@@ -157,11 +159,11 @@ func (p *parser) verify(obj map[string]any, path string) *Node {
 	readName, hasReadName := obj["read"].(string)
 	of, hasOf := obj["of"].(string)
 	if _, ok := obj["connection"]; ok && !hasReadName {
-		p.fail(path+"/connection", CodeValidationFailed, "goes with a profile read's name in read (\"read\": \"browser.page.summary\")")
+		p.fail(path+"/connection", fault.CodeValidationFailed, "goes with a profile read's name in read (\"read\": \"browser.page.summary\")")
 	}
 	switch {
 	case (hasRead || hasReadName) == hasOf:
-		p.fail(path, CodeValidationFailed, "needs exactly one subject: read (a profile read's name with connection, or a call) or of (an earlier step's id)")
+		p.fail(path, fault.CodeValidationFailed, "needs exactly one subject: read (a profile read's name with connection, or a call) or of (an earlier step's id)")
 	case hasReadName:
 		n.Subject = p.readSubject(obj, readName, n.ID, path)
 	case hasRead:
@@ -172,7 +174,7 @@ func (p *parser) verify(obj map[string]any, path string) *Node {
 		delete(p.ids, n.ID+"#read")
 		n.Subject = p.callNoID(call, path+"/read")
 	case !p.done[of]:
-		p.fail(path+"/of", CodeValidationFailed, "%q is not the id of an earlier step", of)
+		p.fail(path+"/of", fault.CodeValidationFailed, "%q is not the id of an earlier step", of)
 	default:
 		n.Of = of
 	}
@@ -180,7 +182,7 @@ func (p *parser) verify(obj map[string]any, path string) *Node {
 	n.Every = p.millis(obj, "intervalMs", path, defaultVerifyEvery, time.Minute)
 	claims, ok := obj["claims"].([]any)
 	if !ok || len(claims) == 0 {
-		p.fail(path+"/claims", CodeValidationFailed, "must be a non-empty array of claims (equals, contains or expr)")
+		p.fail(path+"/claims", fault.CodeValidationFailed, "must be a non-empty array of claims (equals, contains or expr)")
 	}
 	for i, c := range claims {
 		if cl, ok := p.claim(c, path+"/claims/"+strconv.Itoa(i)); ok {
@@ -211,7 +213,7 @@ func (p *parser) millis(obj map[string]any, field, path string, def, limit time.
 	}
 	ms, isNum := v.(float64)
 	if !isNum || ms < 1 || time.Duration(ms)*time.Millisecond > limit {
-		p.fail(path+"/"+field, CodeValidationFailed, "must be a number of milliseconds from 1 to %d", limit.Milliseconds())
+		p.fail(path+"/"+field, fault.CodeValidationFailed, "must be a number of milliseconds from 1 to %d", limit.Milliseconds())
 		return def
 	}
 	return time.Duration(ms) * time.Millisecond
@@ -220,7 +222,7 @@ func (p *parser) millis(obj map[string]any, field, path string, def, limit time.
 func (p *parser) claim(v any, path string) (claim, bool) {
 	obj, ok := v.(map[string]any)
 	if !ok {
-		p.fail(path, CodeValidationFailed, "must be an object with equals, contains or expr")
+		p.fail(path, fault.CodeValidationFailed, "must be an object with equals, contains or expr")
 		return claim{}, false
 	}
 	p.checkFields(obj, path, "equals", "contains", "expr", "at")
@@ -233,7 +235,7 @@ func (p *parser) claim(v any, path string) (claim, bool) {
 	_, ex := obj["expr"]
 	switch {
 	case btoi(eq)+btoi(co)+btoi(ex) != 1:
-		p.fail(path, CodeValidationFailed, "needs exactly one of equals, contains and expr")
+		p.fail(path, fault.CodeValidationFailed, "needs exactly one of equals, contains and expr")
 		return claim{}, false
 	case eq:
 		c.kind, c.Equals = "equals", obj["equals"]
@@ -452,7 +454,7 @@ func (r *run) parallel(ctx context.Context, f *frame, n *Node) (any, error) {
 		}
 		merged, err := n.Merge.eval(sc)
 		if err != nil {
-			return nil, &stepError{step: n.ID, code: KindStepFailed, err: err}
+			return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: err}
 		}
 		out = merged
 	}
@@ -559,7 +561,7 @@ func (r *run) verify(ctx context.Context, f *frame, n *Node) (any, error) {
 			if err == nil {
 				err = errors.New(reason)
 			}
-			return nil, r.fail(ctx, key, n, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("verify timed out after %s: %w", n.Timeout, err)})
+			return nil, r.fail(ctx, key, n, &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("verify timed out after %s: %w", n.Timeout, err)})
 		}
 		sleep(ctx, n.Every)
 	}

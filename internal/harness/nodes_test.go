@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -161,7 +162,7 @@ func TestNodeValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tt.doc), Allowlist: "all"})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("Submit = %v", err)
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -228,7 +229,7 @@ func TestPoolDocumentValidation(t *testing.T) {
 				}
 				return
 			}
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("Submit = %v, want a validation error", err)
 			}
@@ -262,9 +263,9 @@ func TestPoolStartingIsTransient(t *testing.T) {
 		"pool by its own name": `{"version":1,"connections":{"later":{}},"root":{"kind":"call","id":"a","connection":"later","op":"whoami"}}`,
 	} {
 		_, err := b.execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "test"})
-		var ve *harness.ValidationError
-		if !errors.As(err, &ve) || ve.Code() != harness.CodeConnectionStarting || !ve.Transient() {
-			t.Errorf("%s: Submit = %v, want a transient %s", name, err, harness.CodeConnectionStarting)
+		var ve *fault.ValidationError
+		if !errors.As(err, &ve) || ve.Code() != fault.CodeConnectionStarting || !ve.Transient() {
+			t.Errorf("%s: Submit = %v, want a transient %s", name, err, fault.CodeConnectionStarting)
 		}
 	}
 	unblockAll(b)
@@ -397,7 +398,7 @@ func TestPoolRefsBoundToTheirLease(t *testing.T) {
 		{"kind":"call","id":"el","connection":"one","op":"element"},
 		{"kind":"call","id":"ok","connection":"one","op":"click","args":{"target":{"$expr":"$steps.el"}}},
 		{"kind":"call","id":"bad","connection":"two","op":"click","args":{"target":{"$expr":"$steps.el"}}}]}}`)
-	if ex.Status != harness.ExecFailed || ex.Error.Step != "bad" || ex.Error.Gate != harness.GateRefs {
+	if ex.Status != harness.ExecFailed || ex.Error.Step != "bad" || ex.Error.Gate != fault.GateRefs {
 		t.Fatalf("got %s %+v, want refused at gate 3 on step bad", ex.Status, ex.Error)
 	}
 	if got := ex.Steps[1].Output.(map[string]any)["target"]; got != "e1" {
@@ -525,16 +526,16 @@ func TestPoolSetupFromInput(t *testing.T) {
 		name, expr string
 		input      any
 		path       string
-		code       harness.Code
+		code       fault.Code
 	}{
 		{"outside the allowlist", "$input.preview", map[string]any{"preview": "http://evil/"}, "/workflow/connections/browsers/setup/url", harness.CodeConnectionNotAllowed},
-		{"against the schema", "$input.preview", map[string]any{"preview": 5}, "/workflow/connections/browsers/setup", harness.CodeValidationFailed},
-		{"reads a step", "$steps.who.instance", nil, "/workflow/connections/browsers/setup/url/$expr", harness.CodeExpressionInvalid},
+		{"against the schema", "$input.preview", map[string]any{"preview": 5}, "/workflow/connections/browsers/setup", fault.CodeValidationFailed},
+		{"reads a step", "$steps.who.instance", nil, "/workflow/connections/browsers/setup/url/$expr", fault.CodeExpressionInvalid},
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := b.execs.Submit(ctx, harness.Request{Workflow: doc(tt.expr), Input: tt.input, Principal: "tester", Allowlist: "test"})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Problems[0].Path != tt.path || ve.Problems[0].Code != tt.code {
 				t.Fatalf("Submit = %v, want %s at %s", err, tt.code, tt.path)
 			}

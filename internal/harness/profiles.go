@@ -11,6 +11,7 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -210,12 +211,12 @@ func (c *boundConn) Err() error {
 func (p *parser) profileOf(name string, e map[string]any, s string, at string) *profiles.Profile {
 	pname, cons, err := profiles.ParseRef(s)
 	if err != nil {
-		p.fail(at, CodeValidationFailed, "%v", err)
+		p.fail(at, fault.CodeValidationFailed, "%v", err)
 		return nil
 	}
 	cat := p.reg.Catalog()
 	if !cat.Known(pname) {
-		p.fail(at, CodeValidationFailed, "unknown profile %q (known: %s)", pname, strings.Join(cat.Names(), ", "))
+		p.fail(at, fault.CodeValidationFailed, "unknown profile %q (known: %s)", pname, strings.Join(cat.Names(), ", "))
 		return nil
 	}
 	_, attaches := e["mcp"]
@@ -226,7 +227,7 @@ func (p *parser) profileOf(name string, e map[string]any, s string, at string) *
 	if attaches || err != nil {
 		prof, ok := cat.Match(pname, cons)
 		if !ok {
-			p.fail(at, CodeValidationFailed, "no version of profile %s is within %s (known: %s)", pname, rangeOf(s), strings.Join(cat.Names(), ", "))
+			p.fail(at, fault.CodeValidationFailed, "no version of profile %s is within %s (known: %s)", pname, rangeOf(s), strings.Join(cat.Names(), ", "))
 		}
 		return prof
 	}
@@ -244,15 +245,15 @@ func (p *parser) profileOf(name string, e map[string]any, s string, at string) *
 			continue
 		}
 		if v, err := semver.NewVersion(sp.Version); err != nil || !cons.Check(v) {
-			p.fail(at, CodeValidationFailed, "connection %q speaks %s@%s, outside %s", name, sp.Name, sp.Version, rangeOf(s))
+			p.fail(at, fault.CodeValidationFailed, "connection %q speaks %s@%s, outside %s", name, sp.Name, sp.Version, rangeOf(s))
 			return nil
 		}
 		if sp.Profile == nil {
-			p.fail(at, CodeValidationFailed, "connection %q declares %s@%s, which this server has no definition of", name, sp.Name, sp.Version)
+			p.fail(at, fault.CodeValidationFailed, "connection %q declares %s@%s, which this server has no definition of", name, sp.Name, sp.Version)
 		}
 		return sp.Profile
 	}
-	p.fail(at, CodeValidationFailed, "connection %q does not speak profile %q (it speaks: %s)", name, pname, orNone(speaks))
+	p.fail(at, fault.CodeValidationFailed, "connection %q does not speak profile %q (it speaks: %s)", name, pname, orNone(speaks))
 	return nil
 }
 
@@ -296,7 +297,7 @@ func (p *parser) checkLiteralArgs(n *Node, path string) {
 		args[k] = l.v
 	}
 	if err := n.ProfileOp.CheckInput(args); err != nil {
-		p.fail(path+"/args", CodeValidationFailed, "arguments do not match %s operation %s: %s", n.Profile.ID(), n.Op, oneLine(err))
+		p.fail(path+"/args", fault.CodeValidationFailed, "arguments do not match %s operation %s: %s", n.Profile.ID(), n.Op, oneLine(err))
 	}
 }
 
@@ -307,7 +308,7 @@ func checkProfileArgs(n *Node, args map[string]any) error {
 		return nil
 	}
 	if err := n.ProfileOp.CheckInput(jsonValue(args)); err != nil {
-		return &denied{GateSchema, fmt.Sprintf("arguments do not match %s operation %s: %s", n.Profile.ID(), n.Op, oneLine(err))}
+		return fault.Deny(fault.GateSchema, fmt.Sprintf("arguments do not match %s operation %s: %s", n.Profile.ID(), n.Op, oneLine(err)))
 	}
 	return nil
 }

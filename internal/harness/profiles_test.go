@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -128,7 +129,7 @@ func TestTypedStepValidation(t *testing.T) {
 		}
 		for _, tc := range cases {
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tc.doc), Principal: "tester", Allowlist: "test"})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Problems[0].Path != tc.pointer {
 				t.Errorf("%s: err = %v, want a problem at %s", tc.name, err, tc.pointer)
 			}
@@ -162,7 +163,7 @@ func TestTypedStepRuns(t *testing.T) {
 			t.Fatalf("typed post: %s %+v %v", ex.Status, ex.Error, ex.Output)
 		}
 		ex := run(`{"channel":"#broken","text":"hi"}`)
-		if ex.Status != harness.ExecFailed || ex.Error.Code != harness.KindStepFailed || !strings.Contains(ex.Error.Message, "contradicts chat@1.0.0") {
+		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.KindStepFailed || !strings.Contains(ex.Error.Message, "contradicts chat@1.0.0") {
 			t.Fatalf("contradicting result: %s %+v", ex.Status, ex.Error)
 		}
 		// Computed arguments are checked when the step runs.
@@ -315,7 +316,7 @@ func TestBoundPoolLeasesSpeakTheProfile(t *testing.T) {
 		} {
 			doc := `{"version":1,"connections":{"team":` + tc.entry + `},"root":{"kind":"call","id":"p","connection":"team","op":"` + tc.op + `","args":{"url":"http://x/"}}}`
 			_, err := execs.Submit(ctx, harness.Request{Workflow: json.RawMessage(doc), Principal: "tester", Allowlist: "test"})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Problems[0].Path != tc.pointer {
 				t.Errorf("%s %s: err = %v, want a problem at %s", tc.entry, tc.op, err, tc.pointer)
 			}

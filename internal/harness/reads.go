@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -108,14 +109,14 @@ func findRead(conn *Connection, name string) (readSource, error) {
 		for _, sp := range conn.Profiles() {
 			speaks = append(speaks, sp.Name+"@"+sp.Version)
 		}
-		return src, &denied{GateDeclared, fmt.Sprintf("connection %s speaks no profile with read %q (it speaks: %s)", conn.Name(), name, orNone(speaks))}
+		return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s speaks no profile with read %q (it speaks: %s)", conn.Name(), name, orNone(speaks)))
 	}
 	switch {
 	case src.binding != "" && src.bound == nil:
-		return src, &denied{GateDeclared, fmt.Sprintf("binding %s of connection %s does not bind read %s of %s", src.binding, conn.Name(), name, src.profile.ID())}
+		return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("binding %s of connection %s does not bind read %s of %s", src.binding, conn.Name(), name, src.profile.ID()))
 	case src.binding == "":
 		if _, ok := conn.Manifest().Operation(name); !ok {
-			return src, &denied{GateDeclared, fmt.Sprintf("connection %s declares %s but has no tool %q to take that read", conn.Name(), src.profile.ID(), name)}
+			return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s declares %s but has no tool %q to take that read", conn.Name(), src.profile.ID(), name))
 		}
 	}
 	return src, nil
@@ -135,7 +136,7 @@ func (r *run) takeRead(ctx context.Context, f *frame, step, name, read string) (
 		return nil, err
 	}
 	if conn.Access().ActsAsUser() && forNoOne(r.rec.Principal) {
-		return nil, &denied{GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name())}
+		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name()))
 	}
 	if st := conn.State(); st != StateReady {
 		return nil, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
@@ -182,7 +183,7 @@ func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, re
 		return nil, err
 	}
 	if verdict == needsApproval {
-		return nil, &denied{GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s (read %s)", conn.Name(), op, read)}
+		return nil, fault.Deny(fault.GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s (read %s)", conn.Name(), op, read))
 	}
 	return r.deliver(ctx, conn, CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
 }
@@ -192,7 +193,7 @@ func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, re
 func (r *run) readResource(ctx context.Context, conn *Connection, uri string) (any, error) {
 	rr, ok := resourceReader(conn)
 	if !ok {
-		return nil, &denied{GateDeclared, fmt.Sprintf("connection %s cannot read resources (its binding reads %s)", conn.Name(), uri)}
+		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s cannot read resources (its binding reads %s)", conn.Name(), uri))
 	}
 	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
 	if err != nil {
@@ -230,9 +231,9 @@ func readPolicy(conn *Connection, read string) error {
 	pol := conn.Policy()
 	switch {
 	case matchOp(pol.Deny, read):
-		return &denied{GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), read)}
+		return fault.Deny(fault.GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), read))
 	case matchOp(pol.Approve, read):
-		return &denied{GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s", conn.Name(), read)}
+		return fault.Deny(fault.GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s", conn.Name(), read))
 	}
 	return nil
 }
@@ -253,7 +254,7 @@ func (r *run) readGranted(ctx context.Context, name, read string) error {
 		spec = attachSpecOf(r.doc, name)
 	}
 	if len(grantedOps(al, false, grant, spec, []Operation{{Name: read}})) == 0 {
-		return &denied{GateDeclared, fmt.Sprintf("the allowlist does not grant read %s of connection %s", read, name)}
+		return fault.Deny(fault.GateDeclared, fmt.Sprintf("the allowlist does not grant read %s of connection %s", read, name))
 	}
 	return nil
 }
@@ -333,9 +334,9 @@ func withholdFields(v any, ptrs []string) any {
 // readFailure is the text a model is shown in place of a read that could
 // not be taken; interruptions are not failures and stop the turn.
 func readFailure(err error) string {
-	var d *denied
+	var d *fault.Denied
 	if errors.As(err, &d) {
-		return "steering_denied: " + d.reason
+		return "steering_denied: " + d.Reason
 	}
 	return err.Error()
 }
@@ -355,19 +356,19 @@ func (p *parser) readSubject(obj map[string]any, read, verifyID, path string) *N
 	sub := &Node{Kind: kindRead, ID: verifyID + "#read", Path: path, Connection: name, Op: read}
 	switch {
 	case name == "":
-		p.fail(path+"/connection", CodeValidationFailed, "is required with a read name: the connection whose profile read is judged")
+		p.fail(path+"/connection", fault.CodeValidationFailed, "is required with a read name: the connection whose profile read is judged")
 		return nil
 	case !p.declared[name]:
-		p.fail(path+"/connection", CodeValidationFailed, "connection %q is not declared in the document's connections", name)
+		p.fail(path+"/connection", fault.CodeValidationFailed, "connection %q is not declared in the document's connections", name)
 		return nil
 	}
 	reads, known := p.readsFor(name)
 	switch {
 	case !known:
 	case len(reads) == 0:
-		p.fail(path+"/connection", CodeValidationFailed, "connection %q speaks no profile with reads, so there is nothing named %q to read", name, read)
+		p.fail(path+"/connection", fault.CodeValidationFailed, "connection %q speaks no profile with reads, so there is nothing named %q to read", name, read)
 	case reads[read] == nil:
-		p.fail(path+"/read", CodeValidationFailed, "connection %q has no read %q (its profile reads: %s)", name, read, strings.Join(sortedKeys(reads), ", "))
+		p.fail(path+"/read", fault.CodeValidationFailed, "connection %q has no read %q (its profile reads: %s)", name, read, strings.Join(sortedKeys(reads), ", "))
 	}
 	return sub
 }

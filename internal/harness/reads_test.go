@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -158,7 +159,7 @@ func TestVerifyReadRetriesUntilTheClaimsHold(t *testing.T) {
 		}
 
 		ex = runRead(t, execs, strings.Replace(verifyDoc("web", `{}`, "browser.page.summary", `[{"at":"title","equals":"Never"}]`), `"timeoutMs":3000`, `"timeoutMs":200`, 1))
-		if ex.Status != harness.ExecFailed || ex.Error.Code != harness.KindStepFailed || !strings.Contains(ex.Error.Message, "verify timed out") {
+		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.KindStepFailed || !strings.Contains(ex.Error.Message, "verify timed out") {
 			t.Fatalf("a claim that never holds: %s %+v", ex.Status, ex.Error)
 		}
 	})
@@ -174,17 +175,17 @@ func TestVerifyReadValidation(t *testing.T) {
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["ui.*","navigate"]},"plain":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 		cases := []struct {
 			name, doc, pointer string
-			code               harness.Code
+			code               fault.Code
 		}{
-			{"unknown read", verifyDoc("web", `{"profile":"browser@^1"}`, "browser.page.sumary", `[{"equals":1}]`), "/workflow/root/read", harness.CodeValidationFailed},
-			{"unknown read, no entry profile", verifyDoc("web", `{}`, "chat.thread.recent", `[{"equals":1}]`), "/workflow/root/read", harness.CodeValidationFailed},
-			{"a connection without a profile", verifyDoc("plain", `{}`, "browser.page.summary", `[{"equals":1}]`), "/workflow/root/connection", harness.CodeValidationFailed},
-			{"no connection", strings.Replace(verifyDoc("web", `{}`, "ui.tree", `[{"equals":1}]`), `"connection":"web",`, "", 1), "/workflow/root/connection", harness.CodeValidationFailed},
+			{"unknown read", verifyDoc("web", `{"profile":"browser@^1"}`, "browser.page.sumary", `[{"equals":1}]`), "/workflow/root/read", fault.CodeValidationFailed},
+			{"unknown read, no entry profile", verifyDoc("web", `{}`, "chat.thread.recent", `[{"equals":1}]`), "/workflow/root/read", fault.CodeValidationFailed},
+			{"a connection without a profile", verifyDoc("plain", `{}`, "browser.page.summary", `[{"equals":1}]`), "/workflow/root/connection", fault.CodeValidationFailed},
+			{"no connection", strings.Replace(verifyDoc("web", `{}`, "ui.tree", `[{"equals":1}]`), `"connection":"web",`, "", 1), "/workflow/root/connection", fault.CodeValidationFailed},
 			{"read not granted", verifyDoc("web", `{}`, "browser.page.summary", `[{"equals":1}]`), "/workflow/root/read", harness.CodeConnectionNotAllowed},
 		}
 		for _, tc := range cases {
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tc.doc), Principal: "tester", Allowlist: "test"})
-			var ve *harness.ValidationError
+			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Problems[0].Path != tc.pointer || ve.Problems[0].Code != tc.code {
 				t.Errorf("%s: err = %v, want %s at %s", tc.name, err, tc.code, tc.pointer)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -38,15 +39,15 @@ func NewRegistry(logger *slog.Logger) *Registry {
 // Add registers a connection under name. It does not connect; Start does.
 func (r *Registry) Add(name string, p Provider) error {
 	if !ValidName(name) {
-		return errorf(CodeConnectionInvalid, "connection name %q must be a letter followed by letters, digits, '_' or '-' (at most 64)", name)
+		return fault.Errorf(fault.CodeConnectionInvalid, "connection name %q must be a letter followed by letters, digits, '_' or '-' (at most 64)", name)
 	}
 	if p == nil {
-		return errorf(CodeConnectionInvalid, "connection %q has no provider", name)
+		return fault.Errorf(fault.CodeConnectionInvalid, "connection %q has no provider", name)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.conns[name]; ok {
-		return errorf(CodeConnectionNameTaken, "connection %q is already registered", name)
+		return fault.Errorf(fault.CodeConnectionNameTaken, "connection %q is already registered", name)
 	}
 	r.conns[name] = &Connection{name: name, provider: p, catalog: r.catalog, state: StateConnecting, since: time.Now(), logger: r.logger, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	return nil
@@ -58,7 +59,7 @@ func (r *Registry) Get(name string) (*Connection, error) {
 	defer r.mu.RUnlock()
 	c, ok := r.conns[name]
 	if !ok {
-		return nil, errorf(CodeConnectionUnknown, "no connection named %q", name)
+		return nil, fault.Errorf(fault.CodeConnectionUnknown, "no connection named %q", name)
 	}
 	return c, nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 func TestRegistryAdd(t *testing.T) {
@@ -12,16 +14,16 @@ func TestRegistryAdd(t *testing.T) {
 	tests := []struct {
 		name string
 		add  string
-		want Code
+		want fault.Code
 	}{
 		{"letters", "demo", ""},
 		{"digits underscore dash", "a1_b-c", ""},
-		{"starts with digit", "1demo", CodeConnectionInvalid},
-		{"starts with dash", "-demo", CodeConnectionInvalid},
-		{"dot", "de.mo", CodeConnectionInvalid},
-		{"empty", "", CodeConnectionInvalid},
-		{"too long", "a" + string(make([]byte, 64)), CodeConnectionInvalid},
-		{"taken", "taken", CodeConnectionNameTaken},
+		{"starts with digit", "1demo", fault.CodeConnectionInvalid},
+		{"starts with dash", "-demo", fault.CodeConnectionInvalid},
+		{"dot", "de.mo", fault.CodeConnectionInvalid},
+		{"empty", "", fault.CodeConnectionInvalid},
+		{"too long", "a" + string(make([]byte, 64)), fault.CodeConnectionInvalid},
+		{"taken", "taken", fault.CodeConnectionNameTaken},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,14 +43,14 @@ func TestRegistryAdd(t *testing.T) {
 func TestRegistryGetUnknown(t *testing.T) {
 	t.Parallel()
 	_, err := NewRegistry(nil).Get("nope")
-	if codeOf(err) != CodeConnectionUnknown {
+	if codeOf(err) != fault.CodeConnectionUnknown {
 		t.Fatalf("Get = %v, want CONNECTION_UNKNOWN", err)
 	}
 }
 
 func TestRegistryNilProvider(t *testing.T) {
 	t.Parallel()
-	if err := NewRegistry(nil).Add("x", nil); codeOf(err) != CodeConnectionInvalid {
+	if err := NewRegistry(nil).Add("x", nil); codeOf(err) != fault.CodeConnectionInvalid {
 		t.Fatalf("Add(nil) = %v", err)
 	}
 }
@@ -139,8 +141,8 @@ func TestMemoryRecordsCalls(t *testing.T) {
 	}
 }
 
-func codeOf(err error) Code {
-	var he *Error
+func codeOf(err error) fault.Code {
+	var he *fault.Error
 	if errors.As(err, &he) {
 		return he.Code
 	}

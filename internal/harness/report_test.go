@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // TestStatusReports: every connection reports its kind, URL and tool ids;
@@ -31,7 +33,7 @@ func TestStatusReports(t *testing.T) {
 	if s := down.Status(); s.State != StateUnavailable || s.Tools == nil || len(s.Tools) != 0 || s.LastError == "" {
 		t.Fatalf("down = %+v", s)
 	}
-	if err := reg.SetKind("nope", "mcp", ""); codeOf(err) != CodeConnectionUnknown {
+	if err := reg.SetKind("nope", "mcp", ""); codeOf(err) != fault.CodeConnectionUnknown {
 		t.Fatalf("SetKind(nope) = %v", err)
 	}
 }

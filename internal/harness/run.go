@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // execute runs the execution id until it is terminal or waiting. It returns
@@ -22,7 +24,7 @@ func (e *Executions) execute(ctx context.Context, id, item string) (acked bool, 
 	defer unlisten()
 	token := rand.Text()
 	c, err := e.claimRun(ctx, id, token)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, fault.ErrNotFound) {
 		e.logger.Warn("work item for an unknown execution dropped", "execution", id)
 		return false, nil
 	}
@@ -143,7 +145,7 @@ func (r *run) execute(ctx context.Context) error {
 	doc, err := ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
 	if err == nil {
 		if problems := resolveSetups(doc, r.e.reg, r.rec.Input, "/workflow"); len(problems) > 0 {
-			err = &ValidationError{Problems: problems}
+			err = &fault.ValidationError{Problems: problems}
 		}
 	}
 	var out any
@@ -180,7 +182,7 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	switch {
 	case errors.Is(runErr, errCancelled):
 		r.rec.Status, r.rec.Output = ExecCancelled, nil
-		r.rec.Error = &ExecError{Code: KindCancelled, Message: "cancelled on request"}
+		r.rec.Error = &ExecError{Code: fault.KindCancelled, Message: "cancelled on request"}
 	case runErr != nil:
 		r.rec.Status, r.rec.Output, r.rec.Error = ExecFailed, nil, asExecError(runErr)
 		r.rec.Error.Message = r.e.redactor.String(r.rec.Error.Message)
@@ -231,7 +233,7 @@ func (r *run) node(ctx context.Context, f *frame, n *Node) (any, error) {
 	case KindModel:
 		out, err = r.model(ctx, f, n)
 	default:
-		err = &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
+		err = &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
 	}
 	if err != nil {
 		return nil, err
@@ -411,9 +413,9 @@ func asStepError(step string, err error) *stepError {
 	if errors.As(err, &se) {
 		return se
 	}
-	var d *denied
+	var d *fault.Denied
 	if errors.As(err, &d) {
-		return &stepError{step: step, code: KindSteeringDenied, gate: d.gate, err: err}
+		return &stepError{step: step, code: fault.KindSteeringDenied, gate: d.Gate, err: err}
 	}
 	return &stepError{step: step, code: callErrorKind(err), err: err}
 }
@@ -423,23 +425,23 @@ func asExecError(err error) *ExecError {
 	if errors.As(err, &se) {
 		return &ExecError{Code: se.code, Message: se.err.Error(), Step: se.step, Gate: se.gate}
 	}
-	var ve *ValidationError
+	var ve *fault.ValidationError
 	if errors.As(err, &ve) {
 		return &ExecError{Code: string(ve.Code()), Message: ve.Error()}
 	}
-	return &ExecError{Code: KindStepFailed, Message: err.Error()}
+	return &ExecError{Code: fault.KindStepFailed, Message: err.Error()}
 }
 
 func callErrorKind(err error) string {
 	switch {
 	case errors.Is(err, ErrUnavailable):
-		return KindConnectionUnavailable
+		return fault.KindConnectionUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
-		return KindTimeout
+		return fault.KindTimeout
 	case errors.Is(err, context.Canceled):
-		return KindCancelled
+		return fault.KindCancelled
 	}
-	return KindStepFailed
+	return fault.KindStepFailed
 }
 
 func outcome(err error) string {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -254,7 +255,7 @@ func (e *Executions) Repair(ctx context.Context) (RepairReport, error) {
 			continue
 		}
 		rec, err := e.load(ctx, id)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, fault.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -288,7 +289,7 @@ func (e *Executions) resumeDecided(ctx context.Context, waiting []string, graceE
 	resumed := 0
 	for _, id := range waiting {
 		rec, err := e.load(ctx, id)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, fault.ErrNotFound) {
 			continue
 		}
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -277,7 +278,7 @@ func (e *Executions) SubmitOnThread(ctx context.Context, ev ThreadEvent) (Turn, 
 		return Turn{}, err
 	}
 	if problems := resolveSetups(doc, e.reg, ev.Input, "/workflow"); len(problems) > 0 {
-		return Turn{}, &ValidationError{Problems: problems}
+		return Turn{}, &fault.ValidationError{Problems: problems}
 	}
 	return e.FollowThread(ctx, ev)
 }
@@ -307,7 +308,7 @@ func (e *Executions) FollowThread(ctx context.Context, ev ThreadEvent) (Turn, er
 		// Written by an earlier call (this entry delivered again, or
 		// followed after its turn ended): as SubmitOnce, make it whole.
 		return turn, e.ensure(ctx, rec)
-	} else if !errors.Is(err, ErrNotFound) {
+	} else if !errors.Is(err, fault.ErrNotFound) {
 		return Turn{}, err
 	}
 	rec := newRecord(id, ev.Workflow, ev.Input, HostPrincipal, nil)
@@ -355,7 +356,7 @@ func (e *Executions) AbandonTurn(ctx context.Context, thread, eventID, trigger s
 	if kind != "started" || trig != trigger {
 		return nil
 	}
-	if _, err := e.load(ctx, id); !errors.Is(err, ErrNotFound) {
+	if _, err := e.load(ctx, id); !errors.Is(err, fault.ErrNotFound) {
 		return err // the record exists (or cannot be read): its run ends the turn
 	}
 	return e.EndTurn(ctx, thread, id)
@@ -414,7 +415,7 @@ func (r *run) threadEvent(ctx context.Context, f *frame, n *Node, key string, de
 		}
 		ok, err := r.matches(f, n, ev)
 		if err != nil {
-			return nil, false, &stepError{step: n.ID, code: KindStepFailed, err: err}
+			return nil, false, &stepError{step: n.ID, code: fault.KindStepFailed, err: err}
 		}
 		if !ok {
 			continue

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -83,7 +84,7 @@ func buildToolSet(all []toolSource, picks []toolPick, hasPicks bool) (*toolSet, 
 		for _, op := range slices.Sorted(maps.Keys(ids)) {
 			id := ids[op]
 			if prev, ok := owner[id]; ok {
-				return errorf(CodeToolIDCollision, "tool id %q names both %s and %s; rename a connection, or narrow its operations (openapi include, allowlist ops)", id, prev, who(op))
+				return fault.Errorf(CodeToolIDCollision, "tool id %q names both %s and %s; rename a connection, or narrow its operations (openapi include, allowlist ops)", id, prev, who(op))
 			}
 			owner[id] = who(op)
 		}
@@ -203,7 +204,7 @@ func (ts *toolSet) checkChoice(choice string) error {
 	for i, t := range ts.tools {
 		names[i] = t.Name
 	}
-	return &Error{Code: CodeUnknownToolChoice, Message: fmt.Sprintf("toolChoice %q names no tool of this turn (tools: %s)", choice, strings.Join(names, ", "))}
+	return &fault.Error{Code: CodeUnknownToolChoice, Message: fmt.Sprintf("toolChoice %q names no tool of this turn (tools: %s)", choice, strings.Join(names, ", "))}
 }
 
 // resolve maps a model's tool call to the connection and operation it
@@ -212,7 +213,7 @@ func (ts *toolSet) checkChoice(choice string) error {
 func (ts *toolSet) resolve(name string, args map[string]any) (conn, op string, rest map[string]any, err error) {
 	t, ok := ts.byName[name]
 	if !ok || t.Lists {
-		return "", "", nil, &denied{GateDeclared, fmt.Sprintf("no tool named %q is offered in this turn", name)}
+		return "", "", nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("no tool named %q is offered in this turn", name))
 	}
 	if t.Pair != nil {
 		return t.Pair.resolve(ts, args)
@@ -222,7 +223,7 @@ func (ts *toolSet) resolve(name string, args map[string]any) (conn, op string, r
 	}
 	target, _ := args[targetArg].(string)
 	if !slices.Contains(t.Targets, target) {
-		return "", "", nil, &denied{GateDeclared, fmt.Sprintf("tool %s: target %q is not one of the connections this step may reach (%s)", name, target, strings.Join(t.Targets, ", "))}
+		return "", "", nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("tool %s: target %q is not one of the connections this step may reach (%s)", name, target, strings.Join(t.Targets, ", ")))
 	}
 	rest = make(map[string]any, len(args))
 	for k, v := range args {

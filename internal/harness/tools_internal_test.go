@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 func TestBuildToolSet(t *testing.T) {
@@ -85,7 +87,7 @@ func TestBuildToolSetRefusesCollisions(t *testing.T) {
 			t.Parallel()
 			for _, picks := range [][]toolPick{nil, {{Connection: tt.turn[0].Name}}} {
 				_, err := buildToolSet(tt.turn, picks, picks != nil)
-				var he *Error
+				var he *fault.Error
 				if !errors.As(err, &he) || he.Code != CodeToolIDCollision {
 					t.Fatalf("picks %v: err = %v, want %s", picks, err, CodeToolIDCollision)
 				}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/telemetry"
 )
 
@@ -197,22 +198,22 @@ func (c callSpan) end(err error) {
 // refused passed (gates 1–4 are recorded only now: traceGates sees no
 // refusal), then the refusing gate.
 func (c callSpan) refused(err error) {
-	var d *denied
+	var d *fault.Denied
 	if !errors.As(err, &d) {
 		return
 	}
-	c.r.e.gateRefused(d.gate)
+	c.r.e.gateRefused(d.Gate)
 	if c.span != nil {
-		gatesRefused(c.span, d.gate)
+		gatesRefused(c.span, d.Gate)
 	}
 }
 
 // gateChecks is the order gates 1–4 are checked in: refs are opened
 // before the schema sees the arguments.
-var gateChecks = [...]int{GateDeclared, GateRefs, GateSchema, GatePolicy}
+var gateChecks = [...]int{fault.GateDeclared, fault.GateRefs, fault.GateSchema, fault.GatePolicy}
 
 // gateNames names the gates on span events.
-var gateNames = [...]string{GateDeclared: "declared", GateSchema: "schema", GateRefs: "refs", GatePolicy: "policy", GateApprover: "approver", GateSecrets: "secrets"}
+var gateNames = [...]string{fault.GateDeclared: "declared", fault.GateSchema: "schema", fault.GateRefs: "refs", fault.GatePolicy: "policy", fault.GateApprover: "approver", fault.GateSecrets: "secrets"}
 
 // gateEvent is one gate's verdict on span.
 func gateEvent(span trace.Span, gate int, verdict string, more ...attribute.KeyValue) {
@@ -227,7 +228,7 @@ func gateEvent(span trace.Span, gate int, verdict string, more ...attribute.KeyV
 // gatesRefused records gate's refusal after the gates of 1–4 checked
 // before it; a refusal past gate 4 follows gates traceGates recorded.
 func gatesRefused(span trace.Span, gate int) {
-	if gate <= GatePolicy {
+	if gate <= fault.GatePolicy {
 		for _, g := range gateChecks {
 			if g == gate {
 				break
@@ -252,7 +253,7 @@ func traceGates(ctx context.Context, v verdict, err error) {
 	if v == needsApproval {
 		verdict = "approval_required"
 	}
-	gateEvent(span, GatePolicy, verdict)
+	gateEvent(span, fault.GatePolicy, verdict)
 }
 
 // traceApproval records gate 5 on the call's span and, once a person
@@ -264,7 +265,7 @@ func (r *run) traceApproval(ctx context.Context, ap *Approval) {
 		return
 	}
 	span := trace.SpanFromContext(ctx)
-	gateEvent(span, GateApprover, string(ap.State), attribute.String("patchbay.approval.id", ap.ID))
+	gateEvent(span, fault.GateApprover, string(ap.State), attribute.String("patchbay.approval.id", ap.ID))
 	if ap.State == ApprovalPending || ap.DecidedAt == nil {
 		return
 	}
@@ -312,9 +313,9 @@ func (s readSpan) end(form string, tokens int, err error) {
 		s.span.SetAttributes(attribute.String("patchbay.read.form", form))
 	}
 	s.span.SetAttributes(attribute.Int("patchbay.read.tokens_estimated", tokens))
-	var d *denied
+	var d *fault.Denied
 	if errors.As(err, &d) {
-		gateEvent(s.span, d.gate, "refused") // the read's own checks run in no fixed gate order
+		gateEvent(s.span, d.Gate, "refused") // the read's own checks run in no fixed gate order
 	}
 	endSpan(s.span, err, s.r.e.redactor)
 }

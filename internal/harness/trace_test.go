@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 	"github.com/patchbay-dev/patchbay/internal/telemetry"
@@ -149,7 +150,7 @@ func TestExecutionSpanTree(t *testing.T) {
 		}
 		look := first.one(t, "call svc lookup")
 		if look.Parent.SpanID() != run1.SpanContext.SpanID() || look.SpanKind != trace.SpanKindClient ||
-			attr(look, "patchbay.operation").AsString() != "lookup" || !hasGateEvent(look, harness.GatePolicy, "allow") {
+			attr(look, "patchbay.operation").AsString() != "lookup" || !hasGateEvent(look, fault.GatePolicy, "allow") {
 			t.Fatalf("lookup span = %+v", look)
 		}
 		step := first.one(t, "step think")
@@ -161,7 +162,7 @@ func TestExecutionSpanTree(t *testing.T) {
 			t.Fatalf("model round span = %+v under %+v", chat, step)
 		}
 		held := first.one(t, "call svc send")
-		if !hasGateEvent(held, harness.GatePolicy, "approval_required") || !hasGateEvent(held, harness.GateApprover, "pending") ||
+		if !hasGateEvent(held, fault.GatePolicy, "approval_required") || !hasGateEvent(held, fault.GateApprover, "pending") ||
 			attr(held, "patchbay.outcome").AsString() != "waiting" {
 			t.Fatalf("held send span = %+v", held)
 		}
@@ -187,7 +188,7 @@ func TestExecutionSpanTree(t *testing.T) {
 		}
 		sent := second.one(t, "call svc send")
 		wait := second.one(t, "approval svc send")
-		if !hasGateEvent(sent, harness.GateApprover, "approved") || wait.Parent.SpanID() != sent.SpanContext.SpanID() ||
+		if !hasGateEvent(sent, fault.GateApprover, "approved") || wait.Parent.SpanID() != sent.SpanContext.SpanID() ||
 			!wait.StartTime.Equal(ap.CreatedAt) || attr(wait, "patchbay.approval.decided_by").AsString() != "bob" {
 			t.Fatalf("approval span %+v under send %+v", wait, sent)
 		}
@@ -322,7 +323,7 @@ func TestLookSpans(t *testing.T) {
 			}
 		}
 		if span == nil || span.Parent.SpanID() != step.SpanContext.SpanID() || attr(*span, "patchbay.connection").AsString() != "web" ||
-			attr(*span, "patchbay.read").AsString() != read || !hasGateEvent(*span, harness.GatePolicy, "allow") {
+			attr(*span, "patchbay.read").AsString() != read || !hasGateEvent(*span, fault.GatePolicy, "allow") {
 			t.Fatalf("look event %v: span %+v under %s", ev, span, step.SpanContext.SpanID())
 		}
 	}

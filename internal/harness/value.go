@@ -11,6 +11,7 @@ import (
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/types"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
 
@@ -137,7 +138,7 @@ func (p *parser) value(v any, path string) value {
 		field := p.field
 		for k, item := range x {
 			p.field = field + "." + k
-			o[k] = p.value(item, path+"/"+escape(k))
+			o[k] = p.value(item, path+"/"+fault.Escape(k))
 		}
 		p.field = field
 		return o
@@ -155,7 +156,7 @@ func (p *parser) value(v any, path string) value {
 func (p *parser) secret(v any, path string) value {
 	name, ok := v.(string)
 	if !ok || !ValidSecretName(name) {
-		p.fail(path, CodeValidationFailed, "must be a secret name (letters, digits, '.', '_', '-')")
+		p.fail(path, fault.CodeValidationFailed, "must be a secret name (letters, digits, '.', '_', '-')")
 		return literal{nil}
 	}
 	p.secrets = append(p.secrets, secretUse{Name: name, Field: p.field, Path: path})
@@ -175,26 +176,26 @@ func (p *parser) expression(v any, path string) value {
 	src, ok := v.(string)
 	switch {
 	case !ok || src == "":
-		p.fail(path, CodeExpressionInvalid, "must be a non-empty string")
+		p.fail(path, fault.CodeExpressionInvalid, "must be a non-empty string")
 		return literal{nil}
 	case len(src) > maxExprLen:
-		p.fail(path, CodeExpressionInvalid, "is longer than %d characters", maxExprLen)
+		p.fail(path, fault.CodeExpressionInvalid, "is longer than %d characters", maxExprLen)
 		return literal{nil}
 	}
 	prog, err := sandbox.Compile(src, scopeTypes, expr.Function("$refId", refID))
 	if limit := (*sandbox.LimitError)(nil); errors.As(err, &limit) {
-		p.fail(path, CodeExpressionInvalid, "%v", err)
+		p.fail(path, fault.CodeExpressionInvalid, "%v", err)
 		return literal{nil}
 	}
 	if err != nil {
-		p.fail(path, CodeExpressionInvalid, "does not compile: %v", err)
+		p.fail(path, fault.CodeExpressionInvalid, "does not compile: %v", err)
 		return literal{nil}
 	}
 	node := prog.Node()
 	check := &stepRefs{done: p.done}
 	ast.Walk(&node, check)
 	for _, id := range check.unknown {
-		p.fail(path, CodeExpressionInvalid, "$steps.%s is not the id of an earlier step", id)
+		p.fail(path, fault.CodeExpressionInvalid, "$steps.%s is not the id of an earlier step", id)
 	}
 	return &expression{src: src, path: path, prog: prog}
 }

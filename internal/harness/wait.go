@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -73,21 +74,21 @@ func (p *parser) wait(obj map[string]any, at string) *Node {
 	n.Event, _ = obj["event"].(string)
 	switch _, err := p.reg.Get(n.Connection); {
 	case n.Connection == "":
-		p.fail(at+"/connection", CodeValidationFailed, "is required and must be a connection name")
+		p.fail(at+"/connection", fault.CodeValidationFailed, "is required and must be a connection name")
 	case err != nil:
-		p.fail(at+"/connection", CodeConnectionUnknown, "no connection named %q", n.Connection)
+		p.fail(at+"/connection", fault.CodeConnectionUnknown, "no connection named %q", n.Connection)
 	case !p.declared[n.Connection]:
-		p.fail(at+"/connection", CodeValidationFailed, "connection %q is not declared in the document's connections", n.Connection)
+		p.fail(at+"/connection", fault.CodeValidationFailed, "connection %q is not declared in the document's connections", n.Connection)
 	}
 	if n.Event == "" {
-		p.fail(at+"/event", CodeValidationFailed, "is required and must be an event type")
+		p.fail(at+"/event", fault.CodeValidationFailed, "is required and must be an event type")
 	} else if p.declared[n.Connection] && !matchAny(p.events[n.Connection], n.Event) {
-		p.fail(at+"/event", CodeValidationFailed, "event %q is not declared in the events of connection %q's entry", n.Event, n.Connection)
+		p.fail(at+"/event", fault.CodeValidationFailed, "event %q is not declared in the events of connection %q's entry", n.Event, n.Connection)
 	} else if c, err := p.reg.Get(n.Connection); err == nil && len(c.EventTypes()) > 0 {
 		// A server that lists its events (MCP events/list) is held to
 		// them; one that lists none (a source, a webhook) is not.
 		if !slices.ContainsFunc(c.EventTypes(), func(t EventType) bool { return t.Name == n.Event }) {
-			p.fail(at+"/event", CodeValidationFailed, "connection %q's server offers no event %q", n.Connection, n.Event)
+			p.fail(at+"/event", fault.CodeValidationFailed, "connection %q's server offers no event %q", n.Connection, n.Event)
 		}
 	}
 	n.Timeout = p.millis(obj, "timeoutMs", at, defaultWaitTimeout, maxWaitTimeout)
@@ -222,7 +223,7 @@ func (r *run) listen(ctx context.Context, f *frame, n *Node, key, cursor string,
 		case !over || (int64(len(msgs)) == args.Count && !late):
 			continue // more to read before judging
 		case left <= 0:
-			return nil, &stepError{step: n.ID, code: KindStepFailed, err: fmt.Errorf("no %s event of %s arrived within %s", n.Event, n.Connection, n.Timeout)}
+			return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("no %s event of %s arrived within %s", n.Event, n.Connection, n.Timeout)}
 		}
 		return nil, errParked
 	}
@@ -238,7 +239,7 @@ func (r *run) event(f *frame, n *Node, m redis.XMessage) (any, bool, error) {
 	}
 	ok, err := r.matches(f, n, ev)
 	if err != nil {
-		return nil, false, &stepError{step: n.ID, code: KindStepFailed, err: err}
+		return nil, false, &stepError{step: n.ID, code: fault.KindStepFailed, err: err}
 	}
 	if !ok {
 		return nil, false, nil

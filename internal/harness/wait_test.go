@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -55,14 +56,14 @@ func TestWait(t *testing.T) {
 	})
 	t.Run("an undeclared event fails validation", func(t *testing.T) {
 		_, err := execs.Submit(context.Background(), harness.Request{Allowlist: "all", Workflow: json.RawMessage(`{"version":1,"connections":{"app":{}},"root":{"kind":"wait","id":"w","connection":"app","event":"deploy.done"}}`)})
-		var ve *harness.ValidationError
+		var ve *fault.ValidationError
 		if !errors.As(err, &ve) || ve.Problems[0].Path != "/workflow/root/event" {
 			t.Fatalf("Submit = %v", err)
 		}
 	})
 	t.Run("an event the allowlist does not grant", func(t *testing.T) {
 		_, err := execs.Submit(context.Background(), harness.Request{Allowlist: "all", Workflow: json.RawMessage(`{"version":1,"connections":{"app":{"events":["build.done"]}},"root":{"kind":"wait","id":"w","connection":"app","event":"build.done"}}`)})
-		var ve *harness.ValidationError
+		var ve *fault.ValidationError
 		if !errors.As(err, &ve) || ve.Code() != harness.CodeConnectionNotAllowed {
 			t.Fatalf("Submit = %v", err)
 		}

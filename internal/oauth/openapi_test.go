@@ -15,6 +15,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
 )
@@ -127,12 +128,12 @@ func TestOpenAPIPerUserTokens(t *testing.T) {
 	// A run for nobody (a trigger's) does not see a per-user connection.
 	host, _, err := execs.SubmitOnce(t.Context(), "host-run", json.RawMessage(callWhoami), nil)
 	must(t, err)
-	if host, err = execs.Wait(t.Context(), host.ID, 10*time.Second); err != nil || host.Status != harness.ExecFailed || host.Error.Gate != harness.GateDeclared || !strings.Contains(host.Error.Message, "no principal") {
+	if host, err = execs.Wait(t.Context(), host.ID, 10*time.Second); err != nil || host.Status != harness.ExecFailed || host.Error.Gate != fault.GateDeclared || !strings.Contains(host.Error.Message, "no principal") {
 		t.Fatalf("host run: %+v, %v; want refused at gate 1", host, err)
 	}
 
 	// carol has not signed in: refused before anything is sent.
-	if ex := run("carol"); ex.Status != harness.ExecFailed || ex.Error.Gate != harness.GateSecrets || !strings.Contains(ex.Error.Message, "needs a sign-in") {
+	if ex := run("carol"); ex.Status != harness.ExecFailed || ex.Error.Gate != fault.GateSecrets || !strings.Contains(ex.Error.Message, "needs a sign-in") {
 		t.Fatalf("carol: %s %+v, want refused at gate 6 for a sign-in", ex.Status, ex.Error)
 	}
 

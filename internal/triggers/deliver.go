@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // deliverer reads one connection's inbox: new entries, and entries of
@@ -200,7 +201,7 @@ func (d *deliverer) followThread(ctx context.Context, m redis.XMessage, t *trigg
 		}
 		final, err := d.await(ctx, turn.ID)
 		switch {
-		case errors.Is(err, harness.ErrNotFound):
+		case errors.Is(err, fault.ErrNotFound):
 			// Joined a turn whose starting entry has not written its
 			// record yet (its replica died in between, and the entry
 			// waits for a reclaim): look again, it may also have been

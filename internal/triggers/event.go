@@ -16,7 +16,7 @@ import (
 	"golang.org/x/text/message"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
 
@@ -108,7 +108,7 @@ func DecodeEvent(body []byte, defaultID string) (Event, error) {
 		ps = append(ps, FieldProblem{"/id", "is required"})
 	}
 	if v, ok := raw["payload"]; ok {
-		if paths := harness.NumbersOutOfRange(v, "/payload"); len(paths) > 0 {
+		if paths := fault.NumbersOutOfRange(v, "/payload"); len(paths) > 0 {
 			for _, p := range paths {
 				ps = append(ps, FieldProblem{p, "is a number too large to represent (beyond ±1.8e308)"})
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
@@ -540,7 +541,7 @@ func msTime(v string) *time.Time {
 // delivery (the workflow does not validate for a reason other than a
 // connection that is not ready yet).
 func isPermanent(err error) bool {
-	var ve *harness.ValidationError
+	var ve *fault.ValidationError
 	if !errors.As(err, &ve) {
 		return false
 	}

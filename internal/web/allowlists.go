@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // grantRow is one connection's grant as the form edits it: one glob per
@@ -149,7 +150,7 @@ func parseForm(name string, rows []grantRow) (*harness.Allowlist, *allowlistForm
 	}
 	raw, _ := json.Marshal(map[string]any{"connections": grants})
 	al, err := harness.ParseAllowlist(name, raw)
-	var ve *harness.ValidationError
+	var ve *fault.ValidationError
 	if errors.As(err, &ve) {
 		for _, p := range ve.Problems {
 			placeError(form, rows, rowOf, p)
@@ -165,7 +166,7 @@ func parseForm(name string, rows []grantRow) (*harness.Allowlist, *allowlistForm
 }
 
 // placeError shows a FieldError next to the field its JSON Pointer names.
-func placeError(form *allowlistForm, rows []grantRow, rowOf map[string]int, p harness.FieldError) {
+func placeError(form *allowlistForm, rows []grantRow, rowOf map[string]int, p fault.FieldError) {
 	if p.Path == "name" {
 		form.NameErrors = append(form.NameErrors, p.Message)
 		return

@@ -15,6 +15,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/chromiumtest"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // screenshots is where the browser tests leave a picture of each page
@@ -127,7 +128,7 @@ func TestBrowser(t *testing.T) {
 	// An allowlist edit with an invalid glob shows the API's message next
 	// to the field; fixing it saves.
 	_, perr := harness.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["ui.["]}}}`))
-	want := perr.(*harness.ValidationError).Problems[0].Message
+	want := perr.(*fault.ValidationError).Problems[0].Message
 	var msg string
 	run(chromedp.Navigate(b.url+"/admin/allowlists/ops"), chromedp.WaitVisible(`#ops-0`, chromedp.ByQuery),
 		clear(`#ops-0`), chromedp.SendKeys(`#ops-0`, "ui.[", chromedp.ByQuery),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 type executionsData struct {
@@ -57,7 +58,7 @@ func (d executionData) live() bool { return !d.Ex.Status.Terminal() }
 // any with read); one it may not see is not found, as in the API.
 func (h *handler) visible(c echo.Context, id string) (*harness.Execution, error) {
 	ex, err := h.Executions.Get(bg(c), id)
-	if errors.Is(err, harness.ErrNotFound) || (err == nil && !h.principal(c).Sees(ex.Principal)) {
+	if errors.Is(err, fault.ErrNotFound) || (err == nil && !h.principal(c).Sees(ex.Principal)) {
 		return nil, &notFound{"No execution has that id (it may have expired)."}
 	}
 	return ex, err
@@ -132,7 +133,7 @@ func (h *handler) executionStream(c echo.Context) error {
 	switch {
 	case errors.Is(err, harness.ErrInvalidEventID):
 		return echo.NewHTTPError(http.StatusBadRequest)
-	case errors.Is(err, harness.ErrNotFound):
+	case errors.Is(err, fault.ErrNotFound):
 		return &notFound{"No execution has that id."}
 	}
 	return err
@@ -161,7 +162,7 @@ func (h *handler) cancel(c echo.Context) error {
 	if _, err := h.actable(c, id); err != nil {
 		return err
 	}
-	if _, err := h.Executions.Cancel(bg(c), id); errors.Is(err, harness.ErrNotFound) {
+	if _, err := h.Executions.Cancel(bg(c), id); errors.Is(err, fault.ErrNotFound) {
 		return &notFound{"No execution has that id."}
 	} else if err != nil {
 		return err
@@ -178,7 +179,7 @@ func (h *handler) resume(c echo.Context) error {
 	switch {
 	case errors.Is(err, harness.ErrNotResumable):
 		return c.Redirect(http.StatusSeeOther, "/admin/executions/"+id+"?flash=not-resumable")
-	case errors.Is(err, harness.ErrNotFound):
+	case errors.Is(err, fault.ErrNotFound):
 		return &notFound{"No execution has that id."}
 	case err != nil:
 		return err

@@ -7,10 +7,12 @@ import (
 
 	"encoding/json"
 	"fmt"
-	"github.com/a-h/templ"
 	"time"
 
+	"github.com/a-h/templ"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 )
 
@@ -248,17 +250,17 @@ func cursorAge(s triggers.SubscriptionStatus) string {
 // gateName says what each gate checks, for the step that it refused.
 func gateName(gate int) string {
 	switch gate {
-	case harness.GateDeclared:
+	case fault.GateDeclared:
 		return "operation declared"
-	case harness.GateSchema:
+	case fault.GateSchema:
 		return "arguments match the schema"
-	case harness.GateRefs:
+	case fault.GateRefs:
 		return "refs issued to this thread"
-	case harness.GatePolicy:
+	case fault.GatePolicy:
 		return "connection policy"
-	case harness.GateApprover:
+	case fault.GateApprover:
 		return "approval"
-	case harness.GateSecrets:
+	case fault.GateSecrets:
 		return "secrets and credentials"
 	}
 	return "unknown"

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 	"github.com/patchbay-dev/patchbay/internal/web"
 )
@@ -297,7 +298,7 @@ func TestAllowlistEdit(t *testing.T) {
 	// same body.
 	_, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["echo","ui.["],"secrets":{"pw":"nodot"}},"ghost host":{"ops":["x"]}}}`))
 	want := map[string]string{}
-	for _, fe := range err.(*harness.ValidationError).Problems {
+	for _, fe := range err.(*fault.ValidationError).Problems {
 		want[fe.Path] = fe.Message
 	}
 	for sel, path := range map[string]string{

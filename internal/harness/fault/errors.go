@@ -1,4 +1,11 @@
-package harness
+// Package fault holds what every part of the engine and every caller of it
+// uses to say what went wrong: the error codes of a refused request (Code,
+// Error, FieldError, ValidationError, ErrNotFound), the failure kinds and
+// gate numbers of a failed execution or step, the refusal at a gate
+// (Denied), JSON Pointer escaping for the paths that name a field, and the
+// check for numbers JSON cannot hold. It imports nothing of patchbay, so the
+// providers, the API and the engine's parts can all use it.
+package fault
 
 import (
 	"errors"
@@ -42,19 +49,6 @@ func (c Code) NotReady() bool {
 	return c.Transient() || c == CodeConnectionNeedsSignIn || c == CodeConnectionClosed
 }
 
-// notReadyCode is the code of a refusal because a connection is in state s.
-func notReadyCode(s State) Code {
-	switch s {
-	case StateConnecting:
-		return CodeConnectionStarting
-	case StateNeedsSignIn:
-		return CodeConnectionNeedsSignIn
-	case StateClosed:
-		return CodeConnectionClosed
-	}
-	return CodeConnectionUnavailable
-}
-
 // Error is a harness error with a stable code, matched with errors.As.
 type Error struct {
 	Code    Code
@@ -63,7 +57,7 @@ type Error struct {
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
-func errorf(code Code, format string, args ...any) *Error {
+func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 

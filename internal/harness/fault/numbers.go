@@ -1,4 +1,4 @@
-package harness
+package fault
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func NumbersOutOfRange(raw []byte, base string) []string {
 			}
 		case map[string]any:
 			for _, k := range slices.Sorted(maps.Keys(x)) {
-				walk(path+"/"+escape(k), x[k])
+				walk(path+"/"+Escape(k), x[k])
 			}
 		case []any:
 			for i, e := range x {

@@ -1,8 +1,10 @@
-package harness
+package fault_test
 
 import (
 	"slices"
 	"testing"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 func TestNumbersOutOfRange(t *testing.T) {
@@ -21,7 +23,7 @@ func TestNumbersOutOfRange(t *testing.T) {
 		{"not JSON", `{"n": `, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := NumbersOutOfRange([]byte(tc.raw), "/input"); !slices.Equal(got, tc.want) {
+			if got := fault.NumbersOutOfRange([]byte(tc.raw), "/input"); !slices.Equal(got, tc.want) {
 				t.Errorf("NumbersOutOfRange(%s) = %q, want %q", tc.raw, got, tc.want)
 			}
 		})
