@@ -13,7 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
@@ -141,7 +142,7 @@ func (s *signer) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		gen := s.generation()
 		resp, err := s.next.RoundTrip(out)
-		if !errors.Is(err, harness.ErrNeedsSignIn) {
+		if !errors.Is(err, connect.ErrNeedsSignIn) {
 			return resp, err
 		}
 		s.log.Info("sign-in needed", "reason", err)
@@ -165,7 +166,7 @@ func (s *signer) signIn(ctx context.Context, gen int) error {
 		return nil
 	}
 	if s.signIns >= maxSignIns {
-		return fmt.Errorf("giving up after %d sign-ins: %w", s.signIns, harness.ErrNeedsSignIn)
+		return fmt.Errorf("giving up after %d sign-ins: %w", s.signIns, connect.ErrNeedsSignIn)
 	}
 	s.signIns++
 	ctx, cancel := context.WithTimeout(ctx, signInLimit)

@@ -32,10 +32,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -122,9 +123,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	for _, c := range calls {
-		op := harness.Operation{Name: c.op}
-		v, err := conn.Call(ctx, harness.CallRequest{Op: c.op, Args: c.args})
-		var callErr *harness.CallError
+		op := connect.Operation{Name: c.op}
+		v, err := conn.Call(ctx, connect.CallRequest{Op: c.op, Args: c.args})
+		var callErr *connect.CallError
 		switch {
 		case errors.As(err, &callErr):
 			fmt.Fprintf(stdout, "tool %s: error result: %s\n", op.Name, callErr.Message)

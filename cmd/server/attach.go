@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
@@ -16,7 +18,7 @@ type mcpAttacher struct {
 	redactor *harness.SecretRedactor
 }
 
-func (a mcpAttacher) Attach(ctx context.Context, spec harness.AttachSpec, secrets map[string]string) (harness.Conn, error) {
+func (a mcpAttacher) Attach(ctx context.Context, spec harness.AttachSpec, secrets map[string]string) (connect.Conn, error) {
 	cfg := config.MCP{Name: spec.Name, Type: spec.Type, URL: spec.URL, Command: spec.Command, Args: spec.Args}
 	for h, name := range spec.Headers {
 		if cfg.Headers == nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/githubapp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -326,7 +328,7 @@ func (l *lazySource) get(ctx context.Context) (*githubapp.Source, error) {
 // sign-in (when there is one), nothing for the others.
 type credentialMux struct {
 	apps  appConns
-	oauth harness.Credentials // nil without OAuth connections
+	oauth connect.Credentials // nil without OAuth connections
 }
 
 func (m credentialMux) Headers(ctx context.Context, connection, principal string) (map[string]string, bool, error) {
@@ -354,7 +356,7 @@ func (m credentialMux) Refresh(ctx context.Context, connection, principal string
 		}
 		return h, nil
 	}
-	if r, ok := m.oauth.(harness.CredentialRefresher); ok {
+	if r, ok := m.oauth.(connect.CredentialRefresher); ok {
 		return r.Refresh(ctx, connection, principal, rejected)
 	}
 	return nil, fmt.Errorf("connection %s has no credentials to refresh", connection)
@@ -362,7 +364,7 @@ func (m credentialMux) Refresh(ctx context.Context, connection, principal string
 
 // callCredentials is the harness's Credentials: nil (not a typed nil)
 // when no connection has per-call credentials.
-func callCredentials(apps appConns, oauth harness.Credentials) harness.Credentials {
+func callCredentials(apps appConns, oauth connect.Credentials) connect.Credentials {
 	if len(apps) == 0 {
 		return oauth
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/githubapp"
 	"github.com/patchbay-dev/patchbay/internal/githubapp/githubapptest"
@@ -35,12 +37,12 @@ type tokenSource interface {
 // <principal>-org/docs in one call, each with a token asked for the
 // scope that read needs. It is careless on purpose: it logs the tokens
 // and returns the first, which the redactor must catch.
-var reposKind = providerKind{gitHubApp: true, build: func(name string, _ config.Connection, d providerDeps) harness.Provider {
+var reposKind = providerKind{gitHubApp: true, build: func(name string, _ config.Connection, d providerDeps) connect.Provider {
 	var tokens tokenSource
 	if d.tokens != nil {
 		tokens = d.tokens
 	}
-	return harness.ProviderFunc(func(context.Context) (harness.Conn, error) {
+	return connect.ProviderFunc(func(context.Context) (connect.Conn, error) {
 		return &reposConn{tokens: tokens, logger: d.logger}, nil
 	})
 }}
@@ -55,17 +57,17 @@ type reposConn struct {
 	logger *slog.Logger
 }
 
-func (c *reposConn) Manifest() harness.Manifest {
-	return harness.Manifest{Operations: []harness.Operation{{Name: "brief",
+func (c *reposConn) Manifest() connect.Manifest {
+	return connect.Manifest{Operations: []connect.Operation{{Name: "brief",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"number":{"type":"integer"}},"required":["number"]}`)}}}
 }
-func (c *reposConn) Identity() harness.Identity {
-	return harness.Identity{Surface: "repos", Instance: "1", Epoch: 1}
+func (c *reposConn) Identity() connect.Identity {
+	return connect.Identity{Surface: "repos", Instance: "1", Epoch: 1}
 }
 func (c *reposConn) Info() map[string]any { return nil }
 func (c *reposConn) Close() error         { return nil }
 
-func (c *reposConn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+func (c *reposConn) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	if c.tokens == nil {
 		return nil, errors.New("repos: no GitHub App source")
 	}
@@ -105,7 +107,7 @@ func (c *reposConn) get(ctx context.Context, owner, repo string, perms map[strin
 			}
 			continue
 		case resp.StatusCode != http.StatusOK:
-			return "", nil, &harness.CallError{Op: "brief", Message: fmt.Sprintf("GET %s: %d %s", path, resp.StatusCode, body)}
+			return "", nil, &connect.CallError{Op: "brief", Message: fmt.Sprintf("GET %s: %d %s", path, resp.StatusCode, body)}
 		}
 		var out map[string]any
 		return tok, out, json.Unmarshal(body, &out)

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
@@ -101,7 +103,7 @@ func sealKey(cfg *config.Config, st *store.Store, logger *slog.Logger, what, tok
 
 // credentials is the service as the harness's Credentials, or nil (not a
 // typed nil) without one.
-func credentials(svc *oauth.Service) harness.Credentials {
+func credentials(svc *oauth.Service) connect.Credentials {
 	if svc == nil {
 		return nil
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
@@ -19,7 +21,7 @@ import (
 // poolProvider is the provider of a pooled mcp connection: each lease gets
 // a new server from spec, with ${setup.FIELD} in its args, env, url and
 // headers replaced by the lease's setup value.
-func poolProvider(st *store.Store, name string, spec config.Connection, reclaimAfter time.Duration, logger *slog.Logger, redactor *harness.SecretRedactor) (harness.Provider, error) {
+func poolProvider(st *store.Store, name string, spec config.Connection, reclaimAfter time.Duration, logger *slog.Logger, redactor *harness.SecretRedactor) (connect.Provider, error) {
 	pool, err := pools.New(st, name, spec.Pool.Max, &pools.Options{ReclaimAfter: reclaimAfter})
 	if err != nil {
 		return nil, err
@@ -32,7 +34,7 @@ func poolProvider(st *store.Store, name string, spec config.Connection, reclaimA
 	redactor.Add(mcp.Secrets(*spec.MCP)...)
 	return pools.NewProvider(pool, pools.ProviderOptions{
 		Wait: spec.Pool.Wait(), Schema: schema, HostOnly: hostOnly, Logger: logger,
-		Provision: func(ctx context.Context, setup map[string]any) (harness.Conn, error) {
+		Provision: func(ctx context.Context, setup map[string]any) (connect.Conn, error) {
 			return mcp.New(name, withSetup(*spec.MCP, setup), &mcp.Options{Logger: logger}).Connect(ctx)
 		},
 	})

@@ -3,6 +3,8 @@ package main
 import (
 	"log/slog"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -21,7 +23,7 @@ type providerKind struct {
 	// kind's config validation lets auth.githubApp through; gitHubApps
 	// checks it with config.GitHubApp.CheckSource.)
 	gitHubApp bool
-	build     func(name string, spec config.Connection, d providerDeps) harness.Provider
+	build     func(name string, spec config.Connection, d providerDeps) connect.Provider
 }
 
 // providerDeps are what the server hands a provider kind's constructor.
@@ -38,7 +40,7 @@ type providerDeps struct {
 // providerKinds are the provider kinds, by config kind. Google's Drive
 // takes no GitHub tokens.
 var providerKinds = map[string]providerKind{
-	config.KindDrive: {build: func(name string, spec config.Connection, d providerDeps) harness.Provider {
+	config.KindDrive: {build: func(name string, spec config.Connection, d providerDeps) connect.Provider {
 		return drive.New(name, *spec.Drive, &drive.Options{
 			Logger: d.logger, ServiceAccount: serviceAccount(spec), Secrets: d.secrets, Redactor: d.redactor,
 		})
@@ -46,7 +48,7 @@ var providerKinds = map[string]providerKind{
 }
 
 // newProvider builds the provider of the entry name, of kind k.
-func newProvider(name string, spec config.Connection, k providerKind, d providerDeps) (harness.Provider, error) {
+func newProvider(name string, spec config.Connection, k providerKind, d providerDeps) (connect.Provider, error) {
 	if d.tokens != nil && !k.gitHubApp {
 		return nil, &config.ValidationError{Problems: []config.Problem{{Path: "connections." + name + ".auth.githubApp",
 			Message: "is not supported on a " + spec.Kind() + " connection: its code takes no GitHub tokens"}}}

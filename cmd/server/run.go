@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
@@ -107,7 +109,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	reg.SetProfiles(catalog)
 	for _, name := range sortedNames(cfg.File.Connections) {
 		spec := cfg.File.Connections[name]
-		var p harness.Provider = triggers.NewProvider(name, spec) // source and cron
+		var p connect.Provider = triggers.NewProvider(name, spec) // source and cron
 		if spec.MCP != nil {
 			opts := &mcp.Options{Logger: logger}
 			if usesOAuth(spec) {

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
@@ -41,7 +44,7 @@ func (agentModels) Turn(_ context.Context, req harness.ModelRequest, onDelta fun
 
 func setupAgents(t *testing.T) *bundle {
 	t.Helper()
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "add", InputSchema: json.RawMessage(`{"type":"object"}`)},
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "add", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		Fn: func(_ context.Context, a map[string]any) (any, error) {
 			return map[string]any{"sum": a["a"].(float64) + a["b"].(float64)}, nil
 		}})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -21,7 +23,7 @@ type allowlistDetail struct {
 
 type allowlistDescription struct {
 	Name        string                         `json:"name"`
-	Connections map[string][]harness.Operation `json:"connections"`
+	Connections map[string][]connect.Operation `json:"connections"`
 }
 
 func allowlistProblem(err error) error {

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -81,15 +84,15 @@ func loadSpec(t testing.TB) *openapi3.T {
 
 func setup(t testing.TB, opts ...func(*api.Options)) *bundle {
 	t.Helper()
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "add", InputSchema: json.RawMessage(`{"type":"object"}`)},
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "add", InputSchema: json.RawMessage(`{"type":"object"}`)},
 			Fn: func(_ context.Context, a map[string]any) (any, error) {
 				x, _ := a["a"].(float64)
 				y, _ := a["b"].(float64)
 				return map[string]any{"sum": x + y}, nil
 			}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "echo"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "guarded"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "guarded"}},
 	)
 	reg := harness.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -29,7 +31,7 @@ const (
 
 // operationSummary is an operation in a connection's detail.
 type operationSummary struct {
-	harness.Operation
+	connect.Operation
 	// InputSchemaBytes is the size of an input schema left out of the
 	// detail.
 	InputSchemaBytes int `json:"inputSchemaBytes,omitempty"`
@@ -40,7 +42,7 @@ type connectionDetail struct {
 	Operations []operationSummary `json:"operations"`
 	// Events are the event types the server offers (MCP events/list),
 	// which triggers and wait nodes may name.
-	Events []harness.EventType `json:"events,omitempty"`
+	Events []connect.EventType `json:"events,omitempty"`
 }
 
 // connectionFilter says which connections the request's key may see:
@@ -108,7 +110,7 @@ func (h *handlers) getConnection(c echo.Context) error {
 // summaries lists ops with their input schemas while each is at most
 // detailSchemaBytes and all together at most detailSchemasBytes, in
 // manifest order; the others give their size instead.
-func summaries(ops []harness.Operation) []operationSummary {
+func summaries(ops []connect.Operation) []operationSummary {
 	out := make([]operationSummary, len(ops))
 	total := 0
 	for i, op := range ops {

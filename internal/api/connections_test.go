@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
@@ -23,14 +26,14 @@ func bigSchema(n int) json.RawMessage {
 // and all.
 func TestConnectionDetailStaysSmall(t *testing.T) {
 	t.Parallel()
-	var ops []harness.MemoryOp
-	ops = append(ops, harness.MemoryOp{Operation: harness.Operation{Name: "huge/one", InputSchema: bigSchema(2 << 20)}})
+	var ops []connecttest.MemoryOp
+	ops = append(ops, connecttest.MemoryOp{Operation: connect.Operation{Name: "huge/one", InputSchema: bigSchema(2 << 20)}})
 	for i := range 40 {
-		ops = append(ops, harness.MemoryOp{Operation: harness.Operation{Name: fmt.Sprintf("mid/%d", i), InputSchema: bigSchema(60 << 10)}})
+		ops = append(ops, connecttest.MemoryOp{Operation: connect.Operation{Name: fmt.Sprintf("mid/%d", i), InputSchema: bigSchema(60 << 10)}})
 	}
-	ops = append(ops, harness.MemoryOp{Operation: harness.Operation{Name: "small", InputSchema: json.RawMessage(`{"type":"object"}`)}})
+	ops = append(ops, connecttest.MemoryOp{Operation: connect.Operation{Name: "small", InputSchema: json.RawMessage(`{"type":"object"}`)}})
 	reg := harness.NewRegistry(nil)
-	must(t, reg.Add("wide", harness.NewMemory(ops...)))
+	must(t, reg.Add("wide", connecttest.NewMemory(ops...)))
 	must(t, reg.Start(context.Background()))
 	b := setup(t, func(o *api.Options) { o.Registry = reg })
 
@@ -73,7 +76,7 @@ func TestConnectionDetailStaysSmall(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	must(t, err)
 	defer resp.Body.Close()
-	var op harness.Operation
+	var op connect.Operation
 	must(t, json.NewDecoder(resp.Body).Decode(&op))
 	if resp.StatusCode != 200 || op.Name != "huge/one" || len(op.InputSchema) != len(bigSchema(2<<20)) {
 		t.Fatalf("GET operation = %d, %s with %d bytes", resp.StatusCode, op.Name, len(op.InputSchema))

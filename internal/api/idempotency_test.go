@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/redis/go-redis/v9"
 
@@ -196,7 +199,7 @@ func TestConnectionStartingIs503(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *api.Options) {
 		// Added after Start, so it stays connecting.
-		must(t, o.Registry.Add("slow", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
+		must(t, o.Registry.Add("slow", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})))
 	})
 	doc := `{"version":1,"connections":{"slow":{}},"root":{"kind":"call","id":"a","connection":"slow","op":"echo"}}`
 	r := b.do(t, "POST", "/v1/executions", "application/json", `{"workflow":`+doc+`}`)
@@ -235,7 +238,7 @@ func refusingStore(t *testing.T) *store.Store {
 func downSetup(t *testing.T, st *store.Store) *bundle {
 	t.Helper()
 	reg := harness.NewRegistry(nil)
-	must(t, reg.Add("mem", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "add"}}, harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
+	must(t, reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "add"}}, connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})))
 	must(t, reg.Start(context.Background()))
 	als := harness.NewAllowlists(st)
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})

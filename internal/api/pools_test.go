@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/api"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -25,8 +27,8 @@ func TestPoolStatusConforms(t *testing.T) {
 		if _, err := pool.Acquire(ctx, "ex_1/app/suite/0", 0); err != nil {
 			t.Fatal(err)
 		}
-		prov, err := pools.NewProvider(pool, pools.ProviderOptions{Provision: func(context.Context, map[string]any) (harness.Conn, error) {
-			return harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "browser_navigate"}}), nil
+		prov, err := pools.NewProvider(pool, pools.ProviderOptions{Provision: func(context.Context, map[string]any) (connect.Conn, error) {
+			return connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "browser_navigate"}}), nil
 		}})
 		must(t, err)
 		must(t, o.Registry.Add("browsers", prov))
@@ -60,8 +62,8 @@ func TestPoolHoldersFollowOwnership(t *testing.T) {
 		pool, err = pools.New(storetest.New(t), "browsers", 4, nil)
 		must(t, err)
 		prov, err := pools.NewProvider(pool, pools.ProviderOptions{RefreshEvery: 20 * time.Millisecond,
-			Provision: func(context.Context, map[string]any) (harness.Conn, error) {
-				return harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "browser_navigate"}}), nil
+			Provision: func(context.Context, map[string]any) (connect.Conn, error) {
+				return connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "browser_navigate"}}), nil
 			}})
 		must(t, err)
 		must(t, o.Registry.Add("browsers", prov))

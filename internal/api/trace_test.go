@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -24,7 +27,7 @@ func tracedServer(t *testing.T) (url string, spans *tracetest.InMemoryExporter) 
 	t.Helper()
 	spans = tracetest.NewInMemoryExporter()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)).Tracer("test")
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("mem", mem))
 	must(t, reg.Start(context.Background()))

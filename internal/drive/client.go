@@ -11,8 +11,9 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // fileFields are the file properties every answer asks for and a tool
@@ -74,7 +75,7 @@ func (cl *call) send(ctx context.Context, r request) ([]byte, error) {
 		}
 		resp, err := cl.conn.client.Do(hreq)
 		if re, ok := credhttp.AsRedirect(err); ok {
-			return nil, &harness.CallError{Op: cl.op, Message: re.Error()}
+			return nil, &connect.CallError{Op: cl.op, Message: re.Error()}
 		}
 		if err != nil {
 			return nil, err
@@ -83,7 +84,7 @@ func (cl *call) send(ctx context.Context, r request) ([]byte, error) {
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusUnauthorized {
 			if cl.headers != nil {
-				return nil, fmt.Errorf("drive %s: %s: HTTP 401: %w", cl.conn.provider.name, cl.op, harness.ErrNeedsSignIn)
+				return nil, fmt.Errorf("drive %s: %s: HTTP 401: %w", cl.conn.provider.name, cl.op, connect.ErrNeedsSignIn)
 			}
 			if sa := cl.conn.provider.sa; sa != nil && attempt == 0 {
 				sa.invalidate()
@@ -91,10 +92,10 @@ func (cl *call) send(ctx context.Context, r request) ([]byte, error) {
 			}
 		}
 		if resp.StatusCode/100 != 2 {
-			return nil, &harness.CallError{Op: cl.op, Message: googleError(resp.StatusCode, data)}
+			return nil, &connect.CallError{Op: cl.op, Message: googleError(resp.StatusCode, data)}
 		}
 		if errors.Is(rerr, errTooLarge) {
-			return nil, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("the answer is larger than %d bytes, the most this connection reads", r.limit)}
+			return nil, &connect.CallError{Op: cl.op, Message: fmt.Sprintf("the answer is larger than %d bytes, the most this connection reads", r.limit)}
 		}
 		if rerr != nil {
 			return nil, rerr
@@ -130,7 +131,7 @@ func (cl *call) httpRequest(ctx context.Context, r request) (*http.Request, erro
 		hreq.Header.Set("Authorization", "Bearer "+tok)
 	default:
 		// Never sent without a credential: Drive would only refuse it.
-		return nil, fmt.Errorf("no credentials for this call (sign in with Google for a per-user connection): %w", harness.ErrNeedsSignIn)
+		return nil, fmt.Errorf("no credentials for this call (sign in with Google for a per-user connection): %w", connect.ErrNeedsSignIn)
 	}
 	return hreq, nil
 }
@@ -145,7 +146,7 @@ func (cl *call) sendJSON(ctx context.Context, r request, out any) error {
 		return err
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return &harness.CallError{Op: cl.op, Message: fmt.Sprintf("Drive answered with something other than the JSON expected: %v", err)}
+		return &connect.CallError{Op: cl.op, Message: fmt.Sprintf("Drive answered with something other than the JSON expected: %v", err)}
 	}
 	return nil
 }
@@ -190,7 +191,7 @@ func googleError(status int, data []byte) string {
 		if len(e.Error.Errors) > 0 && e.Error.Errors[0].Reason != "" {
 			reason = " " + e.Error.Errors[0].Reason
 		}
-		return fmt.Sprintf("HTTP %d%s: %s", status, reason, harness.Excerpt(e.Error.Message, errorExcerpt))
+		return fmt.Sprintf("HTTP %d%s: %s", status, reason, connect.Excerpt(e.Error.Message, errorExcerpt))
 	}
-	return fmt.Sprintf("HTTP %d: %s", status, harness.Excerpt(string(data), errorExcerpt))
+	return fmt.Sprintf("HTTP %d: %s", status, connect.Excerpt(string(data), errorExcerpt))
 }

@@ -9,10 +9,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/drive/drivetest"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // TestServiceAccountRefusalSaysWhy: a token endpoint that refuses the
@@ -50,7 +51,7 @@ func TestServiceAccountRefusalSaysWhy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.Call(context.Background(), harness.CallRequest{Op: "list_files", Args: map[string]any{}})
+			_, err = c.Call(context.Background(), connect.CallRequest{Op: "list_files", Args: map[string]any{}})
 			if err == nil || err.Error() != tt.want {
 				t.Fatalf("err = %v\nwant %s", err, tt.want)
 			}
@@ -101,7 +102,7 @@ func TestRedirectsKeepTheToken(t *testing.T) {
 		seen = nil
 		mu.Unlock()
 		opts := &drive.Options{}
-		req := harness.CallRequest{Op: "list_files", Args: map[string]any{}, Headers: map[string]string{"Authorization": "Bearer tok-alice"}}
+		req := connect.CallRequest{Op: "list_files", Args: map[string]any{}, Headers: map[string]string{"Authorization": "Bearer tok-alice"}}
 		if tt.sa {
 			opts = &drive.Options{ServiceAccount: &config.ServiceAccount{Key: "${secret:DRIVE_KEY}"}, Secrets: secrets}
 			req.Headers = nil
@@ -111,7 +112,7 @@ func TestRedirectsKeepTheToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = c.Call(context.Background(), req)
-		var ce *harness.CallError
+		var ce *connect.CallError
 		if tt.wantSeen == "" && (!errors.As(err, &ce) || !strings.Contains(ce.Message, "not followed")) {
 			t.Errorf("%s: err = %v, want the redirect refused", tt.name, err)
 		}

@@ -11,9 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // Google's endpoints and the defaults of the entry's optional settings.
@@ -99,7 +100,7 @@ func (noRedactor) Add(...string) {}
 // Connect checks the entry's URLs and declares the tools. It makes no
 // request: Drive has nothing to discover, and a per-user entry has no
 // credential before a call brings one.
-func (p *Provider) Connect(context.Context) (harness.Conn, error) {
+func (p *Provider) Connect(context.Context) (connect.Conn, error) {
 	api, err := baseURL(p.spec.APIBaseURL, DefaultAPIBaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("drive %s: apiBaseUrl: %w", p.name, err)
@@ -122,8 +123,8 @@ func (p *Provider) Connect(context.Context) (harness.Conn, error) {
 	}
 	c := &conn{
 		provider: p, api: api, upload: upload, root: root, client: credhttp.Client(p.opts.HTTPClient, mode),
-		manifest: harness.Manifest{Operations: operations()},
-		identity: harness.Identity{Surface: "drive", Instance: api.String() + "#" + root, Epoch: 1},
+		manifest: connect.Manifest{Operations: operations()},
+		identity: connect.Identity{Surface: "drive", Instance: api.String() + "#" + root, Epoch: 1},
 		info: map[string]any{
 			"apiBaseUrl": api.String(), "uploadBaseUrl": upload.String(), "rootFolderId": root, "auth": auth,
 		},
@@ -164,13 +165,13 @@ type conn struct {
 	// client sends the calls, following redirects as the entry says.
 	client   *http.Client
 	root     string
-	manifest harness.Manifest
-	identity harness.Identity
+	manifest connect.Manifest
+	identity connect.Identity
 	info     map[string]any
 }
 
-func (c *conn) Manifest() harness.Manifest { return c.manifest }
-func (c *conn) Identity() harness.Identity { return c.identity }
+func (c *conn) Manifest() connect.Manifest { return c.manifest }
+func (c *conn) Identity() connect.Identity { return c.identity }
 func (c *conn) Info() map[string]any       { return maps.Clone(c.info) }
 func (c *conn) Close() error               { return nil }
 
@@ -178,10 +179,10 @@ func (c *conn) Close() error               { return nil }
 // schema. Drive's own refusals (a missing file, an ambiguous path, a 403)
 // are *harness.CallError; a transport failure or a missing credential is
 // a plain error.
-func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+func (c *conn) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	t, ok := toolByName[req.Op]
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", harness.ErrUnknownOperation, req.Op)
+		return nil, fmt.Errorf("%w: %s", connect.ErrUnknownOperation, req.Op)
 	}
 	p := c.provider
 	ctx, cancel := context.WithTimeout(ctx, p.timeout())
@@ -189,8 +190,8 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	cl := &call{conn: c, op: req.Op, headers: req.Headers}
 	out, err := t.run(ctx, cl, args(req.Args))
 	if err != nil {
-		var ce *harness.CallError
-		if errors.As(err, &ce) || errors.Is(err, harness.ErrNeedsSignIn) {
+		var ce *connect.CallError
+		if errors.As(err, &ce) || errors.Is(err, connect.ErrNeedsSignIn) {
 			return nil, err
 		}
 		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {

@@ -10,12 +10,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/drive/drivetest"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 const (
@@ -26,7 +27,7 @@ const (
 
 type bundle struct {
 	fake *drivetest.Drive
-	conn harness.Conn
+	conn connect.Conn
 }
 
 // setup is a fake Drive with alice's and bob's tokens and a connected
@@ -45,7 +46,7 @@ func setup(t *testing.T, spec config.Drive) *bundle {
 // as calls op with user's token, as the harness does after gate 6.
 func (b *bundle) as(t *testing.T, user, op string, args map[string]any) (map[string]any, error) {
 	t.Helper()
-	out, err := b.conn.Call(context.Background(), harness.CallRequest{
+	out, err := b.conn.Call(context.Background(), connect.CallRequest{
 		Op: op, Args: args, Principal: user, Headers: map[string]string{"Authorization": "Bearer tok-" + user},
 	})
 	if err != nil {
@@ -69,7 +70,7 @@ func (b *bundle) must(t *testing.T, user, op string, args map[string]any) map[st
 
 func callError(t *testing.T, err error, contains string) {
 	t.Helper()
-	var ce *harness.CallError
+	var ce *connect.CallError
 	if !errors.As(err, &ce) || !strings.Contains(ce.Message, contains) {
 		t.Fatalf("err = %v, want a CallError containing %q", err, contains)
 	}
@@ -107,7 +108,7 @@ func TestManifest(t *testing.T) {
 	if strings.Join(names, " ") != want {
 		t.Fatalf("operations = %v", names)
 	}
-	ids := harness.ToolIDs("gdrive", names)
+	ids := connect.ToolIDs("gdrive", names)
 	if ids["read_file"] != "gdrive_read_file" || ids["delete_file"] != "gdrive_delete_file" {
 		t.Fatalf("tool ids = %v", ids)
 	}
@@ -439,16 +440,16 @@ func TestPerUser(t *testing.T) {
 	}
 
 	before := len(b.fake.Requests())
-	_, err := b.conn.Call(context.Background(), harness.CallRequest{Op: "list_files", Args: map[string]any{}})
-	if !errors.Is(err, harness.ErrNeedsSignIn) {
+	_, err := b.conn.Call(context.Background(), connect.CallRequest{Op: "list_files", Args: map[string]any{}})
+	if !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Fatalf("a call without credentials: %v", err)
 	}
 	if len(b.fake.Requests()) != before {
 		t.Fatal("a call without credentials was sent")
 	}
-	_, err = b.conn.Call(context.Background(), harness.CallRequest{Op: "list_files", Args: map[string]any{},
+	_, err = b.conn.Call(context.Background(), connect.CallRequest{Op: "list_files", Args: map[string]any{},
 		Headers: map[string]string{"Authorization": "Bearer revoked"}})
-	if !errors.Is(err, harness.ErrNeedsSignIn) {
+	if !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Fatalf("a refused token: %v", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // file is a Drive file resource with the fields this provider asks for.
@@ -86,7 +86,7 @@ func (cl *call) children(ctx context.Context, parent, name string, folders bool)
 			return out, nil
 		}
 	}
-	return nil, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("looking up %q: Drive kept paging past %d pages", name, maxChildPages)}
+	return nil, &connect.CallError{Op: cl.op, Message: fmt.Sprintf("looking up %q: Drive kept paging past %d pages", name, maxChildPages)}
 }
 
 // list runs one files.list.
@@ -123,7 +123,7 @@ func (cl *call) one(matches []file, name, where string) (file, bool, error) {
 	for i, f := range matches {
 		ids[i] = f.ID
 	}
-	return file{}, false, &harness.CallError{Op: cl.op, Message: fmt.Sprintf(
+	return file{}, false, &connect.CallError{Op: cl.op, Message: fmt.Sprintf(
 		"%d items named %q in %s (ids %s): the path is ambiguous, so nothing was picked; use a fileId",
 		len(matches), name, where, strings.Join(ids, ", "))}
 }
@@ -133,7 +133,7 @@ func (cl *call) one(matches []file, name, where string) (file, bool, error) {
 func (cl *call) resolve(ctx context.Context, path string) (file, bool, error) {
 	names, err := splitPath(path)
 	if err != nil {
-		return file{}, false, &harness.CallError{Op: cl.op, Message: err.Error()}
+		return file{}, false, &connect.CallError{Op: cl.op, Message: err.Error()}
 	}
 	parent, where := cl.conn.root, "the root folder"
 	for i, name := range names {
@@ -162,7 +162,7 @@ func (cl *call) folderAt(ctx context.Context, path string, create bool) (string,
 	}
 	names, err := splitPath(path)
 	if err != nil {
-		return "", &harness.CallError{Op: cl.op, Message: err.Error()}
+		return "", &connect.CallError{Op: cl.op, Message: err.Error()}
 	}
 	parent, where := cl.conn.root, "the root folder"
 	for i, name := range names {
@@ -176,7 +176,7 @@ func (cl *call) folderAt(ctx context.Context, path string, create bool) (string,
 		}
 		if !ok {
 			if !create {
-				return "", &harness.CallError{Op: cl.op, Message: fmt.Sprintf("no folder %q in %s", name, where)}
+				return "", &connect.CallError{Op: cl.op, Message: fmt.Sprintf("no folder %q in %s", name, where)}
 			}
 			if f, err = cl.createFolder(ctx, name, parent); err != nil {
 				return "", err

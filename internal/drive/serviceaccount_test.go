@@ -9,10 +9,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/drive/drivetest"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // memSecrets is a secret store of one map.
@@ -84,7 +85,7 @@ func setupSA(t *testing.T, sa config.ServiceAccount) *saBundle {
 
 func (b *saBundle) call(t *testing.T, op string, args map[string]any) (any, error) {
 	t.Helper()
-	return b.conn.Call(context.Background(), harness.CallRequest{Op: op, Args: args})
+	return b.conn.Call(context.Background(), connect.CallRequest{Op: op, Args: args})
 }
 
 // TestServiceAccount: calls without per-call credentials act as the

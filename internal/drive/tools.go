@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // tool is one operation: what the manifest declares and what runs it.
@@ -122,17 +122,17 @@ var toolByName = func() map[string]tool {
 
 // operations is the manifest: every tool with its schema and hints.
 // Every hint is declared (true or false) so a policy can rely on it.
-func operations() []harness.Operation {
-	ops := make([]harness.Operation, len(tools))
+func operations() []connect.Operation {
+	ops := make([]connect.Operation, len(tools))
 	for i, t := range tools {
 		var schema json.RawMessage
 		if err := json.Unmarshal([]byte(t.schema), &schema); err != nil {
 			panic(fmt.Sprintf("drive: schema of %s: %v", t.name, err))
 		}
 		ro, de, id, ow := t.readOnly, t.destructive, t.idempotent, true
-		ops[i] = harness.Operation{
+		ops[i] = connect.Operation{
 			Name: t.name, Description: t.description, InputSchema: compact(schema),
-			Annotations: harness.Annotations{ReadOnlyHint: &ro, DestructiveHint: &de, IdempotentHint: &id, OpenWorldHint: &ow},
+			Annotations: connect.Annotations{ReadOnlyHint: &ro, DestructiveHint: &de, IdempotentHint: &id, OpenWorldHint: &ow},
 		}
 	}
 	return ops
@@ -227,7 +227,7 @@ func (cl *call) target(ctx context.Context, a args) (file, error) {
 		return file{}, err
 	}
 	if !found {
-		return file{}, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("no file at path %q", path)}
+		return file{}, &connect.CallError{Op: cl.op, Message: fmt.Sprintf("no file at path %q", path)}
 	}
 	return f, nil
 }
@@ -255,15 +255,15 @@ func readFile(ctx context.Context, cl *call, a args) (any, error) {
 	out := map[string]any{"file": f}
 	switch export, ok := exportAs[f.MimeType]; {
 	case f.isFolder():
-		return nil, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("%q is a folder: list it with list_files and folderId %s", f.Name, f.ID)}
+		return nil, &connect.CallError{Op: cl.op, Message: fmt.Sprintf("%q is a folder: list it with list_files and folderId %s", f.Name, f.ID)}
 	case ok:
 		r = request{method: "GET", url: cl.apiURL(cl.conn.api, url.Values{"mimeType": {export}}, "files", f.ID, "export")}
 		out["exportedAs"] = export
 	case strings.HasPrefix(f.MimeType, "application/vnd.google-apps."):
-		return nil, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("%q is a %s, which has no text form to read", f.Name, f.MimeType)}
+		return nil, &connect.CallError{Op: cl.op, Message: fmt.Sprintf("%q is a %s, which has no text form to read", f.Name, f.MimeType)}
 	default:
 		if size, ok := parseSize(f.Size); ok && size > limit {
-			return nil, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("%q is %d bytes, more than the %d this connection reads", f.Name, size, limit)}
+			return nil, &connect.CallError{Op: cl.op, Message: fmt.Sprintf("%q is %d bytes, more than the %d this connection reads", f.Name, size, limit)}
 		}
 		r = request{method: "GET", url: cl.apiURL(cl.conn.api, url.Values{"alt": {"media"}}, "files", f.ID)}
 	}
@@ -291,7 +291,7 @@ func parseSize(s string) (int64, bool) {
 func (cl *call) content(a args) ([]byte, string, error) {
 	body := []byte(a.str("content"))
 	if limit := cl.conn.provider.maxFileBytes(); int64(len(body)) > limit {
-		return nil, "", &harness.CallError{Op: cl.op, Message: fmt.Sprintf("content is %d bytes, more than the %d this connection writes", len(body), limit)}
+		return nil, "", &connect.CallError{Op: cl.op, Message: fmt.Sprintf("content is %d bytes, more than the %d this connection writes", len(body), limit)}
 	}
 	mt := a.str("mimeType")
 	if mt == "" {
@@ -378,7 +378,7 @@ func saveFile(ctx context.Context, cl *call, a args) (any, error) {
 	path := a.str("path")
 	names, err := splitPath(path)
 	if err != nil {
-		return nil, &harness.CallError{Op: cl.op, Message: err.Error()}
+		return nil, &connect.CallError{Op: cl.op, Message: err.Error()}
 	}
 	dir, name := strings.Join(names[:len(names)-1], "/"), names[len(names)-1]
 	parent, err := cl.folderAt(ctx, dir, true)
@@ -396,7 +396,7 @@ func saveFile(ctx context.Context, cl *call, a args) (any, error) {
 	var f file
 	switch {
 	case found && existing.isFolder():
-		return nil, &harness.CallError{Op: cl.op, Message: fmt.Sprintf("%q is a folder; a file cannot replace it", path)}
+		return nil, &connect.CallError{Op: cl.op, Message: fmt.Sprintf("%q is a folder; a file cannot replace it", path)}
 	case found:
 		f, err = cl.updateContent(ctx, existing.ID, body, mt)
 	default:

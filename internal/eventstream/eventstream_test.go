@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -128,8 +131,8 @@ var testFormat = eventstream.Format{
 func setup(t *testing.T, st *store.Store, o *eventstream.Options) bundle {
 	t.Helper()
 	gate := make(chan struct{})
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "hold"}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "hold"}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
 			select {
 			case <-gate:
 				return a, nil
@@ -137,7 +140,7 @@ func setup(t *testing.T, st *store.Store, o *eventstream.Options) bundle {
 				return nil, ctx.Err()
 			}
 		}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "echo"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
 	)
 	reg := harness.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -493,14 +495,14 @@ func (a *Allowlists) History(ctx context.Context, name string) ([]Change, error)
 
 // Describe lists what a planner may use under al: each granted connection's
 // granted operations with their argument schemas.
-func Describe(reg *Registry, al *Allowlist) map[string][]Operation {
-	out := map[string][]Operation{}
+func Describe(reg *Registry, al *Allowlist) map[string][]connect.Operation {
+	out := map[string][]connect.Operation{}
 	for _, conn := range sortedKeys(al.Connections) {
 		c, err := reg.Get(conn)
 		if err != nil {
 			continue
 		}
-		ops := []Operation{}
+		ops := []connect.Operation{}
 		for _, op := range c.Manifest().Operations {
 			if al.allows(conn, op.Name) {
 				ops = append(ops, op)

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -20,17 +23,17 @@ type fakeAttacher struct {
 	closed  int
 }
 
-func (f *fakeAttacher) Attach(_ context.Context, spec harness.AttachSpec, secrets map[string]string) (harness.Conn, error) {
+func (f *fakeAttacher) Attach(_ context.Context, spec harness.AttachSpec, secrets map[string]string) (connect.Conn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.specs, f.secrets = append(f.specs, spec), append(f.secrets, secrets)
-	return &closeCounter{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "issues.list"}, Fn: func(context.Context, map[string]any) (any, error) {
+	return &closeCounter{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "issues.list"}, Fn: func(context.Context, map[string]any) (any, error) {
 		return map[string]any{"issues": []any{"PB-1"}}, nil
 	}}), f: f}, nil
 }
 
 type closeCounter struct {
-	*harness.Memory
+	*connecttest.Memory
 	f *fakeAttacher
 }
 

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -73,7 +76,7 @@ func TestDecideNeedsASecondPerson(t *testing.T) {
 func TestPolicyApprovers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "deploy"}})
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "deploy"}})
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("prod", mem))
 	must(t, reg.SetPolicy("prod", harness.Policy{Approve: []string{"deploy"}, Approvers: []string{"sam", "role:oncall"}}))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
@@ -43,13 +45,13 @@ func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
 // ledger key, a guarded call asks for approval and the pending entry is
 // written before the call leaves; without one (a verify's read) a guarded
 // call is refused, since a check cannot wait for a person.
-func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Identity, error) {
+func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, connect.Identity, error) {
 	r.mu.Lock()
 	sc := r.scope(f)
 	v, err := object(n.Args).eval(sc)
 	r.mu.Unlock()
 	if err != nil {
-		return nil, Identity{}, err
+		return nil, connect.Identity{}, err
 	}
 	args := v.(map[string]any)
 	name := n.Connection
@@ -58,7 +60,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	}
 	conn, err := r.connFor(ctx, f, n.ID, name)
 	if err != nil {
-		return nil, Identity{}, err
+		return nil, connect.Identity{}, err
 	}
 	r.mu.Lock()
 	reset := r.resets[name]
@@ -67,32 +69,32 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	if reset {
 		r.e.logger.InfoContext(ctx, "resetting a costly connection before running live", "execution", r.rec.ID, "connection", name)
 		if err := conn.Reset(ctx); err != nil {
-			return nil, Identity{}, err
+			return nil, connect.Identity{}, err
 		}
 	}
 	if conn.Access().ActsAsUser() && forNoOne(r.rec.Principal) {
 		// Hidden, not unavailable: there is no user for it to act as.
-		return nil, Identity{}, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name()))
+		return nil, connect.Identity{}, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name()))
 	}
-	if st := conn.State(); st != StateReady {
-		return nil, Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
+	if st := conn.State(); st != connect.StateReady {
+		return nil, connect.Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, connect.ErrUnavailable)
 	}
 	marks := profileOp(n, conn)
 	verdict, args, err := r.e.gates(ctx, conn, n.Op, marks != nil && marks.Guarded, args, r.rec.ID)
 	traceGates(ctx, verdict, err)
 	if err != nil {
-		return nil, Identity{}, err
+		return nil, connect.Identity{}, err
 	}
 	if err := checkProfileArgs(n, args); err != nil {
-		return nil, Identity{}, err
+		return nil, connect.Identity{}, err
 	}
 	approval := ""
 	if verdict == needsApproval {
 		if key == nil {
-			return nil, Identity{}, fault.Deny(fault.GateApprover, "a verify read cannot wait for approval; the policy guards "+n.Op)
+			return nil, connect.Identity{}, fault.Deny(fault.GateApprover, "a verify read cannot wait for approval; the policy guards "+n.Op)
 		}
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
-			return nil, Identity{}, err
+			return nil, connect.Identity{}, err
 		}
 		approval = approvalID(r.rec.ID, *key)
 	} else if key != nil && r.askedApproval(*key) {
@@ -100,13 +102,13 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 		// the call sent now is the approved one, and only it (sent bare
 		// it would only be refused again).
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
-			return nil, Identity{}, err
+			return nil, connect.Identity{}, err
 		}
 		approval = approvalID(r.rec.ID, *key)
 	}
 	filled, err := r.e.fillSecrets(ctx, args)
 	if err != nil {
-		return nil, Identity{}, err
+		return nil, connect.Identity{}, err
 	}
 	id := conn.Identity()
 	idemKey := ""
@@ -132,7 +134,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 			return r.answered(ctx, n, conn, id, out, err)
 		}
 	}
-	req := CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Approval: approval}
+	req := connect.CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Approval: approval}
 	if key != nil {
 		req.Task = r.taskWatch(ctx, n, *key, true)
 	}
@@ -150,7 +152,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, Id
 	}
 	if once != "" && recordable(err) {
 		o := onceOutcome{Output: out, Op: n.Op}
-		if ce := (*CallError)(nil); errors.As(err, &ce) {
+		if ce := (*connect.CallError)(nil); errors.As(err, &ce) {
 			o.Error = ce.Message
 		}
 		if rerr := r.e.onceRecord(ctx, once, o); rerr != nil {
@@ -172,12 +174,12 @@ func (r *run) askedApproval(key string) bool {
 // guardedRefusal reports whether err is a server refusing the call's
 // target as guarded.
 func guardedRefusal(err error) bool {
-	var ce *CallError
-	return errors.As(err, &ce) && ce.Code == CodeGuarded
+	var ce *connect.CallError
+	return errors.As(err, &ce) && ce.Code == connect.CodeGuarded
 }
 
 // answered checks and presents a call's answer.
-func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id Identity, out any, err error) (any, Identity, error) {
+func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id connect.Identity, out any, err error) (any, connect.Identity, error) {
 	if err != nil {
 		return nil, id, err
 	}
@@ -190,21 +192,21 @@ func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id Identi
 
 // deliver sends req with the principal's credentials (gate 6's last
 // part), replacing them once when the server rejects them.
-func (r *run) deliver(ctx context.Context, conn *Connection, req CallRequest) (any, error) {
+func (r *run) deliver(ctx context.Context, conn *Connection, req connect.CallRequest) (any, error) {
 	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
 	if err != nil {
 		return nil, err
 	}
 	req.Headers = headers
 	out, err := conn.Call(ctx, req)
-	if errors.Is(err, ErrNeedsSignIn) && headers != nil {
+	if errors.Is(err, connect.ErrNeedsSignIn) && headers != nil {
 		// The server rejected the principal's credentials before acting
 		// (a token revoked before its expiry): replaced once, sent again.
 		if fresh, ok := r.e.refreshHeaders(ctx, conn.Name(), r.rec.Principal, headers); ok {
 			req.Headers = fresh
 			out, err = conn.Call(ctx, req)
 		}
-		if errors.Is(err, ErrNeedsSignIn) && conn.Access().SignIn == SignInShared {
+		if errors.Is(err, connect.ErrNeedsSignIn) && conn.Access().SignIn == SignInShared {
 			// The shared token is refused even fresh: everyone's sign-in
 			// is gone, so the connection says so until someone signs in.
 			conn.needSignIn(r.e.redactor.String(err.Error()))
@@ -262,7 +264,7 @@ func (r *run) attach(ctx context.Context, spec AttachSpec) (*Connection, error) 
 	if err != nil {
 		return nil, fmt.Errorf("attach %s: %s", spec.Name, r.e.redactor.String(err.Error()))
 	}
-	c = &Connection{name: spec.Name, conn: conn, manifest: conn.Manifest(), state: StateReady, since: time.Now()}
+	c = &Connection{name: spec.Name, conn: conn, manifest: conn.Manifest(), state: connect.StateReady, since: time.Now()}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if prev, ok := r.attached[spec.Name]; ok { // attached meanwhile by a parallel path

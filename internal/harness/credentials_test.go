@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -29,20 +32,20 @@ func (f *fakeCredentials) Headers(_ context.Context, connection, principal strin
 	f.asked = append(f.asked, connection+"/"+principal)
 	tok, ok := f.tokens[principal]
 	if !ok {
-		return nil, false, fmt.Errorf("%s has not signed in to %s: %w", principal, connection, harness.ErrNeedsSignIn)
+		return nil, false, fmt.Errorf("%s has not signed in to %s: %w", principal, connection, connect.ErrNeedsSignIn)
 	}
 	return map[string]string{"Authorization": "Bearer " + tok}, true, nil
 }
 
 type credBundle struct {
 	execs *harness.Executions
-	mem   *harness.Memory
+	mem   *connecttest.Memory
 	reg   *harness.Registry
 }
 
-func setupCredentials(t *testing.T, st *store.Store, access harness.Access, creds harness.Credentials) credBundle {
+func setupCredentials(t *testing.T, st *store.Store, access harness.Access, creds connect.Credentials) credBundle {
 	t.Helper()
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "whoami"}})
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "whoami"}})
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
 	must(t, reg.SetAccess("svc", access))
@@ -124,14 +127,14 @@ func TestActsAsUserNeedsAPrincipal(t *testing.T) {
 type needsSignIn struct {
 	mu       sync.Mutex
 	signedIn bool
-	mem      *harness.Memory
+	mem      *connecttest.Memory
 }
 
-func (n *needsSignIn) Connect(ctx context.Context) (harness.Conn, error) {
+func (n *needsSignIn) Connect(ctx context.Context) (connect.Conn, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.signedIn {
-		return nil, fmt.Errorf("server answered 401: %w", harness.ErrNeedsSignIn)
+		return nil, fmt.Errorf("server answered 401: %w", connect.ErrNeedsSignIn)
 	}
 	return n.mem.Connect(ctx)
 }
@@ -141,17 +144,17 @@ func (n *needsSignIn) Connect(ctx context.Context) (harness.Conn, error) {
 // reconnect backoff.
 func TestNeedsSignInThenKick(t *testing.T) {
 	t.Parallel()
-	p := &needsSignIn{mem: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "x"}})}
+	p := &needsSignIn{mem: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "x"}})}
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("remote", p))
 	must(t, reg.SetAccess("remote", harness.Access{SignIn: harness.SignInShared}))
 	t.Cleanup(func() { _ = reg.Close() })
-	if err := reg.Start(context.Background()); !errors.Is(err, harness.ErrNeedsSignIn) {
+	if err := reg.Start(context.Background()); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Fatalf("Start = %v", err)
 	}
 	c, err := reg.Get("remote")
 	must(t, err)
-	if st := c.Status(); st.State != harness.StateNeedsSignIn || st.SignIn != harness.SignInShared {
+	if st := c.Status(); st.State != connect.StateNeedsSignIn || st.SignIn != harness.SignInShared {
 		t.Fatalf("status %+v, want needs_sign_in (shared)", st)
 	}
 	// Let the backoff grow past anything the test would wait for.
@@ -161,7 +164,7 @@ func TestNeedsSignInThenKick(t *testing.T) {
 	p.mu.Unlock()
 	must(t, reg.Kick("remote"))
 	deadline := time.Now().Add(time.Second)
-	for c.Status().State != harness.StateReady {
+	for c.Status().State != connect.StateReady {
 		if time.Now().After(deadline) {
 			t.Fatalf("not ready 1s after the kick: %+v", c.Status())
 		}
@@ -186,9 +189,9 @@ func TestRefusedSharedSignInNeedsSignIn(t *testing.T) {
 			c, err := b.reg.Get("svc")
 			must(t, err)
 			s := c.Status()
-			want := harness.StateReady
+			want := connect.StateReady
 			if kind == harness.SignInShared {
-				want = harness.StateNeedsSignIn
+				want = connect.StateNeedsSignIn
 			}
 			if s.State != want || s.SignInURL != "/oauth/svc/start" {
 				t.Fatalf("%s: status %+v, want %s with the sign-in link", kind, s, want)
@@ -212,12 +215,12 @@ func (r *rotating) Refresh(_ context.Context, _, principal string, rejected map[
 }
 
 // strict accepts only tok-2 (the server revoked tok-1 early).
-type strict struct{ *harness.Memory }
+type strict struct{ *connecttest.Memory }
 
-func (s strict) Connect(context.Context) (harness.Conn, error) { return s, nil }
-func (s strict) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+func (s strict) Connect(context.Context) (connect.Conn, error) { return s, nil }
+func (s strict) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	if req.Headers["Authorization"] != "Bearer tok-2-0123456789" {
-		return nil, fmt.Errorf("server answered 401: %w", harness.ErrNeedsSignIn)
+		return nil, fmt.Errorf("server answered 401: %w", connect.ErrNeedsSignIn)
 	}
 	return s.Memory.Call(ctx, req)
 }
@@ -229,7 +232,7 @@ func TestRejectedCredentialsReplacedOnce(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
 	creds := &rotating{fakeCredentials: fakeCredentials{tokens: map[string]string{"alice": "tok-1-0123456789"}}}
-	mem := strict{harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "whoami"}})}
+	mem := strict{connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "whoami"}})}
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
 	must(t, reg.SetAccess("svc", harness.Access{SignIn: harness.SignInPerUser}))
@@ -248,25 +251,25 @@ func TestRejectedCredentialsReplacedOnce(t *testing.T) {
 // cannot be connected to again until someone signs in (the shared token
 // was dropped).
 type refusing struct {
-	*harness.Memory
+	*connecttest.Memory
 	mu      sync.Mutex
 	refused bool
 }
 
-func (r *refusing) Connect(context.Context) (harness.Conn, error) {
+func (r *refusing) Connect(context.Context) (connect.Conn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.refused {
-		return nil, fmt.Errorf("no shared sign-in: %w", harness.ErrNeedsSignIn)
+		return nil, fmt.Errorf("no shared sign-in: %w", connect.ErrNeedsSignIn)
 	}
 	return r, nil
 }
 
-func (r *refusing) Call(context.Context, harness.CallRequest) (any, error) {
+func (r *refusing) Call(context.Context, connect.CallRequest) (any, error) {
 	r.mu.Lock()
 	r.refused = true
 	r.mu.Unlock()
-	return nil, fmt.Errorf("server answered 401: %w", harness.ErrNeedsSignIn)
+	return nil, fmt.Errorf("server answered 401: %w", connect.ErrNeedsSignIn)
 }
 
 // A call the server refuses for its credentials, even after the harness
@@ -279,7 +282,7 @@ func TestRefusedCallNeedsSignIn(t *testing.T) {
 			t.Parallel()
 			st := storetest.New(t)
 			creds := &fakeCredentials{tokens: map[string]string{"alice": "tok-alice-0123456789"}}
-			srv := &refusing{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "whoami"}})}
+			srv := &refusing{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "whoami"}})}
 			reg := harness.NewRegistry(nil)
 			must(t, reg.Add("svc", srv))
 			must(t, reg.SetAccess("svc", harness.Access{SignIn: kind}))
@@ -290,14 +293,14 @@ func TestRefusedCallNeedsSignIn(t *testing.T) {
 			must(t, err)
 			ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
 			must(t, err)
-			if ex.Status != harness.ExecFailed || !strings.Contains(ex.Error.Message, harness.ErrNeedsSignIn.Error()) {
+			if ex.Status != harness.ExecFailed || !strings.Contains(ex.Error.Message, connect.ErrNeedsSignIn.Error()) {
 				t.Fatalf("execution %s %+v, want failed for a sign-in", ex.Status, ex.Error)
 			}
 			c, err := reg.Get("svc")
 			must(t, err)
-			want := harness.StateReady
+			want := connect.StateReady
 			if kind == harness.SignInShared {
-				want = harness.StateNeedsSignIn
+				want = connect.StateNeedsSignIn
 			}
 			if s := c.Status(); s.State != want {
 				t.Fatalf("status %+v, want %s", s, want)

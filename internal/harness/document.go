@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
@@ -359,7 +361,7 @@ func (p *parser) target(n *Node, obj map[string]any, path string) {
 		p.fail(path+"/op", fault.CodeValidationFailed, "is required and must be an operation name")
 		return
 	}
-	if st := conn.State(); st != StateReady {
+	if st := conn.State(); st != connect.StateReady {
 		p.fail(path+"/op", notReadyCode(st), "connection %q is %s, so operation %q cannot be checked", n.Connection, st, n.Op)
 		return
 	}

@@ -10,23 +10,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // testRegistry has a ready "mem" connection with add and echo, and a
 // "down" connection that failed to start, and a "starting" one not yet
 // connected.
-func testRegistry(t testing.TB) (*Registry, *Memory) {
+func testRegistry(t testing.TB) (*Registry, *connecttest.Memory) {
 	t.Helper()
-	mem := NewMemory(
-		MemoryOp{Operation: Operation{Name: "add"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "add"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 			x, _ := a["a"].(float64)
 			y, _ := a["b"].(float64)
 			return map[string]any{"sum": x + y}, nil
 		}},
-		MemoryOp{Operation: Operation{Name: "echo"}},
-		MemoryOp{Operation: Operation{Name: "fail"}, Fn: func(context.Context, map[string]any) (any, error) {
-			return nil, &CallError{Op: "fail", Message: "always fails"}
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "fail"}, Fn: func(context.Context, map[string]any) (any, error) {
+			return nil, &connect.CallError{Op: "fail", Message: "always fails"}
 		}},
 	)
 	reg := NewRegistry(nil)
@@ -34,7 +37,7 @@ func testRegistry(t testing.TB) (*Registry, *Memory) {
 	must(t, reg.Add("down", failing{connectErr: errors.New("refused")}))
 	_ = reg.Start(context.Background())
 	// Added after Start, so it stays connecting.
-	must(t, reg.Add("starting", NewMemory()))
+	must(t, reg.Add("starting", connecttest.NewMemory()))
 	return reg, mem
 }
 

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -18,24 +21,24 @@ import (
 // instance (a new identity), and Replace drops the current one, as a crashed
 // server process would.
 type replaceable struct {
-	ops  []harness.MemoryOp
+	ops  []connecttest.MemoryOp
 	mu   sync.Mutex
 	cur  *lossy
 	made atomic.Int32
 }
 
 type lossy struct {
-	*harness.Memory
+	*connecttest.Memory
 	done chan struct{}
 }
 
 func (l *lossy) Done() <-chan struct{} { return l.done }
 func (l *lossy) Err() error            { return errors.New("server replaced") }
 
-func (p *replaceable) Connect(context.Context) (harness.Conn, error) {
+func (p *replaceable) Connect(context.Context) (connect.Conn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cur = &lossy{Memory: harness.NewMemory(p.ops...), done: make(chan struct{})}
+	p.cur = &lossy{Memory: connecttest.NewMemory(p.ops...), done: make(chan struct{})}
 	p.made.Add(1)
 	return p.cur, nil
 }
@@ -48,7 +51,7 @@ func (p *replaceable) Replace(t *testing.T, c *harness.Connection) {
 	close(p.cur.done)
 	p.mu.Unlock()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if id := c.Identity().Instance; id != "" && id != before && c.Status().State == harness.StateReady {
+		if id := c.Identity().Instance; id != "" && id != before && c.Status().State == connect.StateReady {
 			return
 		}
 	}
@@ -76,13 +79,13 @@ func TestResumeAfterIdentityChange(t *testing.T) {
 			var marks atomic.Int64
 			var broken atomic.Bool
 			broken.Store(true)
-			prov := &replaceable{ops: []harness.MemoryOp{
-				{Operation: harness.Operation{Name: "mark"}, Fn: func(context.Context, map[string]any) (any, error) {
+			prov := &replaceable{ops: []connecttest.MemoryOp{
+				{Operation: connect.Operation{Name: "mark"}, Fn: func(context.Context, map[string]any) (any, error) {
 					return map[string]any{"n": marks.Add(1)}, nil
 				}},
-				{Operation: harness.Operation{Name: "flaky"}, Fn: func(context.Context, map[string]any) (any, error) {
+				{Operation: connect.Operation{Name: "flaky"}, Fn: func(context.Context, map[string]any) (any, error) {
 					if broken.Load() {
-						return nil, &harness.CallError{Op: "flaky", Message: "not yet"}
+						return nil, &connect.CallError{Op: "flaky", Message: "not yet"}
 					}
 					return "ok", nil
 				}},
@@ -145,7 +148,7 @@ func runDocAs(t *testing.T, execs *harness.Executions, doc, allowlist string) *h
 func TestCancelStopsTheExpressionInFlight(t *testing.T) {
 	t.Parallel()
 	var called atomic.Bool
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}, Fn: func(context.Context, map[string]any) (any, error) {
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}, Fn: func(context.Context, map[string]any) (any, error) {
 		called.Store(true)
 		return nil, nil
 	}})
@@ -214,7 +217,7 @@ func TestCancelStopsTheCallInFlight(t *testing.T) {
 	t.Parallel()
 	started := make(chan struct{}, 1)
 	var sawCancel atomic.Bool
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "hang"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "hang"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
 		started <- struct{}{}
 		<-ctx.Done()
 		sawCancel.Store(true)

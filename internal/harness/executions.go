@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -88,15 +90,15 @@ const (
 // the idempotency key it sent and the identity of the connection it used.
 // A resumed run replays done entries instead of calling again.
 type StepRecord struct {
-	Key            string    `json:"key"`
-	ID             string    `json:"id"`
-	Kind           string    `json:"kind"`
-	Connection     string    `json:"connection,omitempty"`
-	Op             string    `json:"op,omitempty"`
-	Status         string    `json:"status"` // pending, waiting, done, failed
-	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
-	Identity       *Identity `json:"identity,omitempty"`
-	ApprovalID     string    `json:"approval,omitempty"`
+	Key            string            `json:"key"`
+	ID             string            `json:"id"`
+	Kind           string            `json:"kind"`
+	Connection     string            `json:"connection,omitempty"`
+	Op             string            `json:"op,omitempty"`
+	Status         string            `json:"status"` // pending, waiting, done, failed
+	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	Identity       *connect.Identity `json:"identity,omitempty"`
+	ApprovalID     string            `json:"approval,omitempty"`
 	// Task is the id of the task the server runs a pending call as: a
 	// resumed run waits on it instead of calling again.
 	Task string `json:"task,omitempty"`
@@ -118,7 +120,7 @@ type record struct {
 	Workflow json.RawMessage `json:"workflow"`
 	// Leases are the pool leases the run holds or kept (a failed run), so
 	// a resume within the reclaim window takes them back.
-	Leases []LeaseRecord `json:"leases,omitempty"`
+	Leases []connect.LeaseRecord `json:"leases,omitempty"`
 	// Allowlist names the allowlist a submitted document was checked
 	// against; model nodes cut their tools to it at run time. Nil for a
 	// host document (a trigger's), which no allowlist bounds.
@@ -189,7 +191,7 @@ type ExecutionsOptions struct {
 	Allowlists *Allowlists
 	// Credentials resolves per-caller credentials (OAuth tokens) at gate
 	// 6; nil: every call goes out with its connection's own credentials.
-	Credentials Credentials
+	Credentials connect.Credentials
 	// Models runs the rounds of model nodes; nil: documents with model
 	// nodes are refused.
 	Models Models
@@ -210,7 +212,7 @@ type ExecutionsOptions struct {
 // Attacher connects an MCP server a document brings, for one run. secrets
 // holds the resolved values of the spec's header and env secrets.
 type Attacher interface {
-	Attach(ctx context.Context, spec AttachSpec, secrets map[string]string) (Conn, error)
+	Attach(ctx context.Context, spec AttachSpec, secrets map[string]string) (connect.Conn, error)
 }
 
 // Redactor registers secret values and scrubs them from text and values.
@@ -239,7 +241,7 @@ type Executions struct {
 	attacher    Attacher
 	redactor    Redactor
 	allowlists  *Allowlists
-	credentials Credentials
+	credentials connect.Credentials
 	// life is Run's context: work that outlives a run (renewing the
 	// leases of waiting executions) stops with it.
 	life      context.Context

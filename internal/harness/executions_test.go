@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -15,7 +18,7 @@ import (
 
 type bundle struct {
 	execs *harness.Executions
-	mem   *harness.Memory
+	mem   *connecttest.Memory
 	reg   *harness.Registry
 }
 
@@ -28,13 +31,13 @@ func (b bundle) submit(ctx context.Context, doc string, input any) (*harness.Exe
 // setup runs workers over a registry with one memory connection "mem".
 func setup(t *testing.T, st *store.Store) bundle {
 	t.Helper()
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "add"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "add"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 			return map[string]any{"sum": a["a"].(float64) + a["b"].(float64)}, nil
 		}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "echo"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "fail"}, Fn: func(context.Context, map[string]any) (any, error) {
-			return nil, &harness.CallError{Op: "fail", Message: "always fails"}
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "fail"}, Fn: func(context.Context, map[string]any) (any, error) {
+			return nil, &connect.CallError{Op: "fail", Message: "always fails"}
 		}},
 	)
 	reg := harness.NewRegistry(nil)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
@@ -89,7 +91,7 @@ func (p *parser) exposure(name string, e map[string]any, at string) {
 
 // source is the tool source of the document's connection name, offering
 // ops, with the exposure its entry sets.
-func (d *Document) source(name string, ops []Operation) toolSource {
+func (d *Document) source(name string, ops []connect.Operation) toolSource {
 	ex := d.Expose[name]
 	return toolSource{Name: name, Ops: ops, Expose: ex.Mode, Profile: ex.Profile}
 }
@@ -135,7 +137,7 @@ type callPair struct {
 	// Targets are the connections the node is offered through the pair,
 	// and ops their operations, by name order.
 	Targets []string
-	ops     map[string][]Operation
+	ops     map[string][]connect.Operation
 }
 
 // pairNames names the pair of the turn's called sources.
@@ -144,7 +146,7 @@ func pairNames(called []toolSource) (ops, call string, shared bool) {
 	if len(called) == 1 {
 		prefix = called[0].Name
 	}
-	return reduceToolID(prefix + "_ops"), reduceToolID(prefix + "_call"), len(called) > 1
+	return connect.ReduceToolID(prefix + "_ops"), connect.ReduceToolID(prefix + "_call"), len(called) > 1
 }
 
 // claimPair reserves the pair's names (nil when nothing is called).
@@ -163,7 +165,7 @@ func claimPair(called []toolSource, claim func(ids map[string]string, who func(s
 	if err := claim(map[string]string{"list": ops, "call": call}, who); err != nil {
 		return nil, err
 	}
-	return &callPair{Ops: ops, Call: call, Shared: shared, ops: map[string][]Operation{}}, nil
+	return &callPair{Ops: ops, Call: call, Shared: shared, ops: map[string][]connect.Operation{}}, nil
 }
 
 // addPair adds the pair's tools, offering each source what the node is
@@ -173,7 +175,7 @@ func (ts *toolSet) addPair(pair *callPair, called []toolSource, offered func(too
 		return
 	}
 	for _, src := range called {
-		var ops []Operation
+		var ops []connect.Operation
 		for _, op := range src.Ops {
 			if offered(src, op.Name) {
 				ops = append(ops, op)
@@ -182,7 +184,7 @@ func (ts *toolSet) addPair(pair *callPair, called []toolSource, offered func(too
 		if len(ops) == 0 {
 			continue
 		}
-		slices.SortFunc(ops, func(a, b Operation) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(ops, func(a, b connect.Operation) int { return strings.Compare(a.Name, b.Name) })
 		pair.Targets = append(pair.Targets, src.Name)
 		pair.ops[src.Name] = ops
 	}
@@ -190,7 +192,7 @@ func (ts *toolSet) addPair(pair *callPair, called []toolSource, offered func(too
 		return
 	}
 	ts.add(&modelTool{Pair: pair, Lists: true, ModelTool: ModelTool{Name: pair.Ops, Description: pair.describeOps(),
-		InputSchema: pair.opsSchema(), Annotations: Annotations{ReadOnlyHint: ptrTo(true)}}})
+		InputSchema: pair.opsSchema(), Annotations: connect.Annotations{ReadOnlyHint: ptrTo(true)}}})
 	ts.add(&modelTool{Pair: pair, ModelTool: ModelTool{Name: pair.Call, Description: pair.describeCall(), InputSchema: pair.callSchema()}})
 }
 
@@ -374,7 +376,7 @@ func (p *callPair) resolve(ts *toolSet, args map[string]any) (conn, op string, r
 		return "", "", nil, err
 	}
 	op, _ = args["op"].(string)
-	if !slices.ContainsFunc(p.ops[conn], func(o Operation) bool { return o.Name == op }) {
+	if !slices.ContainsFunc(p.ops[conn], func(o connect.Operation) bool { return o.Name == op }) {
 		msg := fmt.Sprintf("tool %s: %s offers no operation %s to this step (%s lists those it does)", p.Call, conn, jsonText(args["op"]), p.Ops)
 		if own := ts.ownToolOf(conn, op); own != "" {
 			msg = fmt.Sprintf("tool %s: %s of %s is a tool of its own, %s; call that", p.Call, op, conn, own)

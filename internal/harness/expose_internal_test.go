@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
@@ -35,8 +37,8 @@ func toolNames(ts *toolSet) string {
 
 func TestBuildToolSetExposure(t *testing.T) {
 	t.Parallel()
-	op := func(name, schema string) Operation {
-		return Operation{Name: name, InputSchema: json.RawMessage(schema)}
+	op := func(name, schema string) connect.Operation {
+		return connect.Operation{Name: name, InputSchema: json.RawMessage(schema)}
 	}
 	obj := `{"type":"object"}`
 	browser := browserProfile(t)
@@ -45,7 +47,7 @@ func TestBuildToolSetExposure(t *testing.T) {
 	// differs, yet it is the same profile operation.
 	clickMore := `{"type":"object","required":["element"],"properties":{"element":{"type":"string"},"button":{"type":"string"}}}`
 	web := func(name, clickSchema string) toolSource {
-		return toolSource{Name: name, Expose: ExposeProfile, Profile: browser, Ops: []Operation{
+		return toolSource{Name: name, Expose: ExposeProfile, Profile: browser, Ops: []connect.Operation{
 			op("navigate", string(browser.Operations["navigate"].Input)), op("ui.click", clickSchema),
 			op("ui.hover", string(browser.Operations["ui.hover"].Input)), op("snapshot", obj)}}
 	}
@@ -57,19 +59,19 @@ func TestBuildToolSetExposure(t *testing.T) {
 		want     string
 	}{
 		{"call connection gets a pair of its own",
-			[]toolSource{{Name: "big", Expose: ExposeCall, Ops: []Operation{op("a", obj), op("b", obj)}}, {Name: "small", Ops: []Operation{op("x", obj)}}},
+			[]toolSource{{Name: "big", Expose: ExposeCall, Ops: []connect.Operation{op("a", obj), op("b", obj)}}, {Name: "small", Ops: []connect.Operation{op("x", obj)}}},
 			nil, false, "small_x:small,big_ops:big,big_call:big"},
 		{"eager is as without expose",
-			[]toolSource{{Name: "big", Expose: ExposeEager, Ops: []Operation{op("a", obj), op("b", obj)}}},
+			[]toolSource{{Name: "big", Expose: ExposeEager, Ops: []connect.Operation{op("a", obj), op("b", obj)}}},
 			nil, false, "big_a:big,big_b:big"},
 		{"call connections share one pair",
-			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []Operation{op("x", obj)}}, {Name: "b", Expose: ExposeCall, Ops: []Operation{op("x", obj), op("y", obj)}}},
+			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: ExposeCall, Ops: []connect.Operation{op("x", obj), op("y", obj)}}},
 			nil, false, "connection_ops:a|b,connection_call:a|b"},
 		{"a pick keeps the shared names and cuts the targets",
-			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []Operation{op("x", obj)}}, {Name: "b", Expose: ExposeCall, Ops: []Operation{op("y", obj)}}},
+			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: ExposeCall, Ops: []connect.Operation{op("y", obj)}}},
 			[]toolPick{{Connection: "b"}}, true, "connection_ops:b,connection_call:b"},
 		{"ops globs that pick nothing called leave no pair",
-			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []Operation{op("x", obj)}}},
+			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []connect.Operation{op("x", obj)}}},
 			[]toolPick{{Connection: "a", Ops: []string{"z*"}}}, true, ""},
 		{"nothing granted, no pair",
 			[]toolSource{{Name: "a", Expose: ExposeCall}},
@@ -81,13 +83,13 @@ func TestBuildToolSetExposure(t *testing.T) {
 			[]toolSource{web("a", click), web("b", clickMore)},
 			nil, false, "navigate:a|b,ui_click:a|b,connection_ops:a|b,connection_call:a|b"},
 		{"the same schemas without a profile merge as before",
-			[]toolSource{{Name: "a", Ops: []Operation{op("ui.click", click)}}, {Name: "b", Ops: []Operation{op("ui.click", click)}}},
+			[]toolSource{{Name: "a", Ops: []connect.Operation{op("ui.click", click)}}, {Name: "b", Ops: []connect.Operation{op("ui.click", click)}}},
 			nil, false, "ui_click:a|b"},
 		{"other schemas without a profile do not merge",
-			[]toolSource{{Name: "a", Ops: []Operation{op("ui.click", click)}}, {Name: "b", Ops: []Operation{op("ui.click", clickMore)}}},
+			[]toolSource{{Name: "a", Ops: []connect.Operation{op("ui.click", click)}}, {Name: "b", Ops: []connect.Operation{op("ui.click", clickMore)}}},
 			nil, false, "a_ui_click:a,b_ui_click:b"},
 		{"a profile connection and a call connection share the pair",
-			[]toolSource{web("a", click), {Name: "big", Expose: ExposeCall, Ops: []Operation{op("navigate", obj)}}},
+			[]toolSource{web("a", click), {Name: "big", Expose: ExposeCall, Ops: []connect.Operation{op("navigate", obj)}}},
 			nil, false, "a_navigate:a,a_ui_click:a,connection_ops:a|big,connection_call:a|big"},
 	}
 	for _, tt := range tests {
@@ -124,9 +126,9 @@ func TestBuildToolSetExposure(t *testing.T) {
 func TestPairNameCollides(t *testing.T) {
 	t.Parallel()
 	turn := []toolSource{
-		{Name: "a", Expose: ExposeCall, Ops: []Operation{{Name: "x"}}},
-		{Name: "b", Ops: []Operation{{Name: "a_call"}}},
-		{Name: "c", Ops: []Operation{{Name: "a_call"}}},
+		{Name: "a", Expose: ExposeCall, Ops: []connect.Operation{{Name: "x"}}},
+		{Name: "b", Ops: []connect.Operation{{Name: "a_call"}}},
+		{Name: "c", Ops: []connect.Operation{{Name: "a_call"}}},
 	}
 	_, err := buildToolSet(turn, nil, false)
 	var he *fault.Error
@@ -137,10 +139,10 @@ func TestPairNameCollides(t *testing.T) {
 
 // fiftyOps is a server's worth of operations: op00…op49, each with a
 // description and a schema of a few fields, as real servers have.
-func fiftyOps() []Operation {
-	ops := make([]Operation, 50)
+func fiftyOps() []connect.Operation {
+	ops := make([]connect.Operation, 50)
 	for i := range ops {
-		ops[i] = Operation{Name: fmt.Sprintf("op%02d", i), Description: fmt.Sprintf("Does thing number %d to a record of the service.", i),
+		ops[i] = connect.Operation{Name: fmt.Sprintf("op%02d", i), Description: fmt.Sprintf("Does thing number %d to a record of the service.", i),
 			InputSchema: json.RawMessage(`{"type":"object","required":["id"],"properties":{"id":{"type":"string","description":"The record."},"n":{"type":"integer","minimum":0},"note":{"type":"string"}}}`)}
 	}
 	return ops
@@ -221,7 +223,7 @@ func TestCallResolves(t *testing.T) {
 	ops := fiftyOps()
 	ts, err := buildToolSet([]toolSource{
 		{Name: "big", Expose: ExposeCall, Ops: ops[:10]},
-		{Name: "app", Expose: ExposeProfile, Profile: browser, Ops: []Operation{{Name: "navigate", InputSchema: browser.Operations["navigate"].Input}, {Name: "snapshot"}}},
+		{Name: "app", Expose: ExposeProfile, Profile: browser, Ops: []connect.Operation{{Name: "navigate", InputSchema: browser.Operations["navigate"].Input}, {Name: "snapshot"}}},
 	}, nil, false)
 	must(t, err)
 	tests := []struct {

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -15,19 +18,19 @@ import (
 
 // bigServer is a connection of 50 operations, op00…op49, each taking a
 // required id and answering with its name and the id.
-func bigServer() *harness.Memory {
-	ops := make([]harness.MemoryOp, 50)
+func bigServer() *connecttest.Memory {
+	ops := make([]connecttest.MemoryOp, 50)
 	for i := range ops {
 		name := fmt.Sprintf("op%02d", i)
-		ops[i] = harness.MemoryOp{
-			Operation: harness.Operation{Name: name, Description: fmt.Sprintf("Does thing number %d.", i),
+		ops[i] = connecttest.MemoryOp{
+			Operation: connect.Operation{Name: name, Description: fmt.Sprintf("Does thing number %d.", i),
 				InputSchema: json.RawMessage(`{"type":"object","required":["id"],"properties":{"id":{"type":"string"}}}`)},
 			Fn: func(_ context.Context, a map[string]any) (any, error) {
 				return map[string]any{"ran": name, "id": a["id"]}, nil
 			},
 		}
 	}
-	return harness.NewMemory(ops...)
+	return connecttest.NewMemory(ops...)
 }
 
 func toolList(req harness.ModelRequest) string {
@@ -165,12 +168,12 @@ func fullBrowserServer(t *testing.T) *declaring {
 	if !ok {
 		t.Fatal("browser@1 is not built in")
 	}
-	var ops []harness.MemoryOp
+	var ops []connecttest.MemoryOp
 	for _, name := range prof.OperationNames() {
-		ops = append(ops, harness.MemoryOp{Operation: harness.Operation{Name: name, InputSchema: prof.Operations[name].Input}})
+		ops = append(ops, connecttest.MemoryOp{Operation: connect.Operation{Name: name, InputSchema: prof.Operations[name].Input}})
 	}
-	ops = append(ops, harness.MemoryOp{Operation: harness.Operation{Name: "snapshot", InputSchema: json.RawMessage(`{"type":"object"}`)}})
-	return &declaring{Memory: harness.NewMemory(ops...), profiles: map[string]string{"browser": "1.0.0"}}
+	ops = append(ops, connecttest.MemoryOp{Operation: connect.Operation{Name: "snapshot", InputSchema: json.RawMessage(`{"type":"object"}`)}})
+	return &declaring{Memory: connecttest.NewMemory(ops...), profiles: map[string]string{"browser": "1.0.0"}}
 }
 
 // TestExposeProfile: an entry naming a profile offers its eager set as
@@ -179,8 +182,8 @@ func fullBrowserServer(t *testing.T) *declaring {
 func TestExposeProfile(t *testing.T) {
 	t.Parallel()
 	a, b := fullBrowserServer(t), fullBrowserServer(t)
-	plain := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "x"}})
-	reg := startRegistry(t, map[string]harness.Provider{"a": a, "b": b, "plain": plain}, nil)
+	plain := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "x"}})
+	reg := startRegistry(t, map[string]connect.Provider{"a": a, "b": b, "plain": plain}, nil)
 	models := &scriptModels{}
 	execs := startWorkers(t, storetest.New(t), reg, 1, "web", `{"connections":{"a":{"ops":["*"]},"b":{"ops":["*"]},"plain":{"ops":["*"]}}}`,
 		harness.ExecutionsOptions{Models: models})

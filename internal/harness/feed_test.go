@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
@@ -73,8 +76,8 @@ type holdBundle struct {
 func setupHold(t *testing.T, st *store.Store) holdBundle {
 	t.Helper()
 	release := make(chan struct{})
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "hold"}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "hold"}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
 			select {
 			case <-release:
 				return a, nil
@@ -82,7 +85,7 @@ func setupHold(t *testing.T, st *store.Store) holdBundle {
 				return nil, ctx.Err()
 			}
 		}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "echo"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
 	)
 	reg := harness.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/sync/singleflight"
@@ -73,7 +75,7 @@ type schemas struct {
 	maxNodes int
 	timeout  time.Duration
 	// build compiles one schema; nil is compile. Tests stand in a slow one.
-	build func(conn string, op Operation) compiled
+	build func(conn string, op connect.Operation) compiled
 
 	mu    sync.Mutex
 	cache map[string]compiled
@@ -89,7 +91,7 @@ type compiled struct {
 // errSchemaTimeout is a compile that did not finish in time.
 var errSchemaTimeout = errors.New("schema compile timed out")
 
-func (s *schemas) get(ctx context.Context, conn string, inst string, op Operation) (*jsonschema.Schema, error) {
+func (s *schemas) get(ctx context.Context, conn string, inst string, op connect.Operation) (*jsonschema.Schema, error) {
 	key := conn + "\x00" + inst + "\x00" + op.Name
 	s.mu.Lock()
 	c, ok := s.cache[key]
@@ -130,7 +132,7 @@ func (s *schemas) get(ctx context.Context, conn string, inst string, op Operatio
 
 // compile compiles one operation's schema, its repeated subschemas
 // shared when it is large.
-func (s *schemas) compile(conn string, op Operation) (c compiled) {
+func (s *schemas) compile(conn string, op connect.Operation) (c compiled) {
 	if len(op.InputSchema) == 0 {
 		return compiled{}
 	}
@@ -200,7 +202,7 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, gua
 		if m, ok := opened.(map[string]any); ok {
 			// A value that leaves the operation's path would reach
 			// another path than the one granted and judged below.
-			if err := CheckPathArgs(operation.HTTP, m); err != nil {
+			if err := connect.CheckPathArgs(operation.HTTP, m); err != nil {
 				return 0, nil, fault.Deny(fault.GateSchema, "arguments do not fit the path of "+op+": "+err.Error())
 			}
 		}
@@ -297,7 +299,7 @@ func (e *Executions) callerHeaders(ctx context.Context, conn *Connection, princi
 	connection := conn.Name()
 	h, ok, err := e.credentials.Headers(ctx, connection, principal)
 	if err != nil {
-		if errors.Is(err, ErrNeedsSignIn) {
+		if errors.Is(err, connect.ErrNeedsSignIn) {
 			if conn.Access().SignIn == SignInShared {
 				// Everyone's sign-in is gone, not one user's.
 				conn.needSignIn(e.redactor.String(err.Error()))
@@ -318,7 +320,7 @@ func (e *Executions) callerHeaders(ctx context.Context, conn *Connection, princi
 // refreshHeaders asks the credentials (when they can) to replace the
 // ones a server rejected; ok is false when there is nothing new to send.
 func (e *Executions) refreshHeaders(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, bool) {
-	cr, can := e.credentials.(CredentialRefresher)
+	cr, can := e.credentials.(connect.CredentialRefresher)
 	if !can {
 		return nil, false
 	}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -35,7 +38,7 @@ func (f *fakeSecrets) Resolve(_ context.Context, name string) (string, error) {
 
 type gateBundle struct {
 	execs   *harness.Executions
-	mem     *harness.Memory
+	mem     *connecttest.Memory
 	secrets *fakeSecrets
 }
 
@@ -45,11 +48,11 @@ type gateBundle struct {
 func setupGates(t *testing.T, st *store.Store) gateBundle {
 	t.Helper()
 	schema := json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"},"auth":{"type":"string"}},"required":["to"],"additionalProperties":false}`)
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "send", InputSchema: schema}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "read"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "drop_all"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "fetch", HTTP: &harness.HTTPRoute{Method: "GET", Path: "/files/{dir}/{name}"},
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "send", InputSchema: schema}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "read"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "drop_all"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "fetch", HTTP: &connect.HTTPRoute{Method: "GET", Path: "/files/{dir}/{name}"},
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"dir":{"type":"string"},"name":{}},"required":["dir","name"]}`)}},
 	)
 	reg := harness.NewRegistry(nil)
@@ -313,7 +316,7 @@ func TestPathArgsThatStayOnThePath(t *testing.T) {
 
 func TestCheckPathArgs(t *testing.T) {
 	t.Parallel()
-	route := &harness.HTTPRoute{Method: "GET", Path: "/files/{dir}/{name}"}
+	route := &connect.HTTPRoute{Method: "GET", Path: "/files/{dir}/{name}"}
 	for _, tt := range []struct {
 		args map[string]any
 		want string // "" when it passes
@@ -327,8 +330,8 @@ func TestCheckPathArgs(t *testing.T) {
 		{map[string]any{"dir": "d", "name": "a%2fb"}, `argument "name" is "a%2fb" (decoded: "a/b") and holds "/" or "\"`},
 		{map[string]any{"dir": map[string]any{"k": "x/y"}}, `argument "dir" is "x/y" and holds`},
 	} {
-		err := harness.CheckPathArgs(route, tt.args)
-		var pe *harness.PathArgError
+		err := connect.CheckPathArgs(route, tt.args)
+		var pe *connect.PathArgError
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%v: %v", tt.args, err)
@@ -336,7 +339,7 @@ func TestCheckPathArgs(t *testing.T) {
 			t.Errorf("%v: err = %v, want %s", tt.args, err, tt.want)
 		}
 	}
-	if err := harness.CheckPathArgs(nil, map[string]any{"dir": ".."}); err != nil {
+	if err := connect.CheckPathArgs(nil, map[string]any{"dir": ".."}); err != nil {
 		t.Fatalf("an operation without a route: %v", err)
 	}
 }

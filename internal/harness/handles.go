@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/expr-lang/expr/ast"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -224,7 +226,7 @@ func (p *parser) handleTarget(n *Node, path string) bool {
 	if err != nil {
 		return true // reported on the entry
 	}
-	if st := conn.State(); st != StateReady {
+	if st := conn.State(); st != connect.StateReady {
 		p.fail(path+"/op", notReadyCode(st), "pool %q is %s, so operation %q cannot be checked", h.Pool, st, n.Op)
 		return true
 	}
@@ -283,8 +285,8 @@ type heldLease struct {
 	err    error
 	scope  string
 	handle Handle
-	rec    LeaseRecord
-	lease  Lease
+	rec    connect.LeaseRecord
+	lease  connect.Lease
 	conn   *Connection
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -322,7 +324,7 @@ func (r *run) recheckHandle(ctx context.Context, f *frame, name, key string) err
 	if i >= 0 {
 		st = r.rec.Steps[i]
 	}
-	kept := slices.ContainsFunc(r.rec.Leases, func(l LeaseRecord) bool { return l.Holder == holder })
+	kept := slices.ContainsFunc(r.rec.Leases, func(l connect.LeaseRecord) bool { return l.Holder == holder })
 	r.mu.Unlock()
 	if i < 0 || st.Status != StepDone || st.Identity == nil || !kept {
 		return nil
@@ -378,7 +380,7 @@ func (r *run) connFor(ctx context.Context, f *frame, step, name string) (*Connec
 			return nil, ctx.Err()
 		}
 		if hl.err == nil && hl.conn == nil {
-			return nil, fmt.Errorf("handle %s: its lease was given back: %w", name, ErrLeaseLost)
+			return nil, fmt.Errorf("handle %s: its lease was given back: %w", name, connect.ErrLeaseLost)
 		}
 		return hl.conn, hl.err
 	}
@@ -414,7 +416,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	if !ok {
 		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s is not a pool", h.Pool))
 	}
-	var prev *LeaseRecord
+	var prev *connect.LeaseRecord
 	r.mu.Lock()
 	for _, lr := range r.rec.Leases {
 		if lr.Holder == holder {
@@ -424,7 +426,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	r.mu.Unlock()
 	var waited bool
 	asked := time.Now()
-	lease, err := leaser.Lease(ctx, LeaseRequest{Holder: holder, Setup: h.Setup, Resume: prev, Waiting: func() {
+	lease, err := leaser.Lease(ctx, connect.LeaseRequest{Holder: holder, Setup: h.Setup, Resume: prev, Waiting: func() {
 		waited = true
 		r.leaseWaiting(ctx, h, holder, true)
 	}})
@@ -432,8 +434,8 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 		r.leaseWaiting(ctx, h, holder, false)
 	}
 	r.e.leaseWaited(h.Pool, time.Since(asked))
-	if errors.Is(err, ErrLeaseTimeout) {
-		return nil, &stepError{step: step, code: KindLeaseTimeout, err: fmt.Errorf("pool %s: %w", h.Pool, err)}
+	if errors.Is(err, connect.ErrLeaseTimeout) {
+		return nil, &stepError{step: step, code: fault.KindLeaseTimeout, err: fmt.Errorf("pool %s: %w", h.Pool, err)}
 	}
 	if err != nil {
 		// Wrapped, not flattened: a path whose lease was cut short because a
@@ -451,10 +453,10 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 		return nil, fmt.Errorf("lease from pool %s: %w", h.Pool, redactError(r.e.redactor, err))
 	}
 	c := &Connection{name: h.Name, conn: &leasedConn{Conn: conn, lease: rec.ID}, manifest: conn.Manifest(),
-		state: StateReady, since: time.Now(), policy: pc.Policy(), binding: pc.bindingOf(), spoken: spoken}
+		state: connect.StateReady, since: time.Now(), policy: pc.Policy(), binding: pc.bindingOf(), spoken: spoken}
 	hl.rec, hl.lease = rec, lease
 	r.mu.Lock()
-	r.rec.Leases = append(slices.DeleteFunc(r.rec.Leases, func(l LeaseRecord) bool { return l.Holder == holder }), rec)
+	r.rec.Leases = append(slices.DeleteFunc(r.rec.Leases, func(l connect.LeaseRecord) bool { return l.Holder == holder }), rec)
 	r.mu.Unlock()
 	if err := r.save(ctx); err != nil {
 		lease.Keep()
@@ -482,7 +484,7 @@ func (r *run) renewLease(hl *heldLease) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := hl.lease.Renew(ctx)
 		cancel()
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, connect.ErrLeaseLost) {
 			r.e.logger.WarnContext(inExecution(r.rec.ID), "lease lost: reclaimed while held", "execution", r.rec.ID, "holder", hl.rec.Holder, "lease", hl.rec.ID)
 			return
 		}
@@ -592,7 +594,7 @@ func (e *Executions) parkLease(id string, hl *heldLease) {
 			}
 			err = hl.lease.Renew(ctx)
 			cancel()
-			if errors.Is(err, ErrLeaseLost) {
+			if errors.Is(err, connect.ErrLeaseLost) {
 				return
 			}
 			if err != nil {
@@ -648,7 +650,7 @@ func (r *run) endLeases(match func(*heldLease) bool, release bool) {
 			continue
 		}
 		r.mu.Lock()
-		r.rec.Leases = slices.DeleteFunc(r.rec.Leases, func(l LeaseRecord) bool { return l.ID == hl.rec.ID })
+		r.rec.Leases = slices.DeleteFunc(r.rec.Leases, func(l connect.LeaseRecord) bool { return l.ID == hl.rec.ID })
 		r.mu.Unlock()
 		r.e.emit(context.Background(), r.rec.ID, EventLeaseReleased, map[string]any{"pool": hl.rec.Pool, "handle": hl.rec.Handle,
 			"holder": hl.rec.Holder, "lease": hl.rec.ID})

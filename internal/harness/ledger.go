@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -228,7 +230,7 @@ type mutableHead struct {
 	StartedAt  *time.Time
 	FinishedAt *time.Time
 	Rerun      []string
-	Leases     []LeaseRecord
+	Leases     []connect.LeaseRecord
 }
 
 // truncate drops the ledger entries from position i on; the next save

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
@@ -187,7 +189,7 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 			if g, picked := globs[name]; picked && !matchOp(g, read) {
 				continue
 			}
-			if len(grantedOps(al, trusted, grant, as, []Operation{{Name: read}})) == 0 {
+			if len(grantedOps(al, trusted, grant, as, []connect.Operation{{Name: read}})) == 0 {
 				continue
 			}
 			if _, err := findRead(conn, read); err != nil {
@@ -244,7 +246,7 @@ func (l *lookLayer) addLookTools(ts *toolSet) error {
 		ro := true
 		ts.add(&modelTool{Op: lookOp, Targets: []string{c.Name}, ModelTool: ModelTool{Name: name, InputSchema: schema,
 			Description: "[" + c.Name + "] Look at the connection's state: " + strings.Join(asks, ", ") + ". (read-only)",
-			Annotations: Annotations{ReadOnlyHint: &ro}}})
+			Annotations: connect.Annotations{ReadOnlyHint: &ro}}})
 		l.ask[name] = c.Name
 	}
 	return nil

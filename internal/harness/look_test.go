@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/pools"
@@ -75,7 +77,7 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 		page := newPage()
 		page.titles = []string{"Sign in", "Sign in"}
 		srv := pageServer(page)
-		reg := startRegistry(t, map[string]harness.Provider{"web": srv}, nil)
+		reg := startRegistry(t, map[string]connect.Provider{"web": srv}, nil)
 		models := &scriptModels{rounds: []harness.ModelResponse{
 			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_call", `{"op":"ui.hover","args":{"element":"button \"Sign in\""}}`)}},
 			{ToolCalls: []harness.ModelToolCall{toolCall("c2", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
@@ -195,7 +197,7 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		page := newPage()
-		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(page)}, nil)
+		reg := startRegistry(t, map[string]connect.Provider{"web": pageServer(page)}, nil)
 		must(t, reg.SetPolicy("web", harness.Policy{Approve: []string{"ui.click"}}))
 		models := &scriptModels{rounds: []harness.ModelResponse{
 			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
@@ -235,7 +237,7 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 func TestLookValidation(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(newPage())}, nil)
+		reg := startRegistry(t, map[string]connect.Provider{"web": pageServer(newPage())}, nil)
 		execs := startWorkers(t, st, reg, 1, "agents", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: &scriptModels{}})
 		for entry, pointer := range map[string]string{
 			`{"look":{"ui.tree":"always"}}`:                       "/workflow/connections/web/look/ui.tree",
@@ -263,7 +265,7 @@ func TestReadsOnAPoolHandle(t *testing.T) {
 		var mu sync.Mutex
 		var pages []*fakePage
 		prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: 5 * time.Second, RefreshEvery: 50 * time.Millisecond,
-			Provision: func(context.Context, map[string]any) (harness.Conn, error) {
+			Provision: func(context.Context, map[string]any) (connect.Conn, error) {
 				p := newPage()
 				mu.Lock()
 				pages = append(pages, p)
@@ -271,7 +273,7 @@ func TestReadsOnAPoolHandle(t *testing.T) {
 				return pageServer(p), nil
 			}})
 		must(t, err)
-		reg := startRegistry(t, map[string]harness.Provider{"browsers": prov}, nil)
+		reg := startRegistry(t, map[string]connect.Provider{"browsers": prov}, nil)
 		models := &scriptModels{rounds: []harness.ModelResponse{
 			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "app_ui_click", `{"element":"button \"Sign in\""}`)}},
 			{Text: "Signed in."},

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -154,7 +156,7 @@ type ModelTool struct {
 	// the operation's behaviour hints.
 	Description string
 	InputSchema json.RawMessage
-	Annotations Annotations
+	Annotations connect.Annotations
 }
 
 // ModelToolCall is a call the model asked for.
@@ -252,7 +254,7 @@ func (p *parser) model(obj map[string]any, at string) *Node {
 	}
 	if v, ok := obj["toolChoice"]; ok {
 		s, isStr := v.(string)
-		if !isStr || s == "" || len(s) > MaxToolIDLen {
+		if !isStr || s == "" || len(s) > connect.MaxToolIDLen {
 			p.fail(at+"/toolChoice", fault.CodeValidationFailed, "must be \"auto\", \"none\", \"required\" or the name of a tool of this node")
 		}
 		spec.ToolChoice = s
@@ -685,7 +687,7 @@ func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted 
 			return nil, false, nil
 		}
 		src, conn, err := e.toolConn(doc, name)
-		if err != nil || conn.State() != StateReady {
+		if err != nil || conn.State() != connect.StateReady {
 			return nil, false, nil
 		}
 		turn = append(turn, doc.source(name, grantedOps(al, trusted, src, nil, conn.Manifest().Operations)))
@@ -715,7 +717,7 @@ func (e *Executions) toolConn(doc *Document, name string) (grantName string, con
 
 // grantedOps cuts ops to what the allowlist grants on a connection (spec:
 // a server the document or a node attaches).
-func grantedOps(al *Allowlist, trusted bool, name string, spec *AttachSpec, ops []Operation) []Operation {
+func grantedOps(al *Allowlist, trusted bool, name string, spec *AttachSpec, ops []connect.Operation) []connect.Operation {
 	if trusted {
 		return ops
 	}
@@ -736,7 +738,7 @@ func grantedOps(al *Allowlist, trusted bool, name string, spec *AttachSpec, ops 
 		}
 		globs = g.Ops
 	}
-	var out []Operation
+	var out []connect.Operation
 	for _, op := range ops {
 		if matchOp(globs, op.Name) {
 			out = append(out, op)
@@ -1097,7 +1099,7 @@ func (r *run) toolContent(out any) string {
 // maxToolResult, saying how long it was.
 func boundForModel(s string) string {
 	if len(s) > maxToolResult {
-		s = cutOnRune(s, maxToolResult) + fmt.Sprintf("… [cut: %d bytes in all]", len(s))
+		s = connect.CutOnRune(s, maxToolResult) + fmt.Sprintf("… [cut: %d bytes in all]", len(s))
 	}
 	return s
 }
@@ -1119,8 +1121,8 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 	for _, name := range r.doc.Connections {
 		if _, isHandle := r.doc.Handles[name]; isHandle {
 			pool, conn, err := r.e.toolConn(r.doc, name)
-			if st := conn.State(); err == nil && st != StateReady {
-				err = fmt.Errorf("pool %s is %s: %w", pool, st, ErrUnavailable)
+			if st := conn.State(); err == nil && st != connect.StateReady {
+				err = fmt.Errorf("pool %s is %s: %w", pool, st, connect.ErrUnavailable)
 			}
 			if err != nil {
 				return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}

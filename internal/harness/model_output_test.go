@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -20,9 +23,9 @@ func outputDoc(schema string) string {
 		{"kind":"call","id":"echo","connection":"svc","op":"echo","args":{"city":{"$expr":"$steps.turn.city"}}}]}}`
 }
 
-func outputSetup(t *testing.T, models harness.Models) (*harness.Executions, *harness.Memory) {
+func outputSetup(t *testing.T, models harness.Models) (*harness.Executions, *connecttest.Memory) {
 	t.Helper()
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 		return a, nil
 	}})
 	reg := harness.NewRegistry(nil)

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -81,14 +84,14 @@ func TestModelLoopWaitsForApproval(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		mem := harness.NewMemory(
-			harness.MemoryOp{Operation: harness.Operation{Name: "lookup", Description: "Looks a thing up.",
+		mem := connecttest.NewMemory(
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "lookup", Description: "Looks a thing up.",
 				InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`),
-				Annotations: harness.Annotations{ReadOnlyHint: ptr(true)}},
+				Annotations: connect.Annotations{ReadOnlyHint: ptr(true)}},
 				Fn: func(_ context.Context, a map[string]any) (any, error) {
 					return map[string]any{"found": a["q"], "token": leaked}, nil
 				}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "send", InputSchema: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"}},"required":["to"]}`)}},
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "send", InputSchema: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"}},"required":["to"]}`)}},
 		)
 		reg := harness.NewRegistry(nil)
 		must(t, reg.Add("svc", mem))
@@ -201,13 +204,13 @@ func waitStatus(t *testing.T, execs *harness.Executions, id string, want harness
 
 // devices has two connections offering the same ui.tap (merged into one
 // tool with a target) and a web connection whose ui.tap differs.
-func devices(t *testing.T, models harness.Models) (*harness.Executions, map[string]*harness.Memory) {
+func devices(t *testing.T, models harness.Models) (*harness.Executions, map[string]*connecttest.Memory) {
 	t.Helper()
-	tap := harness.Operation{Name: "ui.tap", InputSchema: json.RawMessage(`{"type":"object","properties":{"element":{"type":"string"}},"required":["element"]}`)}
-	mems := map[string]*harness.Memory{
-		"ios":     harness.NewMemory(harness.MemoryOp{Operation: tap}, harness.MemoryOp{Operation: harness.Operation{Name: "ui.home"}}),
-		"android": harness.NewMemory(harness.MemoryOp{Operation: tap}, harness.MemoryOp{Operation: harness.Operation{Name: "apps.list"}}),
-		"web":     harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "ui.tap", InputSchema: json.RawMessage(`{"type":"object"}`)}}),
+	tap := connect.Operation{Name: "ui.tap", InputSchema: json.RawMessage(`{"type":"object","properties":{"element":{"type":"string"}},"required":["element"]}`)}
+	mems := map[string]*connecttest.Memory{
+		"ios":     connecttest.NewMemory(connecttest.MemoryOp{Operation: tap}, connecttest.MemoryOp{Operation: connect.Operation{Name: "ui.home"}}),
+		"android": connecttest.NewMemory(connecttest.MemoryOp{Operation: tap}, connecttest.MemoryOp{Operation: connect.Operation{Name: "apps.list"}}),
+		"web":     connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "ui.tap", InputSchema: json.RawMessage(`{"type":"object"}`)}}),
 	}
 	reg := harness.NewRegistry(nil)
 	for name, m := range mems {
@@ -376,8 +379,8 @@ func TestToolChoiceCheckedWhenAttached(t *testing.T) {
 func TestToolIDCollisionAcrossConnections(t *testing.T) {
 	t.Parallel()
 	reg := harness.NewRegistry(nil)
-	must(t, reg.Add("gh", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "issues/list"}})))
-	must(t, reg.Add("gh_issues", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "list"}})))
+	must(t, reg.Add("gh", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "issues/list"}})))
+	must(t, reg.Add("gh_issues", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "list"}})))
 	must(t, reg.Start(context.Background()))
 	models := &scriptModels{rounds: []harness.ModelResponse{{Text: "never"}}}
 	execs := startWorkers(t, storetest.New(t), reg, 1, "both", `{"connections":{"gh":{"ops":["*"]},"gh_issues":{"ops":["*"]}}}`,

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -22,11 +25,11 @@ func setupNodes(t *testing.T) *harness.Executions {
 	reg := harness.NewRegistry(nil)
 	for _, name := range []string{"a", "b"} {
 		var n atomic.Int64
-		mem := harness.NewMemory(
-			harness.MemoryOp{Operation: harness.Operation{Name: "whoami"}, Fn: func(context.Context, map[string]any) (any, error) {
+		mem := connecttest.NewMemory(
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "whoami"}, Fn: func(context.Context, map[string]any) (any, error) {
 				return map[string]any{"name": name}, nil
 			}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "slow"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "slow"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
 				select {
 				case <-time.After(200 * time.Millisecond):
 					return "slow " + name, nil
@@ -34,16 +37,16 @@ func setupNodes(t *testing.T) *harness.Executions {
 					return nil, ctx.Err()
 				}
 			}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "count"}, Fn: func(context.Context, map[string]any) (any, error) {
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "count"}, Fn: func(context.Context, map[string]any) (any, error) {
 				return map[string]any{"n": n.Add(1), "tags": []any{"x", name}}, nil
 			}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "fail"}, Fn: func(context.Context, map[string]any) (any, error) {
-				return nil, &harness.CallError{Op: "fail", Message: "no"}
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "fail"}, Fn: func(context.Context, map[string]any) (any, error) {
+				return nil, &connect.CallError{Op: "fail", Message: "no"}
 			}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "mkref"}, Fn: func(context.Context, map[string]any) (any, error) {
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "mkref"}, Fn: func(context.Context, map[string]any) (any, error) {
 				return map[string]any{"button": map[string]any{"$ref": "el-" + name, "kind": "element", "volatile": true}}, nil
 			}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "use"}},
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "use"}},
 		)
 		must(t, reg.Add(name, mem))
 	}

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -20,7 +23,7 @@ func TestCancelReachesARunInAnotherInstance(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
 		started := make(chan struct{}, 4)
-		mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "hang"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+		mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "hang"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
 			started <- struct{}{}
 			<-ctx.Done()
 			return nil, ctx.Err()

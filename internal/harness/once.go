@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -101,14 +103,14 @@ func recordable(err error) bool {
 	if err == nil {
 		return true
 	}
-	var ce *CallError
-	return errors.As(err, &ce) && ce.Code != CodeGuarded
+	var ce *connect.CallError
+	return errors.As(err, &ce) && ce.Code != connect.CodeGuarded
 }
 
 // replay is a recorded outcome as the call's answer.
 func (o *onceOutcome) replay() (any, error) {
 	if o.Error != "" {
-		return nil, &CallError{Op: o.Op, Message: o.Error}
+		return nil, &connect.CallError{Op: o.Op, Message: o.Error}
 	}
 	return o.Output, nil
 }

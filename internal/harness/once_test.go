@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -50,9 +53,9 @@ func TestOnceAnswersARepeatedKeyFromTheRecord(t *testing.T) {
 				}
 				return map[string]any{"message": "m1", "thread": "#a/m1"}, nil
 			}
-			ops := append(chatOps(act), harness.MemoryOp{Operation: harness.Operation{Name: "note"}, Fn: act})
+			ops := append(chatOps(act), connecttest.MemoryOp{Operation: connect.Operation{Name: "note"}, Fn: act})
 			ops[0].Fn = act
-			reg := startRegistry(t, map[string]harness.Provider{"chat": &declaring{harness.NewMemory(ops...), map[string]string{"chat": "1.0.0"}}}, nil)
+			reg := startRegistry(t, map[string]connect.Provider{"chat": &declaring{connecttest.NewMemory(ops...), map[string]string{"chat": "1.0.0"}}}, nil)
 			opts := harness.ExecutionsOptions{Visibility: 300 * time.Millisecond}
 			execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"chat":{"ops":["*"]}}}`, opts)
 			doc := `{"version":1,"connections":{"chat":{}},"root":{"kind":"call","id":"p","connection":"chat","op":"` + tc.op + `","args":` + tc.args + `}}`
@@ -93,7 +96,7 @@ operations:
 // guarded (code "guarded") unless the call carries an approval. It keeps
 // the approval every call arrived with, refused or not.
 type guarding struct {
-	*harness.Memory
+	*connecttest.Memory
 	calls atomic.Int32 // calls it acted on
 
 	mu   sync.Mutex
@@ -107,20 +110,20 @@ func (g *guarding) sends() []string {
 	return slices.Clone(g.sent)
 }
 
-func (g *guarding) Connect(context.Context) (harness.Conn, error) { return g, nil }
+func (g *guarding) Connect(context.Context) (connect.Conn, error) { return g, nil }
 
-func (g *guarding) Manifest() harness.Manifest {
+func (g *guarding) Manifest() connect.Manifest {
 	m := g.Memory.Manifest()
 	m.Profiles = map[string]string{"vault": "1.0.0"}
 	return m
 }
 
-func (g *guarding) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+func (g *guarding) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	g.mu.Lock()
 	g.sent = append(g.sent, req.Approval)
 	g.mu.Unlock()
 	if req.Op == "vault.put" && req.Args["key"] == "root" && req.Approval == "" {
-		return nil, &harness.CallError{Op: req.Op, Message: "the root entry is guarded", Code: harness.CodeGuarded}
+		return nil, &connect.CallError{Op: req.Op, Message: "the root entry is guarded", Code: connect.CodeGuarded}
 	}
 	g.calls.Add(1)
 	return map[string]any{}, nil
@@ -132,9 +135,9 @@ func guardedSetup(t *testing.T, st *store.Store, pol harness.Policy) (*harness.E
 	must(t, os.WriteFile(filepath.Join(dir, "vault.yaml"), []byte(vaultProfile), 0o600))
 	cat := profiles.Builtin()
 	must(t, cat.LoadDir(dir))
-	srv := &guarding{Memory: harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "vault.erase"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "vault.put"}},
+	srv := &guarding{Memory: connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "vault.erase"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "vault.put"}},
 	)}
 	reg := harness.NewRegistry(nil)
 	reg.SetProfiles(cat)

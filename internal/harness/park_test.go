@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -33,12 +36,12 @@ const bothApprovalsDoc = `{"version":1,"connections":{"svc":{}},"root":{"kind":"
 	[{"kind":"call","id":"b","connection":"svc","op":"send","args":{"to":"b"}},{"kind":"call","id":"b2","connection":"svc","op":"read"}]]}}`
 
 // parkRegistry has a connection "svc" whose "send" needs approval.
-func parkRegistry(t *testing.T) (*harness.Registry, *harness.Memory) {
+func parkRegistry(t *testing.T) (*harness.Registry, *connecttest.Memory) {
 	t.Helper()
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "send"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "read"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "slow"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "send"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "read"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "slow"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
 			select {
 			case <-time.After(300 * time.Millisecond):
 				return map[string]any{"slow": true}, nil
@@ -159,7 +162,7 @@ func neverFailed(t *testing.T, execs *harness.Executions, id string) {
 	}
 }
 
-func calls(mem *harness.Memory, op string) int {
+func calls(mem *connecttest.Memory, op string) int {
 	n := 0
 	for _, c := range mem.Calls() {
 		if c.Op == op {
@@ -169,7 +172,7 @@ func calls(mem *harness.Memory, op string) int {
 	return n
 }
 
-func sends(mem *harness.Memory) map[any]int {
+func sends(mem *connecttest.Memory) map[any]int {
 	n := map[any]int{}
 	for _, c := range mem.Calls() {
 		if c.Op == "send" {
@@ -370,7 +373,7 @@ func parkPoolRegistry(t *testing.T, st *store.Store, opts *pools.Options) poolBu
 	must(t, err)
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("browsers", prov))
-	must(t, reg.Add("src", harness.NewMemory()))
+	must(t, reg.Add("src", connecttest.NewMemory()))
 	must(t, reg.SetPolicy("browsers", harness.Policy{Approve: []string{"click"}}))
 	must(t, reg.Start(context.Background()))
 	t.Cleanup(func() { _ = reg.Close() })
@@ -499,7 +502,7 @@ func TestParkingParallelShapes(t *testing.T) {
 			storetest.Each(t, func(t *testing.T, st *store.Store) {
 				t.Parallel()
 				reg, mem := parkRegistry(t)
-				svc2 := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "send"}})
+				svc2 := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "send"}})
 				must(t, reg.Add("svc2", svc2))
 				must(t, reg.SetPolicy("svc2", harness.Policy{Approve: []string{"send"}}))
 				must(t, reg.Start(context.Background()))

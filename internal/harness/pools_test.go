@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/pools"
@@ -27,7 +30,7 @@ type fakeBrowsers struct {
 }
 
 type closing struct {
-	*harness.Memory
+	*connecttest.Memory
 	f    *fakeBrowsers
 	once sync.Once
 }
@@ -37,23 +40,23 @@ func (c *closing) Close() error {
 	return nil
 }
 
-func (f *fakeBrowsers) provision(_ context.Context, setup map[string]any) (harness.Conn, error) {
-	var m *harness.Memory
-	m = harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "whoami"}, Fn: func(context.Context, map[string]any) (any, error) {
+func (f *fakeBrowsers) provision(_ context.Context, setup map[string]any) (connect.Conn, error) {
+	var m *connecttest.Memory
+	m = connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "whoami"}, Fn: func(context.Context, map[string]any) (any, error) {
 			return map[string]any{"instance": m.Identity().Instance, "setup": setup}, nil
 		}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "element"}, Fn: func(context.Context, map[string]any) (any, error) {
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "element"}, Fn: func(context.Context, map[string]any) (any, error) {
 			return map[string]any{"$ref": "e1", "kind": "element"}, nil
 		}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "click"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "flaky"}, Fn: func(context.Context, map[string]any) (any, error) {
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "click"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "flaky"}, Fn: func(context.Context, map[string]any) (any, error) {
 			if f.failOnce.Load() {
-				return nil, &harness.CallError{Op: "flaky", Message: "not yet"}
+				return nil, &connect.CallError{Op: "flaky", Message: "not yet"}
 			}
 			return map[string]any{"ok": true}, nil
 		}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "block"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "block"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
 			f.mu.Lock()
 			ch := f.release
 			f.mu.Unlock()
@@ -297,7 +300,7 @@ func TestPoolFullWaitsThenTimesOut(t *testing.T) {
 			return u.Leased == 1
 		})
 		ex := b.run(t, `{"version":1,"connections":{"browsers":{}},"root":{"kind":"call","id":"w","connection":"browsers","op":"whoami"}}`)
-		if ex.Status != harness.ExecFailed || ex.Error.Code != harness.KindLeaseTimeout || ex.Error.Step != "w" {
+		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.KindLeaseTimeout || ex.Error.Step != "w" {
 			t.Fatalf("got %s %+v, want failed lease_timeout at w", ex.Status, ex.Error)
 		}
 		waiting := false

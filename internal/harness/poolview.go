@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
@@ -20,7 +22,7 @@ import (
 // changed: it is shared by every request. Owners are read with one
 // pipelined round trip, one record per execution holding a lease (at most
 // the pool's max); when they cannot be read, no holder is shown.
-func (e *Executions) PoolStatusFor(ctx context.Context, st *PoolStatus, p authz.Principal) *PoolStatus {
+func (e *Executions) PoolStatusFor(ctx context.Context, st *connect.PoolStatus, p authz.Principal) *connect.PoolStatus {
 	if st == nil || p.SeesAll() || len(st.Leases) == 0 {
 		return st
 	}

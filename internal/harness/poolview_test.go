@@ -5,6 +5,9 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -18,10 +21,10 @@ func TestPoolStatusForHidesOthersHolders(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
-		reg := startRegistry(t, map[string]harness.Provider{"mem": harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})}, nil)
+		reg := startRegistry(t, map[string]connect.Provider{"mem": connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})}, nil)
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"mem":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 		mine := submitAs(t, execs, "test", `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"e","connection":"mem","op":"echo","args":{}}}`) + "/app"
-		pool := &harness.PoolStatus{Max: 2, Leased: 2, Leases: []harness.PoolLease{{Holder: mine, Slot: 0}, {Holder: "ex_gone/app/0", Slot: 1}}}
+		pool := &connect.PoolStatus{Max: 2, Leased: 2, Leases: []connect.PoolLease{{Holder: mine, Slot: 0}, {Holder: "ex_gone/app/0", Slot: 1}}}
 
 		cases := []struct {
 			name string

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/Masterminds/semver/v3"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -95,7 +97,7 @@ func bound(b *profiles.Binding) SpokenProfile {
 
 // speak gives conn — the connection's live Conn, or for a pool a lease's —
 // the profiles the connection speaks: its catalog's, its binding's.
-func (c *Connection) speak(conn Conn) (Conn, []SpokenProfile, error) {
+func (c *Connection) speak(conn connect.Conn) (connect.Conn, []SpokenProfile, error) {
 	c.mu.RLock()
 	cat, b := c.catalog, c.binding
 	c.mu.RUnlock()
@@ -111,7 +113,7 @@ func (c *Connection) speak(conn Conn) (Conn, []SpokenProfile, error) {
 // profile the catalog does not know is listed without a definition (a
 // newer patchbay may know it). A bound Conn is wrapped so that the
 // profile's operations are operations of its manifest.
-func speak(conn Conn, cat *profiles.Catalog, b *profiles.Binding) (Conn, []SpokenProfile, error) {
+func speak(conn connect.Conn, cat *profiles.Catalog, b *profiles.Binding) (connect.Conn, []SpokenProfile, error) {
 	m := conn.Manifest()
 	tools := make([]profiles.Tool, len(m.Operations))
 	for i, op := range m.Operations {
@@ -147,26 +149,26 @@ func speak(conn Conn, cat *profiles.Catalog, b *profiles.Binding) (Conn, []Spoke
 // boundConn is a Conn whose manifest also offers a binding's profile
 // operations, each run as the server tool it is bound to.
 type boundConn struct {
-	Conn
+	connect.Conn
 	b *profiles.Binding
 }
 
-func (c *boundConn) Manifest() Manifest {
+func (c *boundConn) Manifest() connect.Manifest {
 	m := c.Conn.Manifest()
 	m.Operations = slices.Clone(m.Operations)
 	p := c.b.Profile
 	for _, name := range slices.Sorted(maps.Keys(c.b.Operations)) {
 		op := p.Operations[name]
 		readOnly, destructive := op.ReadOnly, op.Effects
-		m.Operations = append(m.Operations, Operation{
+		m.Operations = append(m.Operations, connect.Operation{
 			Name: name, Description: op.Description, InputSchema: op.Input,
-			Annotations: Annotations{Title: name, ReadOnlyHint: &readOnly, DestructiveHint: &destructive},
+			Annotations: connect.Annotations{Title: name, ReadOnlyHint: &readOnly, DestructiveHint: &destructive},
 		})
 	}
 	return m
 }
 
-func (c *boundConn) Call(ctx context.Context, req CallRequest) (any, error) {
+func (c *boundConn) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	op, ok := c.b.Operations[req.Op]
 	if !ok {
 		return c.Conn.Call(ctx, req)
@@ -179,7 +181,7 @@ func (c *boundConn) Call(ctx context.Context, req CallRequest) (any, error) {
 	req.Op, req.Args = op.Tool, args
 	out, err := c.Conn.Call(ctx, req)
 	if err != nil {
-		if ce := (*CallError)(nil); errors.As(err, &ce) {
+		if ce := (*connect.CallError)(nil); errors.As(err, &ce) {
 			ce.Op = profileOp + " (" + ce.Op + ")"
 		}
 		return nil, err
@@ -233,7 +235,7 @@ func (p *parser) profileOf(name string, e map[string]any, s string, at string) *
 	}
 	spoken := conn.Profiles()
 	if len(spoken) == 0 {
-		if st := conn.Status(); st.State != StateReady {
+		if st := conn.Status(); st.State != connect.StateReady {
 			p.fail(at, notReadyCode(st.State), "connection %q is %s, so its profiles cannot be checked", name, st.State)
 			return nil
 		}

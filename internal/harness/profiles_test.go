@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/pools"
@@ -21,19 +24,19 @@ import (
 
 // declaring is a Memory connection whose server declares profiles.
 type declaring struct {
-	*harness.Memory
+	*connecttest.Memory
 	profiles map[string]string
 }
 
-func (d *declaring) Connect(context.Context) (harness.Conn, error) { return d, nil }
+func (d *declaring) Connect(context.Context) (connect.Conn, error) { return d, nil }
 
-func (d *declaring) Manifest() harness.Manifest {
+func (d *declaring) Manifest() connect.Manifest {
 	m := d.Memory.Manifest()
 	m.Profiles = d.profiles
 	return m
 }
 
-func chatOps(post func(context.Context, map[string]any) (any, error)) []harness.MemoryOp {
+func chatOps(post func(context.Context, map[string]any) (any, error)) []connecttest.MemoryOp {
 	schema := func(fields ...string) json.RawMessage {
 		props := map[string]any{}
 		for _, f := range fields {
@@ -42,9 +45,9 @@ func chatOps(post func(context.Context, map[string]any) (any, error)) []harness.
 		b, _ := json.Marshal(map[string]any{"type": "object", "required": fields, "properties": props})
 		return b
 	}
-	return []harness.MemoryOp{
-		{Operation: harness.Operation{Name: "chat.post", InputSchema: schema("channel", "text")}, Fn: post},
-		{Operation: harness.Operation{Name: "chat.reply", InputSchema: schema("thread", "text")}},
+	return []connecttest.MemoryOp{
+		{Operation: connect.Operation{Name: "chat.post", InputSchema: schema("channel", "text")}, Fn: post},
+		{Operation: connect.Operation{Name: "chat.reply", InputSchema: schema("thread", "text")}},
 	}
 }
 
@@ -52,7 +55,7 @@ func posted(_ context.Context, a map[string]any) (any, error) {
 	return map[string]any{"message": "m1", "thread": a["channel"].(string) + "/m1"}, nil
 }
 
-func startRegistry(t *testing.T, conns map[string]harness.Provider, bindings map[string]*profiles.Binding) *harness.Registry {
+func startRegistry(t *testing.T, conns map[string]connect.Provider, bindings map[string]*profiles.Binding) *harness.Registry {
 	t.Helper()
 	reg := harness.NewRegistry(nil)
 	for name, p := range conns {
@@ -75,29 +78,29 @@ func TestDeclaredProfilesAreChecked(t *testing.T) {
 	cases := []struct {
 		name     string
 		declares map[string]string
-		ops      []harness.MemoryOp
+		ops      []connecttest.MemoryOp
 		want     string // in LastError; "" means ready
 	}{
 		{"chat@1 with its operations", map[string]string{"chat": "1.0.0"}, chatOps(posted), ""},
 		{"a newer minor version", map[string]string{"chat": "1.4.0"}, chatOps(posted), ""},
 		{"a profile this server does not know", map[string]string{"fax": "3.0.0"}, chatOps(posted), ""},
 		{"chat@1 without chat.reply", map[string]string{"chat": "1.0.0"}, chatOps(posted)[:1], "missing operation chat.reply"},
-		{"browser@1 without ui.click", map[string]string{"browser": "1.0.0"}, []harness.MemoryOp{{Operation: harness.Operation{Name: "navigate"}}}, "missing operation ui.click"},
+		{"browser@1 without ui.click", map[string]string{"browser": "1.0.0"}, []connecttest.MemoryOp{{Operation: connect.Operation{Name: "navigate"}}}, "missing operation ui.click"},
 		{"a version that is not semver", map[string]string{"chat": "one"}, chatOps(posted), "not a semantic version"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			reg := startRegistry(t, map[string]harness.Provider{"c": &declaring{harness.NewMemory(tc.ops...), tc.declares}}, nil)
+			reg := startRegistry(t, map[string]connect.Provider{"c": &declaring{connecttest.NewMemory(tc.ops...), tc.declares}}, nil)
 			c, _ := reg.Get("c")
 			st := c.Status()
 			if tc.want == "" {
-				if st.State != harness.StateReady || len(c.Profiles()) != 1 {
+				if st.State != connect.StateReady || len(c.Profiles()) != 1 {
 					t.Fatalf("status = %+v, profiles = %+v", st, c.Profiles())
 				}
 				return
 			}
-			if st.State != harness.StateUnavailable || !strings.Contains(st.LastError, tc.want) {
+			if st.State != connect.StateUnavailable || !strings.Contains(st.LastError, tc.want) {
 				t.Fatalf("status = %s %q, want unavailable naming %q", st.State, st.LastError, tc.want)
 			}
 		})
@@ -108,7 +111,7 @@ func TestDeclaredProfilesAreChecked(t *testing.T) {
 // chat@1 whose chat.post answers with post.
 func typedSetup(t *testing.T, st *store.Store, post func(context.Context, map[string]any) (any, error)) *harness.Executions {
 	t.Helper()
-	reg := startRegistry(t, map[string]harness.Provider{"chat": &declaring{harness.NewMemory(chatOps(post)...), map[string]string{"chat": "1.0.0"}}}, nil)
+	reg := startRegistry(t, map[string]connect.Provider{"chat": &declaring{connecttest.NewMemory(chatOps(post)...), map[string]string{"chat": "1.0.0"}}}, nil)
 	return startWorkers(t, st, reg, 1, "test", `{"connections":{"chat":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 }
 
@@ -210,10 +213,10 @@ func TestBoundConnectionRunsProfileOperations(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "send"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+		mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "send"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 			return map[string]any{"id": "x9", "to": a["to"]}, nil
 		}})
-		reg := startRegistry(t, map[string]harness.Provider{"chat": mem}, map[string]*profiles.Binding{"chat": loadBinding(t, chatBinding)})
+		reg := startRegistry(t, map[string]connect.Provider{"chat": mem}, map[string]*profiles.Binding{"chat": loadBinding(t, chatBinding)})
 		c, _ := reg.Get("chat")
 		if p := c.Profiles(); len(p) != 1 || p[0].Binding != "memo-chat" || p[0].Version != "1.0.0" {
 			t.Fatalf("profiles = %+v", p)
@@ -238,10 +241,10 @@ func TestBoundConnectionRunsProfileOperations(t *testing.T) {
 
 func TestBindingToAMissingToolIsUnavailable(t *testing.T) {
 	t.Parallel()
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "post"}})
-	reg := startRegistry(t, map[string]harness.Provider{"chat": mem}, map[string]*profiles.Binding{"chat": loadBinding(t, chatBinding)})
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "post"}})
+	reg := startRegistry(t, map[string]connect.Provider{"chat": mem}, map[string]*profiles.Binding{"chat": loadBinding(t, chatBinding)})
 	c, _ := reg.Get("chat")
-	if st := c.Status(); st.State != harness.StateUnavailable || !strings.Contains(st.LastError, `binding memo-chat: the server has no tool "send"`) {
+	if st := c.Status(); st.State != connect.StateUnavailable || !strings.Contains(st.LastError, `binding memo-chat: the server has no tool "send"`) {
 		t.Fatalf("status = %s %q", st.State, st.LastError)
 	}
 }
@@ -249,15 +252,15 @@ func TestBindingToAMissingToolIsUnavailable(t *testing.T) {
 // memoPool is a pool "chats" whose leases are fresh Memory servers with
 // the tool "send" (memo-chat binds chat@1 onto it); each lease's server is
 // kept in servers.
-func memoPool(t *testing.T, st *store.Store, servers *[]*harness.Memory) *harness.Registry {
+func memoPool(t *testing.T, st *store.Store, servers *[]*connecttest.Memory) *harness.Registry {
 	t.Helper()
 	pool, err := pools.New(st, "chats", 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: 5 * time.Second, Provision: func(context.Context, map[string]any) (harness.Conn, error) {
-		mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "send"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: 5 * time.Second, Provision: func(context.Context, map[string]any) (connect.Conn, error) {
+		mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "send"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 			return map[string]any{"id": "x9", "to": a["to"]}, nil
 		}})
 		mu.Lock()
@@ -268,7 +271,7 @@ func memoPool(t *testing.T, st *store.Store, servers *[]*harness.Memory) *harnes
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startRegistry(t, map[string]harness.Provider{"chats": prov}, map[string]*profiles.Binding{"chats": loadBinding(t, chatBinding)})
+	return startRegistry(t, map[string]connect.Provider{"chats": prov}, map[string]*profiles.Binding{"chats": loadBinding(t, chatBinding)})
 }
 
 // TestBoundPoolLeasesSpeakTheProfile: a binding on a pool binds every
@@ -278,10 +281,10 @@ func TestBoundPoolLeasesSpeakTheProfile(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		var servers []*harness.Memory
+		var servers []*connecttest.Memory
 		reg := memoPool(t, st, &servers)
 		c, _ := reg.Get("chats")
-		if p := c.Profiles(); c.State() != harness.StateReady || len(p) != 1 || p[0].Binding != "memo-chat" {
+		if p := c.Profiles(); c.State() != connect.StateReady || len(p) != 1 || p[0].Binding != "memo-chat" {
 			t.Fatalf("pool: %s, profiles %+v", c.State(), p)
 		}
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"chats":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
@@ -298,7 +301,7 @@ func TestBoundPoolLeasesSpeakTheProfile(t *testing.T) {
 			t.Fatalf("bound post on a lease: %s %+v %v", ex.Status, ex.Error, ex.Output)
 		}
 		// The probe's server answered no call; the lease's sent one.
-		var sends []harness.CallRequest
+		var sends []connect.CallRequest
 		for _, s := range servers {
 			sends = append(sends, s.Calls()...)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
@@ -57,7 +59,7 @@ type Reading struct {
 	// is shown. Redacted and bounded like a tool result.
 	Text string `json:"text"`
 	// Identity is the identity of the connection it was read from.
-	Identity Identity `json:"identity"`
+	Identity connect.Identity `json:"identity"`
 }
 
 // ResourceReader is implemented by a Conn that can read a resource by
@@ -138,8 +140,8 @@ func (r *run) takeRead(ctx context.Context, f *frame, step, name, read string) (
 	if conn.Access().ActsAsUser() && forNoOne(r.rec.Principal) {
 		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name()))
 	}
-	if st := conn.State(); st != StateReady {
-		return nil, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, ErrUnavailable)
+	if st := conn.State(); st != connect.StateReady {
+		return nil, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, connect.ErrUnavailable)
 	}
 	src, err := findRead(conn, read)
 	if err != nil {
@@ -185,7 +187,7 @@ func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, re
 	if verdict == needsApproval {
 		return nil, fault.Deny(fault.GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s (read %s)", conn.Name(), op, read))
 	}
-	return r.deliver(ctx, conn, CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
+	return r.deliver(ctx, conn, connect.CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
 }
 
 // readResource takes a bound read from a resource, when the connection's
@@ -253,7 +255,7 @@ func (r *run) readGranted(ctx context.Context, name, read string) error {
 		}
 		spec = attachSpecOf(r.doc, name)
 	}
-	if len(grantedOps(al, false, grant, spec, []Operation{{Name: read}})) == 0 {
+	if len(grantedOps(al, false, grant, spec, []connect.Operation{{Name: read}})) == 0 {
 		return fault.Deny(fault.GateDeclared, fmt.Sprintf("the allowlist does not grant read %s of connection %s", read, name))
 	}
 	return nil
@@ -282,7 +284,7 @@ func attachSpecOf(doc *Document, name string) *AttachSpec {
 }
 
 // reading checks a read's value against the profile and presents it.
-func (r *run) reading(ctx context.Context, conn *Connection, src readSource, read string, id Identity, out any) (*Reading, error) {
+func (r *run) reading(ctx context.Context, conn *Connection, src readSource, read string, id connect.Identity, out any) (*Reading, error) {
 	if err := src.read.CheckOutput(jsonValue(out)); err != nil {
 		return nil, fmt.Errorf("read %s of %s contradicts %s: %s", read, conn.Name(), src.profile.ID(), oneLine(err))
 	}
@@ -388,7 +390,7 @@ func (p *parser) readsFor(name string) (reads map[string]*profiles.Read, known b
 		conn = h.Pool
 	}
 	c, err := p.reg.Get(conn)
-	if err != nil || (c.State() != StateReady && len(c.Profiles()) == 0) {
+	if err != nil || (c.State() != connect.StateReady && len(c.Profiles()) == 0) {
 		return nil, false
 	}
 	reads = map[string]*profiles.Read{}

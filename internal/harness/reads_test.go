@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -87,18 +90,18 @@ func obj(props ...string) json.RawMessage {
 // pageServer is a server declaring browser@1: its operations, and by
 // patchbay's convention a read-only tool named after each read.
 func pageServer(p *fakePage) *declaring {
-	ro := harness.Annotations{ReadOnlyHint: ptr(true)}
-	ops := []harness.MemoryOp{
-		{Operation: harness.Operation{Name: "navigate", InputSchema: obj("url")}},
-		{Operation: harness.Operation{Name: "ui.click", InputSchema: obj("element")}, Fn: p.click},
-		{Operation: harness.Operation{Name: "ui.fill", InputSchema: obj("element", "text")}},
-		{Operation: harness.Operation{Name: "ui.press", InputSchema: obj("key")}},
-		{Operation: harness.Operation{Name: "ui.hover", InputSchema: obj("element"), Annotations: ro}},
-		{Operation: harness.Operation{Name: "browser.page.summary", InputSchema: obj(), Annotations: ro}, Fn: p.summary},
-		{Operation: harness.Operation{Name: "ui.tree", InputSchema: obj(), Annotations: ro}, Fn: p.uiTree},
-		{Operation: harness.Operation{Name: "screen.current", InputSchema: obj(), Annotations: ro}, Fn: p.screen},
+	ro := connect.Annotations{ReadOnlyHint: ptr(true)}
+	ops := []connecttest.MemoryOp{
+		{Operation: connect.Operation{Name: "navigate", InputSchema: obj("url")}},
+		{Operation: connect.Operation{Name: "ui.click", InputSchema: obj("element")}, Fn: p.click},
+		{Operation: connect.Operation{Name: "ui.fill", InputSchema: obj("element", "text")}},
+		{Operation: connect.Operation{Name: "ui.press", InputSchema: obj("key")}},
+		{Operation: connect.Operation{Name: "ui.hover", InputSchema: obj("element"), Annotations: ro}},
+		{Operation: connect.Operation{Name: "browser.page.summary", InputSchema: obj(), Annotations: ro}, Fn: p.summary},
+		{Operation: connect.Operation{Name: "ui.tree", InputSchema: obj(), Annotations: ro}, Fn: p.uiTree},
+		{Operation: connect.Operation{Name: "screen.current", InputSchema: obj(), Annotations: ro}, Fn: p.screen},
 	}
-	return &declaring{harness.NewMemory(ops...), map[string]string{"browser": "1.0.0"}}
+	return &declaring{connecttest.NewMemory(ops...), map[string]string{"browser": "1.0.0"}}
 }
 
 const snapBinding = `binding: memo-browser
@@ -138,7 +141,7 @@ func TestVerifyReadRetriesUntilTheClaimsHold(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		page := newPage()
 		page.titles = []string{"Loading", "Loading", "Dashboard " + leaked}
-		reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(page)}, nil)
+		reg := startRegistry(t, map[string]connect.Provider{"web": pageServer(page)}, nil)
 		red := harness.NewSecretRedactor()
 		red.Add(leaked)
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Redactor: red})
@@ -168,9 +171,9 @@ func TestVerifyReadRetriesUntilTheClaimsHold(t *testing.T) {
 func TestVerifyReadValidation(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		reg := startRegistry(t, map[string]harness.Provider{
+		reg := startRegistry(t, map[string]connect.Provider{
 			"web":   pageServer(newPage()),
-			"plain": harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "ping"}}),
+			"plain": connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "ping"}}),
 		}, nil)
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["ui.*","navigate"]},"plain":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 		cases := []struct {
@@ -199,16 +202,16 @@ func TestVerifyReadValidation(t *testing.T) {
 func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		mem := harness.NewMemory(
-			harness.MemoryOp{Operation: harness.Operation{Name: "go"}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "click"}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "snapshot", InputSchema: json.RawMessage(`{"type":"object","properties":{"mode":{"enum":["brief"]}},"required":["mode"]}`)},
+		mem := connecttest.NewMemory(
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "go"}},
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "click"}},
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "snapshot", InputSchema: json.RawMessage(`{"type":"object","properties":{"mode":{"enum":["brief"]}},"required":["mode"]}`)},
 				Fn: func(context.Context, map[string]any) (any, error) {
 					return map[string]any{"location": "http://app.test/", "heading": "Start"}, nil
 				}},
 		)
 		b := loadBinding(t, snapBinding)
-		reg := startRegistry(t, map[string]harness.Provider{"web": mem, "locked": mem, "held": mem}, map[string]*profiles.Binding{"web": b, "locked": b, "held": b})
+		reg := startRegistry(t, map[string]connect.Provider{"web": mem, "locked": mem, "held": mem}, map[string]*profiles.Binding{"web": b, "locked": b, "held": b})
 		if err := reg.SetPolicy("locked", harness.Policy{Deny: []string{"snapshot"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -238,12 +241,12 @@ func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 
 // resourceful is a Memory connection that can also read resources.
 type resourceful struct {
-	*harness.Memory
+	*connecttest.Memory
 	mu   sync.Mutex
 	uris []string
 }
 
-func (r *resourceful) Connect(context.Context) (harness.Conn, error) { return r, nil }
+func (r *resourceful) Connect(context.Context) (connect.Conn, error) { return r, nil }
 
 func (r *resourceful) ReadResource(_ context.Context, uri string, _ map[string]string) (any, error) {
 	r.mu.Lock()
@@ -255,10 +258,10 @@ func (r *resourceful) ReadResource(_ context.Context, uri string, _ map[string]s
 func TestBoundReadFromAResource(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		mem := &resourceful{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "go"}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "click"}}, harness.MemoryOp{Operation: harness.Operation{Name: "snapshot"}})}
+		mem := &resourceful{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "go"}},
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "click"}}, connecttest.MemoryOp{Operation: connect.Operation{Name: "snapshot"}})}
 		b := loadBinding(t, snapBinding+"  ui.tree:\n    resource: page://tree\n    project: '{\"tree\": result}'\n")
-		reg := startRegistry(t, map[string]harness.Provider{"web": mem}, map[string]*profiles.Binding{"web": b})
+		reg := startRegistry(t, map[string]connect.Provider{"web": mem}, map[string]*profiles.Binding{"web": b})
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 		ex := runRead(t, execs, verifyDoc("web", `{}`, "ui.tree", `[{"at":"tree","contains":"Go"}]`))
 		mem.mu.Lock()

@@ -59,6 +59,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -109,7 +111,7 @@ type RefContext struct {
 	Lease string
 	// Identity of the connection; only its surface and instance bind, and
 	// only volatile refs.
-	Identity Identity
+	Identity connect.Identity
 }
 
 // Ref is an opened ref.

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -19,7 +21,7 @@ import (
 var baseRC = harness.RefContext{
 	Thread:     "th_1",
 	Connection: "app",
-	Identity:   harness.Identity{Surface: "web", Instance: "browser-1", Epoch: 1},
+	Identity:   connect.Identity{Surface: "web", Instance: "browser-1", Epoch: 1},
 }
 
 // tokenPayload decodes the payload of a token, for tests that look inside

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -37,7 +39,7 @@ func NewRegistry(logger *slog.Logger) *Registry {
 }
 
 // Add registers a connection under name. It does not connect; Start does.
-func (r *Registry) Add(name string, p Provider) error {
+func (r *Registry) Add(name string, p connect.Provider) error {
 	if !ValidName(name) {
 		return fault.Errorf(fault.CodeConnectionInvalid, "connection name %q must be a letter followed by letters, digits, '_' or '-' (at most 64)", name)
 	}
@@ -49,7 +51,7 @@ func (r *Registry) Add(name string, p Provider) error {
 	if _, ok := r.conns[name]; ok {
 		return fault.Errorf(fault.CodeConnectionNameTaken, "connection %q is already registered", name)
 	}
-	r.conns[name] = &Connection{name: name, provider: p, catalog: r.catalog, state: StateConnecting, since: time.Now(), logger: r.logger, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
+	r.conns[name] = &Connection{name: name, provider: p, catalog: r.catalog, state: connect.StateConnecting, since: time.Now(), logger: r.logger, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	return nil
 }
 
@@ -132,20 +134,20 @@ func firstError(errs []error) error {
 // connected, and its status.
 type Connection struct {
 	name     string
-	provider Provider
+	provider connect.Provider
 
 	mu       sync.RWMutex
 	policy   Policy
 	access   Access
 	kind     string // for reports, see SetKind
 	url      string
-	conn     Conn
-	manifest Manifest
+	conn     connect.Conn
+	manifest connect.Manifest
 	// catalog, binding and spoken: the profiles it speaks (profiles.go).
 	catalog *profiles.Catalog
 	binding *profiles.Binding
 	spoken  []SpokenProfile
-	state   State
+	state   connect.State
 	lastErr string
 	since   time.Time
 
@@ -282,7 +284,7 @@ func (c *Connection) Name() string { return c.name }
 
 // Manifest is what the connection declared when it connected; empty until
 // then.
-func (c *Connection) Manifest() Manifest {
+func (c *Connection) Manifest() connect.Manifest {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.manifest
@@ -320,7 +322,7 @@ func (c *Connection) Status() Status {
 		for i, op := range c.manifest.Operations {
 			names[i] = op.Name
 		}
-		ids := ToolIDs(c.name, names)
+		ids := connect.ToolIDs(c.name, names)
 		for _, n := range names {
 			s.Tools = append(s.Tools, ids[n])
 		}
@@ -330,18 +332,18 @@ func (c *Connection) Status() Status {
 
 // State is the connection's state: Status's State without the rest, which
 // the hot path (every call checks it) does not need.
-func (c *Connection) State() State {
+func (c *Connection) State() connect.State {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.state
 }
 
 // Identity is the identity of the live Conn, zero when not connected.
-func (c *Connection) Identity() Identity {
+func (c *Connection) Identity() connect.Identity {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.conn == nil {
-		return Identity{}
+		return connect.Identity{}
 	}
 	return c.conn.Identity()
 }
@@ -349,22 +351,22 @@ func (c *Connection) Identity() Identity {
 // Call runs one operation. It fails fast with ErrUnavailable when the
 // connection is not ready and with ErrUnknownOperation when the manifest does
 // not declare op.
-func (c *Connection) Call(ctx context.Context, req CallRequest) (any, error) {
+func (c *Connection) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	c.mu.RLock()
 	conn, state := c.conn, c.state
 	_, declared := c.manifest.Operation(req.Op)
 	c.mu.RUnlock()
-	if state != StateReady || conn == nil {
-		return nil, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
+	if state != connect.StateReady || conn == nil {
+		return nil, fmt.Errorf("connection %s is %s: %w", c.name, state, connect.ErrUnavailable)
 	}
 	if !declared {
-		return nil, fmt.Errorf("connection %s: %q: %w", c.name, req.Op, ErrUnknownOperation)
+		return nil, fmt.Errorf("connection %s: %q: %w", c.name, req.Op, connect.ErrUnknownOperation)
 	}
 	return conn.Call(ctx, req)
 }
 
 func (c *Connection) connect(ctx context.Context) error {
-	c.setState(StateConnecting, "")
+	c.setState(connect.StateConnecting, "")
 	return c.attempt(ctx)
 }
 
@@ -373,7 +375,7 @@ func (c *Connection) connect(ctx context.Context) error {
 func (c *Connection) Reset(ctx context.Context) error {
 	c.mu.Lock()
 	old := c.conn
-	c.conn, c.state, c.since = nil, StateConnecting, time.Now()
+	c.conn, c.state, c.since = nil, connect.StateConnecting, time.Now()
 	c.mu.Unlock()
 	if old != nil {
 		_ = old.Close()
@@ -385,9 +387,9 @@ func (c *Connection) Reset(ctx context.Context) error {
 func (c *Connection) attempt(ctx context.Context) error {
 	conn, err := c.provider.Connect(ctx)
 	if err != nil {
-		state := StateUnavailable
-		if errors.Is(err, ErrNeedsSignIn) {
-			state = StateNeedsSignIn
+		state := connect.StateUnavailable
+		if errors.Is(err, connect.ErrNeedsSignIn) {
+			state = connect.StateNeedsSignIn
 		}
 		c.setState(state, err.Error())
 		return fmt.Errorf("connection %s: connect: %w", c.name, err)
@@ -397,18 +399,18 @@ func (c *Connection) attempt(ctx context.Context) error {
 		// A server contradicting a profile it speaks would fail typed
 		// steps one by one; it is unavailable instead, saying why.
 		_ = conn.Close()
-		c.setState(StateUnavailable, err.Error())
+		c.setState(connect.StateUnavailable, err.Error())
 		return fmt.Errorf("connection %s: %w", c.name, err)
 	}
 	conn = spokenConn
 	c.mu.Lock()
-	if c.state == StateClosed {
+	if c.state == connect.StateClosed {
 		c.mu.Unlock()
 		_ = conn.Close()
-		return fmt.Errorf("connection %s: %w", c.name, ErrUnavailable)
+		return fmt.Errorf("connection %s: %w", c.name, connect.ErrUnavailable)
 	}
 	c.conn, c.manifest, c.spoken = conn, conn.Manifest(), spoken
-	c.state, c.lastErr, c.since = StateReady, "", time.Now()
+	c.state, c.lastErr, c.since = connect.StateReady, "", time.Now()
 	c.mu.Unlock()
 	if lr, ok := conn.(lossReporter); ok && c.stop != nil {
 		go c.watch(conn, lr)
@@ -418,7 +420,7 @@ func (c *Connection) attempt(ctx context.Context) error {
 
 // watch waits for conn to report its loss, marks the connection
 // unavailable (its calls fail fast) and reconnects it.
-func (c *Connection) watch(conn Conn, lr lossReporter) {
+func (c *Connection) watch(conn connect.Conn, lr lossReporter) {
 	select {
 	case <-lr.Done():
 	case <-c.stop:
@@ -428,7 +430,7 @@ func (c *Connection) watch(conn Conn, lr lossReporter) {
 	if err := lr.Err(); err != nil {
 		msg = err.Error()
 	}
-	if !c.takeDown(conn, StateUnavailable, msg) {
+	if !c.takeDown(conn, connect.StateUnavailable, msg) {
 		return
 	}
 	if c.logger != nil {
@@ -440,10 +442,10 @@ func (c *Connection) watch(conn Conn, lr lossReporter) {
 // takeDown takes the live Conn out of service and closes it, showing state
 // and reason; with only set, just when that is still the live Conn. It
 // reports whether it did (false: nothing live, already replaced or closed).
-func (c *Connection) takeDown(only Conn, state State, reason string) bool {
+func (c *Connection) takeDown(only connect.Conn, state connect.State, reason string) bool {
 	c.mu.Lock()
 	conn := c.conn
-	if conn == nil || c.state == StateClosed || (only != nil && conn != only) {
+	if conn == nil || c.state == connect.StateClosed || (only != nil && conn != only) {
 		c.mu.Unlock()
 		return false
 	}
@@ -458,7 +460,7 @@ func (c *Connection) takeDown(only Conn, state State, reason string) bool {
 // needs_sign_in with the sign-in link, and it reconnects once someone signs
 // in again (Kick) or the backoff finds the server willing.
 func (c *Connection) needSignIn(reason string) {
-	if !c.takeDown(nil, StateNeedsSignIn, reason) {
+	if !c.takeDown(nil, connect.StateNeedsSignIn, reason) {
 		return
 	}
 	if c.logger != nil {
@@ -501,14 +503,14 @@ func (c *Connection) reconnect() {
 			}
 			return
 		}
-		if c.stateIs(StateClosed) {
+		if c.stateIs(connect.StateClosed) {
 			return
 		}
 		delay = min(delay*2, reconnectMax)
 	}
 }
 
-func (c *Connection) stateIs(s State) bool {
+func (c *Connection) stateIs(s connect.State) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.state == s
@@ -520,7 +522,7 @@ func (c *Connection) close() error {
 	}
 	c.mu.Lock()
 	conn := c.conn
-	c.conn, c.state, c.since = nil, StateClosed, time.Now()
+	c.conn, c.state, c.since = nil, connect.StateClosed, time.Now()
 	c.mu.Unlock()
 	if conn == nil {
 		return nil
@@ -531,11 +533,56 @@ func (c *Connection) close() error {
 	return nil
 }
 
-func (c *Connection) setState(s State, lastErr string) {
+func (c *Connection) setState(s connect.State, lastErr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.state, c.since = s, time.Now()
 	if lastErr != "" {
 		c.lastErr = lastErr
 	}
+}
+
+// Status is a connection's state as shown to operators.
+type Status struct {
+	Name string `json:"name"`
+	// Kind and URL are what the host set with Registry.SetKind: mcp,
+	// openapi, drive, source or cron, and the server's, document's or
+	// API's URL without credentials.
+	Kind string `json:"kind,omitempty"`
+	URL  string `json:"url,omitempty"`
+	// Tools are the model tool ids of its operations (see ToolIDs), in
+	// manifest order; empty unless it is connected.
+	Tools      []string         `json:"tools"`
+	State      connect.State    `json:"state"`
+	Identity   connect.Identity `json:"identity"`
+	Operations int              `json:"operationCount"`
+	Info       map[string]any   `json:"info,omitempty"`
+	LastError  string           `json:"lastError,omitempty"`
+	Since      time.Time        `json:"since"`
+	// SignIn is "shared" or "per-user" for a connection signed in to with
+	// OAuth (see Access); the sign-in link is /oauth/{name}/start.
+	SignIn string `json:"signIn,omitempty"`
+	// SignInURL is where a browser signs in to it, set with SignIn.
+	SignInURL string `json:"signInUrl,omitempty"`
+	// GitHubApp is set for a connection whose calls carry GitHub App
+	// installation tokens (see Access).
+	GitHubApp *GitHubAppAuth `json:"githubApp,omitempty"`
+	// Pool is the usage of a pool connection; nil for others.
+	Pool *connect.PoolStatus `json:"pool,omitempty"`
+	// Profiles are the profiles it speaks, declared by its server or
+	// given by a binding (see package profiles).
+	Profiles []SpokenProfile `json:"profiles,omitempty"`
+}
+
+// notReadyCode is the code of a refusal because a connection is in state s.
+func notReadyCode(s connect.State) fault.Code {
+	switch s {
+	case connect.StateConnecting:
+		return fault.CodeConnectionStarting
+	case connect.StateNeedsSignIn:
+		return fault.CodeConnectionNeedsSignIn
+	case connect.StateClosed:
+		return fault.CodeConnectionClosed
+	}
+	return fault.CodeConnectionUnavailable
 }

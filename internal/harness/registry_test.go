@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
@@ -29,10 +32,10 @@ func TestRegistryAdd(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			reg := NewRegistry(nil)
-			if err := reg.Add("taken", NewMemory()); err != nil {
+			if err := reg.Add("taken", connecttest.NewMemory()); err != nil {
 				t.Fatal(err)
 			}
-			err := reg.Add(tt.add, NewMemory())
+			err := reg.Add(tt.add, connecttest.NewMemory())
 			if got := codeOf(err); got != tt.want {
 				t.Fatalf("Add(%q) = %v, want code %q", tt.add, err, tt.want)
 			}
@@ -61,15 +64,15 @@ type failing struct {
 	closed               *atomic.Int32
 }
 
-func (f failing) Connect(context.Context) (Conn, error) {
+func (f failing) Connect(context.Context) (connect.Conn, error) {
 	if f.connectErr != nil {
 		return nil, f.connectErr
 	}
-	return closer{Memory: NewMemory(), err: f.closeErr, closed: f.closed}, nil
+	return closer{Memory: connecttest.NewMemory(), err: f.closeErr, closed: f.closed}, nil
 }
 
 type closer struct {
-	*Memory
+	*connecttest.Memory
 	err    error
 	closed *atomic.Int32
 }
@@ -89,18 +92,18 @@ func TestStartAndCloseContinuePastFailures(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Start = %v, want boom", err)
 	}
-	states := map[string]State{}
+	states := map[string]connect.State{}
 	for _, c := range reg.List() {
 		states[c.Name()] = c.Status().State
 	}
-	if states["a"] != StateReady || states["b"] != StateUnavailable || states["c"] != StateReady {
+	if states["a"] != connect.StateReady || states["b"] != connect.StateUnavailable || states["c"] != connect.StateReady {
 		t.Fatalf("states = %v", states)
 	}
 	b, _ := reg.Get("b")
 	if b.Status().LastError == "" {
 		t.Fatal("unavailable connection has no last error")
 	}
-	if _, err := b.Call(context.Background(), CallRequest{Op: "x"}); !errors.Is(err, ErrUnavailable) {
+	if _, err := b.Call(context.Background(), connect.CallRequest{Op: "x"}); !errors.Is(err, connect.ErrUnavailable) {
 		t.Fatalf("call on unavailable = %v", err)
 	}
 
@@ -112,7 +115,7 @@ func TestStartAndCloseContinuePastFailures(t *testing.T) {
 		t.Fatalf("closed %d conns, want 2 (every one that connected)", closed.Load())
 	}
 	for _, c := range reg.List() {
-		if c.Status().State != StateClosed {
+		if c.Status().State != connect.StateClosed {
 			t.Fatalf("%s is %s after Close", c.Name(), c.Status().State)
 		}
 	}
@@ -120,19 +123,19 @@ func TestStartAndCloseContinuePastFailures(t *testing.T) {
 
 func TestMemoryRecordsCalls(t *testing.T) {
 	t.Parallel()
-	m := NewMemory(MemoryOp{Operation: Operation{Name: "echo"}})
+	m := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})
 	reg := NewRegistry(nil)
 	must(t, reg.Add("mem", m))
 	must(t, reg.Start(context.Background()))
 	c, _ := reg.Get("mem")
-	out, err := c.Call(context.Background(), CallRequest{Op: "echo", Args: map[string]any{"x": 1.0}, IdempotencyKey: "k"})
+	out, err := c.Call(context.Background(), connect.CallRequest{Op: "echo", Args: map[string]any{"x": 1.0}, IdempotencyKey: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out.(map[string]any)["x"] != 1.0 {
 		t.Fatalf("out = %v", out)
 	}
-	if _, err := c.Call(context.Background(), CallRequest{Op: "nope"}); !errors.Is(err, ErrUnknownOperation) {
+	if _, err := c.Call(context.Background(), connect.CallRequest{Op: "nope"}); !errors.Is(err, connect.ErrUnknownOperation) {
 		t.Fatalf("unknown op = %v", err)
 	}
 	calls := m.Calls()

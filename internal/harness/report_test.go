@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
@@ -14,8 +17,8 @@ import (
 func TestStatusReports(t *testing.T) {
 	t.Parallel()
 	reg := NewRegistry(nil)
-	ok := NewMemory(MemoryOp{Operation: Operation{Name: "issues/list"}}, MemoryOp{Operation: Operation{Name: "get"}})
-	for name, p := range map[string]Provider{"gh": ok, "down": failing{connectErr: errors.New("no document")}} {
+	ok := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "issues/list"}}, connecttest.MemoryOp{Operation: connect.Operation{Name: "get"}})
+	for name, p := range map[string]connect.Provider{"gh": ok, "down": failing{connectErr: errors.New("no document")}} {
 		if err := reg.Add(name, p); err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +33,7 @@ func TestStatusReports(t *testing.T) {
 		t.Fatalf("gh = %+v", s)
 	}
 	down, _ := reg.Get("down")
-	if s := down.Status(); s.State != StateUnavailable || s.Tools == nil || len(s.Tools) != 0 || s.LastError == "" {
+	if s := down.Status(); s.State != connect.StateUnavailable || s.Tools == nil || len(s.Tools) != 0 || s.LastError == "" {
 		t.Fatalf("down = %+v", s)
 	}
 	if err := reg.SetKind("nope", "mcp", ""); codeOf(err) != fault.CodeConnectionUnknown {

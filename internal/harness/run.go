@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
@@ -434,7 +436,7 @@ func asExecError(err error) *ExecError {
 
 func callErrorKind(err error) string {
 	switch {
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, connect.ErrUnavailable):
 		return fault.KindConnectionUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return fault.KindTimeout
@@ -445,7 +447,7 @@ func callErrorKind(err error) string {
 }
 
 func outcome(err error) string {
-	var ce *CallError
+	var ce *connect.CallError
 	switch {
 	case err == nil:
 		return "ok"

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -28,7 +31,7 @@ func newSlowBuild() *slowBuild {
 	return &slowBuild{started: make(chan struct{}, 16), release: make(chan struct{})}
 }
 
-func (b *slowBuild) build(string, Operation) compiled {
+func (b *slowBuild) build(string, connect.Operation) compiled {
 	b.runs.Add(1)
 	b.started <- struct{}{}
 	<-b.release
@@ -42,7 +45,7 @@ func TestSchemaWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	b := newSlowBuild()
 	s := &schemas{timeout: 200 * time.Millisecond, build: b.build}
-	op := Operation{Name: "op", InputSchema: json.RawMessage(`{}`)}
+	op := connect.Operation{Name: "op", InputSchema: json.RawMessage(`{}`)}
 
 	ctx, cancel := context.WithCancel(t.Context())
 	errs := make(chan error, 1)
@@ -88,7 +91,7 @@ func TestCancelStopsAGate2Wait(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
 	reg := NewRegistry(nil)
-	if err := reg.Add("mem", NewMemory(MemoryOp{Operation: Operation{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)}})); err != nil {
+	if err := reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := reg.Start(t.Context()); err != nil {

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -53,9 +56,9 @@ func flatSchema(props int) json.RawMessage {
 func TestGate2HostileSchemas(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		mem := harness.NewMemory(
-			harness.MemoryOp{Operation: harness.Operation{Name: "fan", InputSchema: fanOutSchema(3, 40)}},
-			harness.MemoryOp{Operation: harness.Operation{Name: "flat", InputSchema: flatSchema(harness.DefaultSchemaMaxNodes)}},
+		mem := connecttest.NewMemory(
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "fan", InputSchema: fanOutSchema(3, 40)}},
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "flat", InputSchema: flatSchema(harness.DefaultSchemaMaxNodes)}},
 		)
 		reg := harness.NewRegistry(nil)
 		must(t, reg.Add("svc", mem))

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -22,7 +25,7 @@ const echoDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id
 func newSubmitExecutions(t *testing.T, st *store.Store) *Executions {
 	t.Helper()
 	reg := NewRegistry(nil)
-	if err := reg.Add("mem", NewMemory(MemoryOp{Operation: Operation{Name: "echo"}})); err != nil {
+	if err := reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := reg.Start(t.Context()); err != nil {

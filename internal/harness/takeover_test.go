@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -23,7 +26,7 @@ func TestWorkItemSurvivesAFailedClaim(t *testing.T) {
 	st := storetest.New(t)
 	release := make(chan struct{})
 	var entered atomic.Int32
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "slow"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "slow"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
 		if entered.Add(1) == 1 {
 			select { // the first runner is stuck until it dies
 			case <-release:
@@ -73,7 +76,7 @@ func TestTakeoverWhenTheDeadRunnersClaimLapses(t *testing.T) {
 	}
 	st := storetest.New(t)
 	var started atomic.Int64
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "mark"}, Fn: func(context.Context, map[string]any) (any, error) {
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "mark"}, Fn: func(context.Context, map[string]any) (any, error) {
 		started.CompareAndSwap(0, time.Now().UnixNano())
 		return map[string]any{"ok": true}, nil
 	}})

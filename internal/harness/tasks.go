@@ -3,6 +3,8 @@ package harness
 import (
 	"context"
 	"errors"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // maxTaskMessage bounds a task's status message in an event: the server
@@ -13,8 +15,8 @@ const maxTaskMessage = 500
 // answer with: a new task's id is written to the pending entry (and
 // announced) before anyone waits on it, a pending entry's task is waited
 // on again, and status changes become step.task events.
-func (r *run) taskWatch(ctx context.Context, n *Node, key string, resume bool) *TaskWatch {
-	w := &TaskWatch{Cancels: cancelsTask}
+func (r *run) taskWatch(ctx context.Context, n *Node, key string, resume bool) *connect.TaskWatch {
+	w := &connect.TaskWatch{Cancels: cancelsTask}
 	if resume {
 		r.mu.Lock()
 		if i := r.entry(key); i >= 0 {
@@ -24,18 +26,18 @@ func (r *run) taskWatch(ctx context.Context, n *Node, key string, resume bool) *
 	}
 	w.Started = func(ctx context.Context, id string) error {
 		r.update(key, func(st *StepRecord) { st.Task = id })
-		return r.saveWith(ctx, "", event{EventStepTask, taskEvent(n, key, TaskProgress{ID: id, Status: "working"})})
+		return r.saveWith(ctx, "", event{EventStepTask, taskEvent(n, key, connect.TaskProgress{ID: id, Status: "working"})})
 	}
-	w.Progress = func(t TaskProgress) {
+	w.Progress = func(t connect.TaskProgress) {
 		r.e.emit(ctx, r.rec.ID, EventStepTask, taskEvent(n, key, t))
 	}
 	return w
 }
 
-func taskEvent(n *Node, key string, t TaskProgress) map[string]any {
+func taskEvent(n *Node, key string, t connect.TaskProgress) map[string]any {
 	data := map[string]any{"key": key, "id": n.ID, "task": t.ID, "status": t.Status}
 	if t.Message != "" {
-		data["message"] = Excerpt(t.Message, maxTaskMessage)
+		data["message"] = connect.Excerpt(t.Message, maxTaskMessage)
 	}
 	return data
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -20,17 +22,17 @@ type taskConn struct {
 	cancels chan bool
 }
 
-func (c *taskConn) Connect(context.Context) (harness.Conn, error) { return c, nil }
-func (c *taskConn) Manifest() harness.Manifest {
-	return harness.Manifest{Operations: []harness.Operation{{Name: "job", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
+func (c *taskConn) Connect(context.Context) (connect.Conn, error) { return c, nil }
+func (c *taskConn) Manifest() connect.Manifest {
+	return connect.Manifest{Operations: []connect.Operation{{Name: "job", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
 }
-func (c *taskConn) Identity() harness.Identity {
-	return harness.Identity{Surface: "fake", Instance: "one", Epoch: 1}
+func (c *taskConn) Identity() connect.Identity {
+	return connect.Identity{Surface: "fake", Instance: "one", Epoch: 1}
 }
 func (c *taskConn) Info() map[string]any { return nil }
 func (c *taskConn) Close() error         { return nil }
 
-func (c *taskConn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+func (c *taskConn) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	w := req.Task
 	if w.Resume != "" {
 		return map[string]any{"resumed": w.Resume}, nil
@@ -38,7 +40,7 @@ func (c *taskConn) Call(ctx context.Context, req harness.CallRequest) (any, erro
 	if err := w.Started(ctx, "t-1"); err != nil {
 		return nil, err
 	}
-	w.Progress(harness.TaskProgress{ID: "t-1", Status: "working", Message: "half way"})
+	w.Progress(connect.TaskProgress{ID: "t-1", Status: "working", Message: "half way"})
 	select {
 	case <-c.release:
 		return map[string]any{"task": "t-1"}, nil

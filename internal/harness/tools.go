@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
@@ -15,7 +17,7 @@ import (
 // offered, with its operations already cut to what the allowlist grants.
 type toolSource struct {
 	Name string
-	Ops  []Operation
+	Ops  []connect.Operation
 	// Step: attached by this model node ({"mcp": …} in its tools), so only
 	// the node that lists it is offered its tools.
 	Step bool
@@ -98,12 +100,12 @@ func buildToolSet(all []toolSource, picks []toolPick, hasPicks bool) (*toolSet, 
 				own = append(own, op.Name)
 			}
 		}
-		names[src.Name] = toolIDs(src.Name+"_", own, nil)
+		names[src.Name] = connect.ToolIDsWith(src.Name+"_", own, nil)
 		if err := claim(names[src.Name], func(op string) string { return "connection " + src.Name + " operation " + op }); err != nil {
 			return nil, err
 		}
 	}
-	mergedNames := toolIDs("", sortedKeys(merged), nil)
+	mergedNames := connect.ToolIDsWith("", sortedKeys(merged), nil)
 	if err := claim(mergedNames, func(op string) string {
 		return "operation " + op + " merged across connections " + strings.Join(mergedSources(turn, merged, op), ", ")
 	}); err != nil {
@@ -150,7 +152,7 @@ func buildToolSet(all []toolSource, picks []toolPick, hasPicks bool) (*toolSet, 
 	ts.addPair(pair, called, offered)
 	for _, t := range ts.tools {
 		if t.Merged {
-			op := Operation{Name: t.Op, Description: t.Description, Annotations: t.Annotations}
+			op := connect.Operation{Name: t.Op, Description: t.Description, Annotations: t.Annotations}
 			t.Description = describe(t.Targets, op)
 			t.InputSchema = withTarget(t.InputSchema, t.Targets)
 		}
@@ -172,7 +174,7 @@ func mergedSources(turn []toolSource, merged map[string]string, op string) []str
 	return out
 }
 
-func isMerged(merged map[string]string, src toolSource, op Operation) bool {
+func isMerged(merged map[string]string, src toolSource, op connect.Operation) bool {
 	key, ok := merged[op.Name]
 	return ok && key == mergeKey(src, op)
 }
@@ -268,16 +270,16 @@ func mergedOps(turn []toolSource) map[string]string {
 // same operation of one profile (its name and major version, and the
 // input schema the profile gives it) when the connection's entry names a
 // profile that has it; else the same name and input schema.
-func mergeKey(src toolSource, op Operation) string {
+func mergeKey(src toolSource, op connect.Operation) string {
 	if pop := entryProfileOp(src, op.Name); pop != nil {
-		return fmt.Sprintf("profile %s@%d %s", src.Profile.Name, src.Profile.Version.Major(), schemaKey(Operation{InputSchema: pop.Input}))
+		return fmt.Sprintf("profile %s@%d %s", src.Profile.Name, src.Profile.Version.Major(), schemaKey(connect.Operation{InputSchema: pop.Input}))
 	}
 	return schemaKey(op)
 }
 
 // mergedSchema is the input schema of op's merged tool: the profile's,
 // which every connection speaking it takes, or the operation's own.
-func mergedSchema(src toolSource, op Operation) json.RawMessage {
+func mergedSchema(src toolSource, op connect.Operation) json.RawMessage {
 	if pop := entryProfileOp(src, op.Name); pop != nil {
 		return pop.Input
 	}
@@ -292,7 +294,7 @@ func entryProfileOp(src toolSource, name string) *profiles.Operation {
 }
 
 // schemaKey is an operation's input schema in a canonical form.
-func schemaKey(op Operation) string {
+func schemaKey(op connect.Operation) string {
 	data, _ := json.Marshal(decodeSchema(op.InputSchema))
 	return string(data)
 }
@@ -344,7 +346,7 @@ func withTarget(raw json.RawMessage, targets []string) json.RawMessage {
 // describe is the description a model reads: which connection(s) the tool
 // reaches in brackets, the operation's title and description, and its
 // behaviour hints, which the model APIs have no field for.
-func describe(conns []string, op Operation) string {
+func describe(conns []string, op connect.Operation) string {
 	text := opText(op)
 	if text == "" {
 		return "[" + strings.Join(conns, ", ") + "]"
@@ -353,7 +355,7 @@ func describe(conns []string, op Operation) string {
 }
 
 // opText is an operation's title, description and behaviour hints.
-func opText(op Operation) string {
+func opText(op connect.Operation) string {
 	var parts []string
 	if t := op.Annotations.Title; t != "" && t != op.Name {
 		parts = append(parts, t+".")
@@ -367,7 +369,7 @@ func opText(op Operation) string {
 	return strings.Join(parts, " ")
 }
 
-func hintWords(a Annotations) []string {
+func hintWords(a connect.Annotations) []string {
 	var out []string
 	yes := func(p *bool) bool { return p != nil && *p }
 	if yes(a.ReadOnlyHint) {

@@ -6,19 +6,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 func TestBuildToolSet(t *testing.T) {
 	t.Parallel()
-	op := func(name string) Operation {
-		return Operation{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}
+	op := func(name string) connect.Operation {
+		return connect.Operation{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}
 	}
 	turn := []toolSource{
-		{Name: "ui", Ops: []Operation{op("tap"), op("tap.x"), op("tap_x")}},
-		{Name: "x", Ops: []Operation{op("ui.press"), op("home")}},
-		{Name: "y", Ops: []Operation{op("ui.press")}},
-		{Name: "step", Ops: []Operation{op("find")}, Step: true},
+		{Name: "ui", Ops: []connect.Operation{op("tap"), op("tap.x"), op("tap_x")}},
+		{Name: "x", Ops: []connect.Operation{op("ui.press"), op("home")}},
+		{Name: "y", Ops: []connect.Operation{op("ui.press")}},
+		{Name: "step", Ops: []connect.Operation{op("find")}, Step: true},
 	}
 	tests := []struct {
 		name     string
@@ -53,8 +55,8 @@ func TestBuildToolSet(t *testing.T) {
 // suffixed nor overwritten.
 func TestBuildToolSetRefusesCollisions(t *testing.T) {
 	t.Parallel()
-	op := func(name string, schema string) Operation {
-		return Operation{Name: name, InputSchema: json.RawMessage(schema)}
+	op := func(name string, schema string) connect.Operation {
+		return connect.Operation{Name: name, InputSchema: json.RawMessage(schema)}
 	}
 	obj := `{"type":"object"}`
 	tests := []struct {
@@ -64,20 +66,20 @@ func TestBuildToolSetRefusesCollisions(t *testing.T) {
 	}{
 		{
 			name: "prefix meets name",
-			turn: []toolSource{{Name: "a", Ops: []Operation{op("b_c", obj)}}, {Name: "a_b", Ops: []Operation{op("c", obj)}}},
+			turn: []toolSource{{Name: "a", Ops: []connect.Operation{op("b_c", obj)}}, {Name: "a_b", Ops: []connect.Operation{op("c", obj)}}},
 			want: []string{`"a_b_c"`, "connection a operation b_c", "connection a_b operation c"},
 		},
 		{
 			name: "reduced ids meet",
-			turn: []toolSource{{Name: "gh", Ops: []Operation{op("issues/list", obj)}}, {Name: "gh_issues", Ops: []Operation{op("list", obj)}}},
+			turn: []toolSource{{Name: "gh", Ops: []connect.Operation{op("issues/list", obj)}}, {Name: "gh_issues", Ops: []connect.Operation{op("list", obj)}}},
 			want: []string{`"gh_issues_list"`, "connection gh operation issues/list", "connection gh_issues operation list"},
 		},
 		{
 			name: "merged tool meets a connection's",
 			turn: []toolSource{
-				{Name: "ui", Ops: []Operation{op("tap", obj)}},
-				{Name: "x", Ops: []Operation{op("ui.tap", obj)}},
-				{Name: "y", Ops: []Operation{op("ui.tap", obj)}},
+				{Name: "ui", Ops: []connect.Operation{op("tap", obj)}},
+				{Name: "x", Ops: []connect.Operation{op("ui.tap", obj)}},
+				{Name: "y", Ops: []connect.Operation{op("ui.tap", obj)}},
 			},
 			want: []string{`"ui_tap"`, "connection ui operation tap", "operation ui.tap merged across connections x, y"},
 		},

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -35,11 +38,11 @@ func BenchmarkTracedExecution(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			st := storetest.New(b)
-			mem := harness.NewMemory(
-				harness.MemoryOp{Operation: harness.Operation{Name: "add"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+			mem := connecttest.NewMemory(
+				connecttest.MemoryOp{Operation: connect.Operation{Name: "add"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 					return map[string]any{"sum": a["a"].(float64) + a["b"].(float64)}, nil
 				}},
-				harness.MemoryOp{Operation: harness.Operation{Name: "echo"}},
+				connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
 			)
 			reg := harness.NewRegistry(nil)
 			must(b, reg.Add("mem", mem))

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -104,9 +107,9 @@ func submitSpan(t *testing.T) (context.Context, trace.SpanContext) {
 // that answers in one round.
 func tracedSvc(t *testing.T) (*harness.Registry, *scriptModels) {
 	t.Helper()
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "lookup"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "send"}},
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "lookup"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "send"}},
 	)
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
@@ -237,8 +240,8 @@ func TestSpansNeverCarryASecret(t *testing.T) {
 	for i := range 20 {
 		st := storetest.New(t) // a stream of its own: workers of the rounds before still run
 		secret := "tok-" + rand.Text() + strings.Repeat("x", i)
-		mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "leak"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
-			return nil, &harness.CallError{Op: "leak", Message: "refused token " + a["auth"].(string)}
+		mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "leak"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
+			return nil, &connect.CallError{Op: "leak", Message: "refused token " + a["auth"].(string)}
 		}})
 		reg := harness.NewRegistry(nil)
 		must(t, reg.Add("svc", mem))
@@ -295,7 +298,7 @@ func TestLookSpans(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
 	page := newPage()
-	reg := startRegistry(t, map[string]harness.Provider{"web": pageServer(page)}, nil)
+	reg := startRegistry(t, map[string]connect.Provider{"web": pageServer(page)}, nil)
 	models := &scriptModels{rounds: []harness.ModelResponse{
 		{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_look", `{"read":"screen.current"}`)}},
 		{Text: "Seen."},
@@ -363,9 +366,9 @@ func gateEvents(s tracetest.SpanStub) []string {
 // refused.
 func TestGateEventsPerGate(t *testing.T) {
 	t.Parallel()
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "lookup", InputSchema: obj("q")}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "drop"}},
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "lookup", InputSchema: obj("q")}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "drop"}},
 	)
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))

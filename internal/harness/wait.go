@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
 )
@@ -87,7 +89,7 @@ func (p *parser) wait(obj map[string]any, at string) *Node {
 	} else if c, err := p.reg.Get(n.Connection); err == nil && len(c.EventTypes()) > 0 {
 		// A server that lists its events (MCP events/list) is held to
 		// them; one that lists none (a source, a webhook) is not.
-		if !slices.ContainsFunc(c.EventTypes(), func(t EventType) bool { return t.Name == n.Event }) {
+		if !slices.ContainsFunc(c.EventTypes(), func(t connect.EventType) bool { return t.Name == n.Event }) {
 			p.fail(at+"/event", fault.CodeValidationFailed, "connection %q's server offers no event %q", n.Connection, n.Event)
 		}
 	}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -19,7 +22,7 @@ import (
 func setupWait(t *testing.T) *harness.Executions {
 	t.Helper()
 	var execs *harness.Executions
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "ship"}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "ship"}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
 		svc, _ := a["service"].(string)
 		err := execs.AppendEvent(ctx, harness.ConnEvent{Connection: "app", Type: "deploy.done", ID: "ev-" + svc, Payload: map[string]any{"service": svc}, ReceivedAt: time.Now()})
 		return map[string]any{"shipped": svc}, err

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -30,7 +32,7 @@ func BenchmarkCallHarness(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := harness.CallRequest{Op: "echo", Args: map[string]any{"text": "hello"}, IdempotencyKey: "bench"}
+	req := connect.CallRequest{Op: "echo", Args: map[string]any{"text": "hello"}, IdempotencyKey: "bench"}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := conn.Call(b.Context(), req); err != nil {

@@ -16,11 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // conn is one live session: a started child process or an HTTP session.
@@ -52,13 +52,13 @@ type conn struct {
 	// Set by connect, read-only afterwards.
 	era       string
 	server    mcp.Implementation
-	manifest  harness.Manifest
+	manifest  connect.Manifest
 	invalid   map[string]string   // tool → why its schema was refused
 	tools     map[string]mcp.Tool // usable tools, for a tenant's Mcp-Param-* headers
 	resources int
 
 	mu       sync.Mutex // identity
-	identity harness.Identity
+	identity connect.Identity
 
 	taskWake taskWakes // waits on tasks, woken by notifications/tasks
 	events   serverEvents
@@ -74,14 +74,14 @@ type conn struct {
 }
 
 var (
-	_ harness.Conn          = (*conn)(nil)
-	_ harness.EventPoller   = (*conn)(nil)
-	_ harness.EventStreamer = (*conn)(nil)
+	_ connect.Conn          = (*conn)(nil)
+	_ connect.EventPoller   = (*conn)(nil)
+	_ connect.EventStreamer = (*conn)(nil)
 )
 
-func (c *conn) Manifest() harness.Manifest { return c.manifest }
+func (c *conn) Manifest() connect.Manifest { return c.manifest }
 
-func (c *conn) Identity() harness.Identity {
+func (c *conn) Identity() connect.Identity {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.identity
@@ -138,7 +138,7 @@ func (c *conn) Info() map[string]any {
 }
 
 func (c *conn) unavailable(op string, cause error) error {
-	return fmt.Errorf("mcp %s: call %s: %w: %w", c.name, op, harness.ErrUnavailable, cause)
+	return fmt.Errorf("mcp %s: call %s: %w: %w", c.name, op, connect.ErrUnavailable, cause)
 }
 
 // Call runs one tool. A result with isError is a *harness.CallError carrying
@@ -149,7 +149,7 @@ func (c *conn) unavailable(op string, cause error) error {
 // A call with Headers goes out on the session of its tenant (see
 // callTenant); over stdio such a call is refused, since a child process
 // has no per-call headers.
-func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+func (c *conn) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	if c.closed.Load() {
 		return nil, c.unavailable(req.Op, errors.New("closed"))
 	}
@@ -157,7 +157,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		return nil, c.unavailable(req.Op, err)
 	}
 	if _, ok := c.manifest.Operation(req.Op); !ok {
-		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, harness.ErrUnknownOperation)
+		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, connect.ErrUnknownOperation)
 	}
 	if why, bad := c.invalid[req.Op]; bad {
 		return nil, fmt.Errorf("mcp %s: call %s: the server declared an unusable tool: %s", c.name, req.Op, why)
@@ -175,7 +175,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 		return nil, err
 	}
 	if res.IsError {
-		return nil, &harness.CallError{Op: req.Op, Message: errorText(res.Content), Code: errorCode(res)}
+		return nil, &connect.CallError{Op: req.Op, Message: errorText(res.Content), Code: errorCode(res)}
 	}
 	v, err := resultValue(res)
 	if err != nil {
@@ -189,7 +189,7 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 // distinct set, opened on first use and reused after, never the
 // connection's own session nor another set's. Whatever goes wrong on a
 // tenant's session fails that tenant's call only.
-func (c *conn) callTenant(ctx context.Context, req harness.CallRequest) (*mcp.CallToolResult, error) {
+func (c *conn) callTenant(ctx context.Context, req connect.CallRequest) (*mcp.CallToolResult, error) {
 	if c.openTenant == nil {
 		return nil, fmt.Errorf("mcp %s: call %s: per-call headers (credentials of principal %q) cannot be sent to a %s server: refused rather than sent without them",
 			c.name, req.Op, req.Principal, c.kind)
@@ -226,7 +226,7 @@ func (c *conn) callTenant(ctx context.Context, req harness.CallRequest) (*mcp.Ca
 func tenantErr(err error) error {
 	var se *StatusError
 	if errors.Is(err, transport.ErrAuthorizationRequired) || errors.As(err, &se) && se.Status == http.StatusUnauthorized {
-		return fmt.Errorf("%w: the server answered HTTP 401 to this caller's credentials: %w", harness.ErrNeedsSignIn, err)
+		return fmt.Errorf("%w: the server answered HTTP 401 to this caller's credentials: %w", connect.ErrNeedsSignIn, err)
 	}
 	return err
 }
@@ -235,7 +235,7 @@ func tenantErr(err error) error {
 // task, waits for the task on the same session (a task is bound to the
 // credentials that made it); a call resuming a task sends no call and
 // waits on it.
-func (c *conn) callOn(ctx context.Context, s *session, req harness.CallRequest) (*mcp.CallToolResult, error) {
+func (c *conn) callOn(ctx context.Context, s *session, req connect.CallRequest) (*mcp.CallToolResult, error) {
 	w := req.Task
 	if w == nil {
 		w = noWatch
@@ -254,7 +254,7 @@ func (c *conn) callOn(ctx context.Context, s *session, req harness.CallRequest) 
 // send sends a call on session s. When the server expired a 2025
 // session, it is re-initialized once and the call sent again; expiring
 // again straight away fails the call rather than looping.
-func (c *conn) send(ctx context.Context, s *session, req harness.CallRequest) (*mcp.CallToolResult, error) {
+func (c *conn) send(ctx context.Context, s *session, req connect.CallRequest) (*mcp.CallToolResult, error) {
 	gen := s.generation()
 	res, err := c.callOnce(ctx, s, req)
 	if err == nil || !errors.Is(err, transport.ErrSessionTerminated) || c.era != EraLegacy || ctx.Err() != nil {
@@ -277,7 +277,7 @@ func (c *conn) send(ctx context.Context, s *session, req harness.CallRequest) (*
 	return res, err
 }
 
-func (c *conn) callOnce(ctx context.Context, sess *session, req harness.CallRequest) (*mcp.CallToolResult, error) {
+func (c *conn) callOnce(ctx context.Context, sess *session, req connect.CallRequest) (*mcp.CallToolResult, error) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()

@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // The Events extension (modelcontextprotocol/experimental-ext-triggers-events,
@@ -64,17 +64,17 @@ const ExtEvents = "io.modelcontextprotocol/events"
 // serverEvents is a connection's current list of event types.
 type serverEvents struct {
 	mu    sync.RWMutex
-	types []harness.EventType
+	types []connect.EventType
 	err   string // why the last listing failed
 }
 
-func (s *serverEvents) get() []harness.EventType {
+func (s *serverEvents) get() []connect.EventType {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.types
 }
 
-func (s *serverEvents) set(types []harness.EventType, err error) {
+func (s *serverEvents) set(types []connect.EventType, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.types, s.err = types, ""
@@ -110,7 +110,7 @@ func declaresEvents(result json.RawMessage) bool {
 
 // loadEvents lists the server's events when it declares them; a failure
 // is kept for Info and logged, and leaves no events.
-func (c *conn) loadEvents(ctx context.Context) []harness.EventType {
+func (c *conn) loadEvents(ctx context.Context) []connect.EventType {
 	if !declaresEvents(c.capture.serverResult()) {
 		return nil
 	}
@@ -171,7 +171,7 @@ func (c *conn) rawRequest(id, method string, params map[string]any) transport.JS
 
 // listEvents reads events/list to its last page. A server without the
 // method lists none.
-func (c *conn) listEvents(ctx context.Context) ([]harness.EventType, error) {
+func (c *conn) listEvents(ctx context.Context) ([]connect.EventType, error) {
 	items, err := listPages(ctx, "events", func(ctx context.Context) error {
 		pg, _ := ctx.Value(pageKey{}).(*page)
 		params := map[string]any{}
@@ -185,10 +185,10 @@ func (c *conn) listEvents(ctx context.Context) ([]harness.EventType, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]harness.EventType, 0, len(items))
+	out := make([]connect.EventType, 0, len(items))
 	seen := map[string]bool{}
 	for i, raw := range items {
-		var t harness.EventType
+		var t connect.EventType
 		if err := json.Unmarshal(raw, &t); err != nil || t.Name == "" || len(t.Delivery) == 0 {
 			return nil, fmt.Errorf("%w: events/list item %d is no event type with a name and delivery modes", ErrListing, i)
 		}
@@ -235,11 +235,11 @@ func (c *conn) RefreshEvents(ctx context.Context) error {
 }
 
 // EventTypes is the server's current list of event types.
-func (c *conn) EventTypes() []harness.EventType { return c.events.get() }
+func (c *conn) EventTypes() []connect.EventType { return c.events.get() }
 
 // pollResult is an events/poll result as the wire carries it.
 type pollResult struct {
-	Events     []harness.EventOccurrence `json:"events"`
+	Events     []connect.EventOccurrence `json:"events"`
 	Cursor     *string                   `json:"cursor"`
 	Truncated  bool                      `json:"truncated"`
 	HasMore    bool                      `json:"hasMore"`
@@ -247,7 +247,7 @@ type pollResult struct {
 }
 
 // PollEvents sends one events/poll.
-func (c *conn) PollEvents(ctx context.Context, req harness.EventPoll) (*harness.EventBatch, error) {
+func (c *conn) PollEvents(ctx context.Context, req connect.EventPoll) (*connect.EventBatch, error) {
 	params := map[string]any{"name": req.Name, "arguments": req.Arguments, "cursor": req.Cursor}
 	if req.Arguments == nil {
 		params["arguments"] = map[string]any{}
@@ -275,5 +275,5 @@ func (c *conn) PollEvents(ctx context.Context, req harness.EventPoll) (*harness.
 			return nil, fmt.Errorf("mcp %s: events/poll: event %d has no eventId or name", c.name, i)
 		}
 	}
-	return &harness.EventBatch{Events: r.Events, Cursor: r.Cursor, Truncated: r.Truncated, HasMore: r.HasMore, NextPollMs: r.NextPollMs}, nil
+	return &connect.EventBatch{Events: r.Events, Cursor: r.Cursor, Truncated: r.Truncated, HasMore: r.HasMore, NextPollMs: r.NextPollMs}, nil
 }

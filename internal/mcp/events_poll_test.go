@@ -14,11 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/demo"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -98,8 +99,8 @@ func TestEventsPollRequestOnTheWire(t *testing.T) {
 	t.Parallel()
 	ev := demo.NewEvents()
 	spec, rec, _ := serveRecorded(t, ev, "events/poll")
-	p := poller(t, connect(t, "tickets", spec, nil))
-	req := harness.EventPoll{Name: demo.EventTicketCreated, Arguments: map[string]any{"priority": "high"}, MaxEvents: 50, Timeout: 30 * time.Second, MaxAge: 5 * time.Minute}
+	p := poller(t, openConn(t, "tickets", spec, nil))
+	req := connect.EventPoll{Name: demo.EventTicketCreated, Arguments: map[string]any{"priority": "high"}, MaxEvents: 50, Timeout: 30 * time.Second, MaxAge: 5 * time.Minute}
 	first, err := p.PollEvents(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -115,12 +116,12 @@ func TestEventsPollRequestOnTheWire(t *testing.T) {
 func TestEventsLongPoll(t *testing.T) {
 	t.Parallel()
 	ev := demo.NewEvents()
-	p := poller(t, connect(t, "tickets", serveEvents(t, ev), nil))
-	start, err := p.PollEvents(t.Context(), harness.EventPoll{Name: demo.EventTicketCreated})
+	p := poller(t, openConn(t, "tickets", serveEvents(t, ev), nil))
+	start, err := p.PollEvents(t.Context(), connect.EventPoll{Name: demo.EventTicketCreated})
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := harness.EventPoll{Name: demo.EventTicketCreated, Arguments: map[string]any{"priority": "high"}, Cursor: start.Cursor, Timeout: 20 * time.Second}
+	long := connect.EventPoll{Name: demo.EventTicketCreated, Arguments: map[string]any{"priority": "high"}, Cursor: start.Cursor, Timeout: 20 * time.Second}
 
 	t.Run("answered when a matching event arrives", func(t *testing.T) {
 		go func() {
@@ -156,13 +157,13 @@ func TestEventsLongPoll(t *testing.T) {
 func TestEventsMaxAgeSkipsOldEvents(t *testing.T) {
 	t.Parallel()
 	ev := demo.NewEvents()
-	p := poller(t, connect(t, "tickets", serveEvents(t, ev), nil))
+	p := poller(t, openConn(t, "tickets", serveEvents(t, ev), nil))
 	_, cursor, _ := drain(t, p, nil, nil)
 	ev.Open("stale", "low")
 	ev.Open("stale too", "low")
 	time.Sleep(300 * time.Millisecond)
 	ev.Open("fresh", "low")
-	b, err := p.PollEvents(t.Context(), harness.EventPoll{Name: demo.EventTicketCreated, Cursor: cursor, MaxAge: 200 * time.Millisecond})
+	b, err := p.PollEvents(t.Context(), connect.EventPoll{Name: demo.EventTicketCreated, Cursor: cursor, MaxAge: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestEventsListedToTheLastPage(t *testing.T) {
 		ev.AddType(name)
 	}
 	spec, rec, _ := serveRecorded(t, ev, "events/list")
-	conn := connect(t, "paged", spec, nil)
+	conn := openConn(t, "paged", spec, nil)
 	var names []string
 	for _, et := range conn.Manifest().Events {
 		names = append(names, et.Name)
@@ -209,7 +210,7 @@ func TestEventsListChangedListsAgain(t *testing.T) {
 	spec, rec, s := serveRecorded(t, ev, "events/list",
 		server.WithExtensions(map[string]any{pbmcp.ExtEvents: map[string]any{"listChanged": true}}))
 	ev.Notify = s.SendNotificationToAllClients
-	conn := connect(t, "changing", spec, &pbmcp.Options{ProtocolVersion: "2025-11-25"})
+	conn := openConn(t, "changing", spec, &pbmcp.Options{ProtocolVersion: "2025-11-25"})
 	p := poller(t, conn)
 	names := func() []string {
 		var out []string

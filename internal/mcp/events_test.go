@@ -7,11 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/demo"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -25,9 +26,9 @@ func serveEvents(t *testing.T, ev *demo.Events) config.MCP {
 	return config.MCP{URL: ts.URL + "/mcp"}
 }
 
-func poller(t *testing.T, conn harness.Conn) harness.EventPoller {
+func poller(t *testing.T, conn connect.Conn) connect.EventPoller {
 	t.Helper()
-	p, ok := conn.(harness.EventPoller)
+	p, ok := conn.(connect.EventPoller)
 	if !ok {
 		t.Fatalf("%T is no EventPoller", conn)
 	}
@@ -36,12 +37,12 @@ func poller(t *testing.T, conn harness.Conn) harness.EventPoller {
 
 // drain polls from cursor until the server has no more, as a subscription
 // does, and returns the events and the last cursor.
-func drain(t *testing.T, p harness.EventPoller, args map[string]any, cursor *string) ([]harness.EventOccurrence, *string, bool) {
+func drain(t *testing.T, p connect.EventPoller, args map[string]any, cursor *string) ([]connect.EventOccurrence, *string, bool) {
 	t.Helper()
-	var out []harness.EventOccurrence
+	var out []connect.EventOccurrence
 	truncated := false
 	for range 20 {
-		b, err := p.PollEvents(t.Context(), harness.EventPoll{Name: demo.EventTicketCreated, Arguments: args, Cursor: cursor})
+		b, err := p.PollEvents(t.Context(), connect.EventPoll{Name: demo.EventTicketCreated, Arguments: args, Cursor: cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,9 +58,9 @@ func drain(t *testing.T, p harness.EventPoller, args map[string]any, cursor *str
 func TestEventsListedAndPolled(t *testing.T) {
 	t.Parallel()
 	ev := &demo.Events{MaxBatch: 2}
-	conn := connect(t, "tickets", serveEvents(t, ev), nil)
+	conn := openConn(t, "tickets", serveEvents(t, ev), nil)
 	types := conn.Manifest().Events
-	if len(types) != 1 || types[0].Name != demo.EventTicketCreated || !types[0].Offers(harness.DeliveryPoll) || len(types[0].InputSchema) == 0 {
+	if len(types) != 1 || types[0].Name != demo.EventTicketCreated || !types[0].Offers(connect.DeliveryPoll) || len(types[0].InputSchema) == 0 {
 		t.Fatalf("manifest events = %+v", types)
 	}
 	if info := conn.Info(); info["events"] != 1 {
@@ -90,14 +91,14 @@ func TestEventsListedAndPolled(t *testing.T) {
 
 func TestEventsPollErrors(t *testing.T) {
 	t.Parallel()
-	p := poller(t, connect(t, "tickets", serveEvents(t, demo.NewEvents()), nil))
+	p := poller(t, openConn(t, "tickets", serveEvents(t, demo.NewEvents()), nil))
 	tests := []struct {
 		name string
-		req  harness.EventPoll
+		req  connect.EventPoll
 		code int
 	}{
-		{"unknown event", harness.EventPoll{Name: "nope"}, harness.EventCodeNotFound},
-		{"arguments", harness.EventPoll{Name: demo.EventTicketCreated, Arguments: map[string]any{"priority": "urgent"}}, -32602},
+		{"unknown event", connect.EventPoll{Name: "nope"}, connect.EventCodeNotFound},
+		{"arguments", connect.EventPoll{Name: demo.EventTicketCreated, Arguments: map[string]any{"priority": "urgent"}}, -32602},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,7 +114,7 @@ func TestEventsPollErrors(t *testing.T) {
 func TestEventsTruncatedWhenCursorTooOld(t *testing.T) {
 	t.Parallel()
 	ev := &demo.Events{Retain: 2}
-	p := poller(t, connect(t, "tickets", serveEvents(t, ev), nil))
+	p := poller(t, openConn(t, "tickets", serveEvents(t, ev), nil))
 	_, cursor, _ := drain(t, p, nil, nil)
 	for range 4 {
 		ev.Open("t", "low")
@@ -127,7 +128,7 @@ func TestEventsTruncatedWhenCursorTooOld(t *testing.T) {
 func TestServerWithoutEventsListsNone(t *testing.T) {
 	t.Parallel()
 	_, spec := serveJobs(t) // mcp-go answers events/list: method not found
-	conn := connect(t, "plain", spec, nil)
+	conn := openConn(t, "plain", spec, nil)
 	if ev := conn.Manifest().Events; len(ev) != 0 {
 		t.Errorf("events = %+v", ev)
 	}
@@ -137,8 +138,8 @@ func TestEventsSubscribeRefusals(t *testing.T) {
 	t.Parallel()
 	ev := demo.NewEvents()
 	ev.Hooks = demo.NewHooks()
-	conn := connect(t, "tickets", serveEvents(t, ev), nil)
-	sub, ok := conn.(harness.EventSubscriber)
+	conn := openConn(t, "tickets", serveEvents(t, ev), nil)
+	sub, ok := conn.(connect.EventSubscriber)
 	if !ok {
 		t.Fatalf("%T is no EventSubscriber", conn)
 	}
@@ -147,14 +148,14 @@ func TestEventsSubscribeRefusals(t *testing.T) {
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	cases := []struct {
 		name string
-		req  harness.EventSubscribe
+		req  connect.EventSubscribe
 		code int
 	}{
-		{"unknown event", harness.EventSubscribe{Name: "nope", URL: silent.URL, Secret: secret}, harness.EventCodeNotFound},
-		{"poll-only event", harness.EventSubscribe{Name: demo.EventTicketCreated, URL: silent.URL, Secret: secret}, harness.EventCodeUnsupported},
-		{"weak secret", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: "whsec_c2hvcnQ="}, -32602},
-		{"plain http elsewhere", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: "http://example.com/hooks/x", Secret: secret}, -32602},
-		{"endpoint that does not echo the challenge", harness.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: secret}, harness.EventCodeCallback},
+		{"unknown event", connect.EventSubscribe{Name: "nope", URL: silent.URL, Secret: secret}, connect.EventCodeNotFound},
+		{"poll-only event", connect.EventSubscribe{Name: demo.EventTicketCreated, URL: silent.URL, Secret: secret}, connect.EventCodeUnsupported},
+		{"weak secret", connect.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: "whsec_c2hvcnQ="}, -32602},
+		{"plain http elsewhere", connect.EventSubscribe{Name: demo.EventTicketEscalated, URL: "http://example.com/hooks/x", Secret: secret}, -32602},
+		{"endpoint that does not echo the challenge", connect.EventSubscribe{Name: demo.EventTicketEscalated, URL: silent.URL, Secret: secret}, connect.EventCodeCallback},
 	}
 	for _, c := range cases {
 		_, err := sub.SubscribeEvents(t.Context(), c.req)

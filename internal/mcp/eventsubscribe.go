@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // Webhook delivery of the Events extension (design sketch at commit
@@ -26,10 +26,10 @@ type subscribeResult struct {
 }
 
 // SubscribeEvents sends one events/subscribe.
-func (c *conn) SubscribeEvents(ctx context.Context, req harness.EventSubscribe) (*harness.EventSubscription, error) {
+func (c *conn) SubscribeEvents(ctx context.Context, req connect.EventSubscribe) (*connect.EventSubscription, error) {
 	params := map[string]any{
 		"name": req.Name, "arguments": argsOrEmpty(req.Arguments), "cursor": req.Cursor,
-		"delivery": map[string]any{"mode": harness.DeliveryWebhook, "url": req.URL, "secret": req.Secret},
+		"delivery": map[string]any{"mode": connect.DeliveryWebhook, "url": req.URL, "secret": req.Secret},
 	}
 	if req.TTL > 0 {
 		params["ttlMs"] = req.TTL.Milliseconds()
@@ -42,7 +42,7 @@ func (c *conn) SubscribeEvents(ctx context.Context, req harness.EventSubscribe) 
 	if err := json.Unmarshal(raw, &r); err != nil || r.ID == "" {
 		return nil, fmt.Errorf("mcp %s: events/subscribe: the result has no subscription id", c.name)
 	}
-	return &harness.EventSubscription{ID: r.ID, RefreshBefore: r.RefreshBefore, Cursor: r.Cursor, Truncated: r.Truncated}, nil
+	return &connect.EventSubscription{ID: r.ID, RefreshBefore: r.RefreshBefore, Cursor: r.Cursor, Truncated: r.Truncated}, nil
 }
 
 // UnsubscribeEvents sends one events/unsubscribe. A subscription the
@@ -51,7 +51,7 @@ func (c *conn) SubscribeEvents(ctx context.Context, req harness.EventSubscribe) 
 func (c *conn) UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error {
 	params := map[string]any{"name": name, "arguments": argsOrEmpty(args), "delivery": map[string]any{"url": url}}
 	_, err := c.rpc(ctx, methodEventsUnsubscribe, params)
-	if ee := (*EventError)(nil); errors.As(err, &ee) && ee.Code == harness.EventCodeNotFound {
+	if ee := (*EventError)(nil); errors.As(err, &ee) && ee.Code == connect.EventCodeNotFound {
 		return nil
 	}
 	if err != nil {

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -32,19 +33,19 @@ func TestStdioFaults(t *testing.T) {
 		lost     bool    // the connection is gone afterwards
 		wantText any     // a successful result instead
 	}{
-		{tool: "crash", want: []error{harness.ErrUnavailable}, text: "exited", lost: true},
+		{tool: "crash", want: []error{connect.ErrUnavailable}, text: "exited", lost: true},
 		{tool: "hang", text: "no answer within 500ms (requestTimeoutMs)"},
-		{tool: "garbage", want: []error{harness.ErrUnavailable, pbmcp.ErrInvalidJSON}, text: "not json", lost: true},
-		{tool: "huge", want: []error{harness.ErrUnavailable, pbmcp.ErrResponseTooLarge}, text: "1024-byte limit", lost: true},
+		{tool: "garbage", want: []error{connect.ErrUnavailable, pbmcp.ErrInvalidJSON}, text: "not json", lost: true},
+		{tool: "huge", want: []error{connect.ErrUnavailable, pbmcp.ErrResponseTooLarge}, text: "1024-byte limit", lost: true},
 		{tool: "sample", wantText: "error: "}, // the server asked for sampling and got an error
 		{tool: "ping", wantText: "result"},    // the server pinged and got an answer
 	}
 	for _, tt := range tests {
 		t.Run(tt.tool, func(t *testing.T) {
 			t.Parallel()
-			conn := connect(t, "fake", fakeSpec("ok"), nil)
-			other := connect(t, "other", config.MCP{Command: demoBin}, nil)
-			got, err := conn.Call(t.Context(), harness.CallRequest{Op: tt.tool})
+			conn := openConn(t, "fake", fakeSpec("ok"), nil)
+			other := openConn(t, "other", config.MCP{Command: demoBin}, nil)
+			got, err := conn.Call(t.Context(), connect.CallRequest{Op: tt.tool})
 			if tt.wantText != nil {
 				if s, _ := got.(string); err != nil || !strings.HasPrefix(s, tt.wantText.(string)) {
 					t.Fatalf("Call = %v, %v; want %q…", got, err, tt.wantText)
@@ -62,12 +63,12 @@ func TestStdioFaults(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.text) {
 				t.Errorf("err = %q, want it to say %q", err, tt.text)
 			}
-			_, err = conn.Call(t.Context(), harness.CallRequest{Op: "echo"})
+			_, err = conn.Call(t.Context(), connect.CallRequest{Op: "echo"})
 			if tt.lost != (err != nil) {
 				t.Errorf("next call: err = %v, lost = %v", err, tt.lost)
 			}
 			if tt.lost {
-				if !errors.Is(err, harness.ErrUnavailable) {
+				if !errors.Is(err, connect.ErrUnavailable) {
 					t.Errorf("next call err = %v, want ErrUnavailable", err)
 				}
 				select {
@@ -76,7 +77,7 @@ func TestStdioFaults(t *testing.T) {
 					t.Errorf("Done not closed after the connection was lost")
 				}
 			}
-			if _, err := other.Call(t.Context(), harness.CallRequest{Op: "echo", Args: map[string]any{"text": "still here"}}); err != nil {
+			if _, err := other.Call(t.Context(), connect.CallRequest{Op: "echo", Args: map[string]any{"text": "still here"}}); err != nil {
 				t.Errorf("another connection was affected: %v", err)
 			}
 		})
@@ -89,15 +90,15 @@ func TestCancelInFlight(t *testing.T) {
 	t.Parallel()
 	spec := fakeSpec("ok")
 	spec.RequestTimeoutMs = 30_000
-	conn := connect(t, "cancel", spec, nil)
+	conn := openConn(t, "cancel", spec, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
-	_, err := conn.Call(ctx, harness.CallRequest{Op: "hang"})
+	_, err := conn.Call(ctx, connect.CallRequest{Op: "hang"})
 	if !errors.Is(err, context.Canceled) || time.Since(start) > 5*time.Second {
 		t.Fatalf("err = %v after %v, want context.Canceled at once", err, time.Since(start))
 	}
-	if _, err := conn.Call(t.Context(), harness.CallRequest{Op: "echo"}); err != nil {
+	if _, err := conn.Call(t.Context(), connect.CallRequest{Op: "echo"}); err != nil {
 		t.Errorf("after cancel: %v", err)
 	}
 }
@@ -113,15 +114,15 @@ func TestListingFaults(t *testing.T) {
 	})
 	t.Run("a tool with an invalid schema fails its calls only", func(t *testing.T) {
 		t.Parallel()
-		conn := connect(t, "bad", fakeSpec("badschema"), nil)
+		conn := openConn(t, "bad", fakeSpec("badschema"), nil)
 		if inv, _ := conn.Info()["invalidTools"].(map[string]string); inv["bad"] == "" {
 			t.Errorf("Info = %v, want invalidTools[bad]", conn.Info())
 		}
-		_, err := conn.Call(t.Context(), harness.CallRequest{Op: "bad"})
+		_, err := conn.Call(t.Context(), connect.CallRequest{Op: "bad"})
 		if err == nil || !strings.Contains(err.Error(), "not valid JSON Schema") {
 			t.Errorf("Call(bad) err = %v", err)
 		}
-		if _, err := conn.Call(t.Context(), harness.CallRequest{Op: "echo"}); err != nil {
+		if _, err := conn.Call(t.Context(), connect.CallRequest{Op: "echo"}); err != nil {
 			t.Errorf("Call(echo): %v", err)
 		}
 	})
@@ -243,17 +244,17 @@ func TestHTTPResponseFaults(t *testing.T) {
 	}}
 	ts := httptest.NewServer(ps)
 	t.Cleanup(ts.Close)
-	conn := connect(t, "faulty", config.MCP{URL: ts.URL, MaxResponseBytes: 1024}, nil)
+	conn := openConn(t, "faulty", config.MCP{URL: ts.URL, MaxResponseBytes: 1024}, nil)
 
-	_, err := conn.Call(t.Context(), harness.CallRequest{Op: "big"})
+	_, err := conn.Call(t.Context(), connect.CallRequest{Op: "big"})
 	if !errors.Is(err, pbmcp.ErrResponseTooLarge) || !strings.Contains(err.Error(), "1024-byte limit (maxResponseBytes)") {
 		t.Errorf("big: err = %v", err)
 	}
-	_, err = conn.Call(t.Context(), harness.CallRequest{Op: "junk"})
+	_, err = conn.Call(t.Context(), connect.CallRequest{Op: "junk"})
 	if err == nil || !strings.Contains(err.Error(), "decode") {
 		t.Errorf("junk: err = %v", err)
 	}
-	if got, err := conn.Call(t.Context(), harness.CallRequest{Op: "ok"}); err != nil || got != "fine" {
+	if got, err := conn.Call(t.Context(), connect.CallRequest{Op: "ok"}); err != nil || got != "fine" {
 		t.Errorf("ok after faults = %v, %v", got, err)
 	}
 }

@@ -9,11 +9,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -86,7 +87,7 @@ func goSDKServer(t *testing.T) (string, *headerLog) {
 func TestInteropGoSDKModern(t *testing.T) {
 	t.Parallel()
 	url, log := goSDKServer(t)
-	conn := connect(t, "gosdk", config.MCP{URL: url}, nil)
+	conn := openConn(t, "gosdk", config.MCP{URL: url}, nil)
 	info := conn.Info()
 	if info["era"] != pbmcp.EraModern || info["protocolVersion"] != "2026-07-28" {
 		t.Fatalf("info = %v, want the 2026-07-28 era", info)
@@ -112,7 +113,7 @@ func TestInteropGoSDKModern(t *testing.T) {
 		{"non-ascii is base64", "Zürich"},
 	}
 	for _, tt := range tests {
-		got, err := conn.Call(t.Context(), harness.CallRequest{Op: "lookup", Args: map[string]any{"region": tt.region, "q": "x"}, IdempotencyKey: "k1"})
+		got, err := conn.Call(t.Context(), connect.CallRequest{Op: "lookup", Args: map[string]any{"region": tt.region, "q": "x"}, IdempotencyKey: "k1"})
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
@@ -135,7 +136,7 @@ func TestInteropGoSDKModern(t *testing.T) {
 			t.Errorf("%s: non-ASCII value sent raw", tt.name)
 		}
 	}
-	got, err := conn.Call(t.Context(), harness.CallRequest{Op: "plain"})
+	got, err := conn.Call(t.Context(), connect.CallRequest{Op: "plain"})
 	if err != nil || !reflect.DeepEqual(got, map[string]any{"n": 1.0}) {
 		t.Errorf("plain = %v, %v", got, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -34,7 +36,7 @@ func (g *guardingServer) publish(_ context.Context, req mcp.CallToolRequest) (*m
 	g.metas = append(g.metas, meta)
 	g.mu.Unlock()
 	if id, _ := meta[pbmcp.MetaApproval].(string); id == "" {
-		res := mcp.NewToolResultStructured(map[string]any{"code": harness.CodeGuarded}, "publishing needs an approval")
+		res := mcp.NewToolResultStructured(map[string]any{"code": connect.CodeGuarded}, "publishing needs an approval")
 		res.IsError = true
 		return res, nil
 	}

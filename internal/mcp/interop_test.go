@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
@@ -107,7 +108,7 @@ func TestInteropServerEverything(t *testing.T) {
 			t.Parallel()
 			spec := tt.spec(t)
 			spec.TimeoutMs = 60_000
-			conn := connect(t, "everything", spec, nil)
+			conn := openConn(t, "everything", spec, nil)
 			info := conn.Info()
 			if info["transport"] != tt.kind {
 				t.Errorf("transport = %v, want %s (info %v)", info["transport"], tt.kind, info)
@@ -140,7 +141,7 @@ func TestInteropServerEverything(t *testing.T) {
 					map[string]any{"temperature": 33.0, "conditions": "Cloudy", "humidity": 82.0}},
 			}
 			for _, c := range calls {
-				got, err := conn.Call(t.Context(), harness.CallRequest{Op: c.op, Args: c.args, IdempotencyKey: "k-" + c.op})
+				got, err := conn.Call(t.Context(), connect.CallRequest{Op: c.op, Args: c.args, IdempotencyKey: "k-" + c.op})
 				if err != nil {
 					t.Errorf("%s: %v", c.op, err)
 					continue
@@ -152,7 +153,7 @@ func TestInteropServerEverything(t *testing.T) {
 			// A server request patchbay never answers with content: the
 			// sampling tool must fail cleanly, not hang.
 			if _, ok := m.Operation("trigger-sampling-request"); ok {
-				_, err := conn.Call(t.Context(), harness.CallRequest{Op: "trigger-sampling-request", Args: map[string]any{"prompt": "hi"}})
+				_, err := conn.Call(t.Context(), connect.CallRequest{Op: "trigger-sampling-request", Args: map[string]any{"prompt": "hi"}})
 				if err == nil {
 					t.Errorf("trigger-sampling-request succeeded without a sampling capability")
 				}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
@@ -31,34 +33,34 @@ func TestReconnect(t *testing.T) {
 	steady, _ := reg.Get("steady")
 	before := flaky.Status()
 	pid, _ := before.Info["pid"].(int)
-	if before.State != harness.StateReady || pid <= 0 || before.Info["era"] == "" || before.Operations == 0 {
+	if before.State != connect.StateReady || pid <= 0 || before.Info["era"] == "" || before.Operations == 0 {
 		t.Fatalf("status = %+v", before)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 
-	waitFor(t, "unavailable", func() bool { return flaky.Status().State == harness.StateUnavailable })
+	waitFor(t, "unavailable", func() bool { return flaky.Status().State == connect.StateUnavailable })
 	if s := flaky.Status(); s.LastError == "" || s.Since.Before(before.Since) {
 		t.Errorf("unavailable status = %+v", s)
 	}
 	start := time.Now()
-	if _, err := flaky.Call(t.Context(), harness.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}}); !errors.Is(err, harness.ErrUnavailable) {
+	if _, err := flaky.Call(t.Context(), connect.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}}); !errors.Is(err, connect.ErrUnavailable) {
 		t.Errorf("call while down: %v, want ErrUnavailable", err)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Errorf("call while down took %v; want fail-fast", d)
 	}
-	if _, err := steady.Call(t.Context(), harness.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}}); err != nil {
+	if _, err := steady.Call(t.Context(), connect.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}}); err != nil {
 		t.Errorf("the other connection: %v", err)
 	}
 
-	waitFor(t, "reconnected", func() bool { return flaky.Status().State == harness.StateReady })
+	waitFor(t, "reconnected", func() bool { return flaky.Status().State == connect.StateReady })
 	after := flaky.Status()
 	if after.Identity.Instance == before.Identity.Instance || after.Info["pid"] == pid {
 		t.Errorf("identity not replaced: before %+v after %+v", before.Identity, after.Identity)
 	}
-	if _, err := flaky.Call(t.Context(), harness.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}}); err != nil {
+	if _, err := flaky.Call(t.Context(), connect.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}}); err != nil {
 		t.Errorf("call after reconnect: %v", err)
 	}
 }

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // maxPages bounds a listing, so a server that never stops paging fails the
@@ -80,7 +80,7 @@ func listPages(ctx context.Context, what string, fetch func(ctx context.Context)
 // mcp-go cannot decode a page at all (one tool's schema has, say, a number
 // for its type), the page is decoded tool by tool instead, so one broken
 // tool does not take the others down.
-func (c *conn) listTools(ctx context.Context) ([]harness.Operation, map[string]string, error) {
+func (c *conn) listTools(ctx context.Context) ([]connect.Operation, map[string]string, error) {
 	type listed struct {
 		tool mcp.Tool
 		bad  string // why the tool cannot be used
@@ -134,7 +134,7 @@ func (c *conn) listTools(ctx context.Context) ([]harness.Operation, map[string]s
 	if err != nil {
 		return nil, nil, err
 	}
-	ops := make([]harness.Operation, 0, len(tools))
+	ops := make([]connect.Operation, 0, len(tools))
 	seen := map[string]bool{}
 	invalid := map[string]string{}
 	c.tools = map[string]mcp.Tool{}

@@ -121,12 +121,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/proctree"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
@@ -193,7 +194,7 @@ type Options struct {
 // New returns the provider of the connection named name. Problems with spec
 // (no command, no url, an unknown transport) are reported by Connect, so a
 // bad entry shows up in that connection's status.
-func New(name string, spec config.MCP, opts *Options) harness.Provider {
+func New(name string, spec config.MCP, opts *Options) connect.Provider {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -223,7 +224,7 @@ func (p *provider) errorf(format string, args ...any) error {
 
 // Connect starts the server or session and reads its manifest, all within
 // spec.TimeoutMs. On failure everything it started is closed again.
-func (p *provider) Connect(ctx context.Context) (harness.Conn, error) {
+func (p *provider) Connect(ctx context.Context) (connect.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, millis(p.spec.TimeoutMs, DefaultConnectTimeout))
 	defer cancel()
 	conn, err := p.connect(ctx)
@@ -281,7 +282,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 		connectTimeout: millis(p.spec.TimeoutMs, DefaultConnectTimeout),
 		limit:          p.maxResponse(),
 		logger:         p.opts.Logger,
-		identity:       harness.Identity{Surface: "mcp", Instance: instanceOf(kind, p.spec), Epoch: 1},
+		identity:       connect.Identity{Surface: "mcp", Instance: instanceOf(kind, p.spec), Epoch: 1},
 		done:           make(chan struct{}),
 		invalid:        map[string]string{},
 		tenants:        &tenants{max: maxTenants},
@@ -619,7 +620,7 @@ func (c *conn) connect(ctx context.Context, clientVersion string) error {
 	if err != nil {
 		return err
 	}
-	c.manifest = harness.Manifest{Operations: ops, Profiles: declared, Events: c.loadEvents(ctx)}
+	c.manifest = connect.Manifest{Operations: ops, Profiles: declared, Events: c.loadEvents(ctx)}
 	c.invalid = invalid
 	if init.Capabilities.Resources != nil {
 		n, err := c.listResources(ctx)
@@ -631,17 +632,17 @@ func (c *conn) connect(ctx context.Context, clientVersion string) error {
 	return nil
 }
 
-func (c *conn) operation(t mcp.Tool) harness.Operation {
+func (c *conn) operation(t mcp.Tool) connect.Operation {
 	a := t.Annotations
 	title := a.Title
 	if title == "" {
 		title = t.Title
 	}
-	return harness.Operation{
+	return connect.Operation{
 		Name:        t.Name,
 		Description: t.Description,
 		InputSchema: c.schema(t),
-		Annotations: harness.Annotations{
+		Annotations: connect.Annotations{
 			Title:           title,
 			ReadOnlyHint:    a.ReadOnlyHint,
 			DestructiveHint: a.DestructiveHint,

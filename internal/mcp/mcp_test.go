@@ -23,7 +23,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/demo"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -91,8 +91,8 @@ func startDemoHTTP(t *testing.T) config.MCP {
 	return config.MCP{URL: url}
 }
 
-// connect opens a connection and closes it at cleanup.
-func connect(t *testing.T, name string, spec config.MCP, opts *pbmcp.Options) harness.Conn {
+// openConn opens a connection and closes it at cleanup.
+func openConn(t *testing.T, name string, spec config.MCP, opts *pbmcp.Options) connect.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -126,7 +126,7 @@ func TestManifest(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
-			conn := connect(t, "demo", tg.spec(t), nil)
+			conn := openConn(t, "demo", tg.spec(t), nil)
 			ops := conn.Manifest().Operations
 			var names []string
 			for _, op := range ops {
@@ -181,34 +181,34 @@ func TestCall(t *testing.T) {
 	// note_put stored.
 	steps := []struct {
 		name    string
-		req     harness.CallRequest
+		req     connect.CallRequest
 		want    any
 		wantErr string // the *harness.CallError message
 	}{
-		{"echo", harness.CallRequest{Op: "echo", Args: map[string]any{"text": "hello"}},
+		{"echo", connect.CallRequest{Op: "echo", Args: map[string]any{"text": "hello"}},
 			map[string]any{"text": "hello"}, ""},
-		{"echo sends the idempotency key", harness.CallRequest{Op: "echo", Args: map[string]any{"text": "again"}, IdempotencyKey: "exec-1/step-2"},
+		{"echo sends the idempotency key", connect.CallRequest{Op: "echo", Args: map[string]any{"text": "again"}, IdempotencyKey: "exec-1/step-2"},
 			map[string]any{"text": "again", "idempotencyKey": "exec-1/step-2"}, ""},
-		{"add", harness.CallRequest{Op: "add", Args: map[string]any{"a": 2, "b": 3.5}},
+		{"add", connect.CallRequest{Op: "add", Args: map[string]any{"a": 2, "b": 3.5}},
 			map[string]any{"sum": 5.5}, ""},
-		{"note_put", harness.CallRequest{Op: "note_put", Args: map[string]any{"key": "k", "value": "v"}},
+		{"note_put", connect.CallRequest{Op: "note_put", Args: map[string]any{"key": "k", "value": "v"}},
 			map[string]any{"key": "k", "stored": true}, ""},
-		{"note_get", harness.CallRequest{Op: "note_get", Args: map[string]any{"key": "k"}},
+		{"note_get", connect.CallRequest{Op: "note_get", Args: map[string]any{"key": "k"}},
 			map[string]any{"key": "k", "value": "v"}, ""},
-		{"note_get unknown key", harness.CallRequest{Op: "note_get", Args: map[string]any{"key": "nope"}},
+		{"note_get unknown key", connect.CallRequest{Op: "note_get", Args: map[string]any{"key": "nope"}},
 			nil, "no note named nope"},
-		{"fail", harness.CallRequest{Op: "fail"}, nil, "this tool always fails"},
-		{"fail with message", harness.CallRequest{Op: "fail", Args: map[string]any{"message": "boom"}}, nil, "boom"},
-		{"missing argument", harness.CallRequest{Op: "add", Args: map[string]any{"a": 1}}, nil, `missing required argument "b"`},
+		{"fail", connect.CallRequest{Op: "fail"}, nil, "this tool always fails"},
+		{"fail with message", connect.CallRequest{Op: "fail", Args: map[string]any{"message": "boom"}}, nil, "boom"},
+		{"missing argument", connect.CallRequest{Op: "add", Args: map[string]any{"a": 1}}, nil, `missing required argument "b"`},
 	}
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
-			conn := connect(t, "demo", tg.spec(t), nil)
+			conn := openConn(t, "demo", tg.spec(t), nil)
 			for _, s := range steps {
 				got, err := conn.Call(t.Context(), s.req)
 				if s.wantErr != "" {
-					var ce *harness.CallError
+					var ce *connect.CallError
 					if !errors.As(err, &ce) || ce.Op != s.req.Op || ce.Message != s.wantErr {
 						t.Errorf("%s: got %v, %v; want CallError %q", s.name, got, err, s.wantErr)
 					}
@@ -228,8 +228,8 @@ func TestIdentityAndInfo(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
 			spec := tg.spec(t)
-			a := connect(t, "demo", spec, nil)
-			b := connect(t, "demo", spec, nil)
+			a := openConn(t, "demo", spec, nil)
+			b := openConn(t, "demo", spec, nil)
 			ia, ib := a.Identity(), b.Identity()
 			if ia.Surface != "mcp" || ia.Epoch != 1 || ia.Instance == "" {
 				t.Errorf("identity = %+v", ia)
@@ -281,13 +281,13 @@ func TestCallErrors(t *testing.T) {
 				t.Cleanup(cancel)
 				return ctx
 			}},
-		{name: "unknown operation", spec: config.MCP{URL: url}, op: "nope", wantErr: harness.ErrUnknownOperation},
-		{name: "after close", spec: config.MCP{URL: url}, op: "echo", closed: true, wantErr: harness.ErrUnavailable},
+		{name: "unknown operation", spec: config.MCP{URL: url}, op: "nope", wantErr: connect.ErrUnknownOperation},
+		{name: "after close", spec: config.MCP{URL: url}, op: "echo", closed: true, wantErr: connect.ErrUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			conn := connect(t, "slowpoke", tt.spec, nil)
+			conn := openConn(t, "slowpoke", tt.spec, nil)
 			if tt.closed {
 				if err := conn.Close(); err != nil {
 					t.Fatal(err)
@@ -298,7 +298,7 @@ func TestCallErrors(t *testing.T) {
 				ctx = tt.ctx(t)
 			}
 			start := time.Now()
-			_, err := conn.Call(ctx, harness.CallRequest{Op: tt.op, Args: map[string]any{"text": "x"}})
+			_, err := conn.Call(ctx, connect.CallRequest{Op: tt.op, Args: map[string]any{"text": "x"}})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
@@ -436,7 +436,7 @@ func TestToolPaging(t *testing.T) {
 
 	t.Run("all pages", func(t *testing.T) {
 		t.Parallel()
-		conn := connect(t, "paged", config.MCP{URL: serve(t, paged) + "/mcp"}, nil)
+		conn := openConn(t, "paged", config.MCP{URL: serve(t, paged) + "/mcp"}, nil)
 		var got []string
 		for _, op := range conn.Manifest().Operations {
 			got = append(got, op.Name)
@@ -520,7 +520,7 @@ func TestHTTPHeaders(t *testing.T) {
 	ts := httptest.NewServer(fake)
 	t.Cleanup(ts.Close)
 	const secret = "sk-very-secret"
-	conn := connect(t, "hdr", config.MCP{URL: ts.URL, Headers: map[string]string{"X-Api-Key": secret}}, nil)
+	conn := openConn(t, "hdr", config.MCP{URL: ts.URL, Headers: map[string]string{"X-Api-Key": secret}}, nil)
 	if got := fake.lastHeader().Get("X-Api-Key"); got != secret {
 		t.Errorf("server saw X-Api-Key %q", got)
 	}

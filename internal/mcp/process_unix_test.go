@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/proctree"
 )
@@ -220,7 +221,7 @@ func TestStdioEnvironmentAndCwd(t *testing.T) {
 		Env:     map[string]string{"DEMO": demoBin, "FOO": "bar", "HOME": "/configured/home"},
 		Cwd:     dir,
 	}
-	connect(t, "env", spec, nil)
+	openConn(t, "env", spec, nil)
 	env, err := os.ReadFile(filepath.Join(dir, "env.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +254,7 @@ func TestStdioEnvironmentAndCwd(t *testing.T) {
 
 func TestCallAfterServerDied(t *testing.T) {
 	t.Parallel()
-	conn := connect(t, "dies", config.MCP{Command: demoBin}, nil)
+	conn := openConn(t, "dies", config.MCP{Command: demoBin}, nil)
 	pid, _ := conn.Info()["pid"].(int)
 	if pid <= 0 {
 		t.Fatalf("no pid in %v", conn.Info())
@@ -262,8 +263,8 @@ func TestCallAfterServerDied(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, "server", pid)
-	_, err := conn.Call(t.Context(), harness.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}})
-	if !errors.Is(err, harness.ErrUnavailable) {
+	_, err := conn.Call(t.Context(), connect.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}})
+	if !errors.Is(err, connect.ErrUnavailable) {
 		t.Errorf("err = %v, want ErrUnavailable", err)
 	}
 }

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -178,9 +179,9 @@ func (f *eraServer) set(fn func(f *eraServer)) {
 // whoami calls the fake's tool with headers and returns the Authorization
 // and session the server saw it on. It may run on any goroutine, so a
 // failure is reported with Errorf and empty results.
-func whoami(t *testing.T, conn harness.Conn, headers map[string]string) (auth, session string) {
+func whoami(t *testing.T, conn connect.Conn, headers map[string]string) (auth, session string) {
 	t.Helper()
-	got, err := conn.Call(t.Context(), harness.CallRequest{Op: "whoami", Principal: "p", Headers: headers})
+	got, err := conn.Call(t.Context(), connect.CallRequest{Op: "whoami", Principal: "p", Headers: headers})
 	if err != nil {
 		t.Errorf("whoami with %d headers: %v", len(headers), err)
 		return "", ""
@@ -202,7 +203,7 @@ func TestTenantSessions(t *testing.T) {
 		t.Run(era, func(t *testing.T) {
 			t.Parallel()
 			fake, url := newEraServer(t, era)
-			conn := connect(t, "tenants", config.MCP{URL: url, Headers: map[string]string{"Authorization": discoveryAuth, "X-Team": "ops"}}, nil)
+			conn := openConn(t, "tenants", config.MCP{URL: url, Headers: map[string]string{"Authorization": discoveryAuth, "X-Team": "ops"}}, nil)
 			alice := map[string]string{"Authorization": "Bearer alice"}
 			bob := map[string]string{"authorization": "Bearer bob"} // names compare case-insensitively
 
@@ -287,7 +288,7 @@ func TestTenantSessions(t *testing.T) {
 func TestTenantSessionBound(t *testing.T) {
 	t.Parallel()
 	fake, url := newEraServer(t, "2025")
-	conn := connect(t, "many", config.MCP{URL: url, Headers: map[string]string{"Authorization": discoveryAuth}}, nil)
+	conn := openConn(t, "many", config.MCP{URL: url, Headers: map[string]string{"Authorization": discoveryAuth}}, nil)
 	tenant := func(i int) map[string]string { return map[string]string{"Authorization": fmt.Sprintf("Bearer t%d", i)} }
 	_, first := whoami(t, conn, tenant(0))
 	for i := 1; i <= 64; i++ {
@@ -318,10 +319,10 @@ func TestTenantFaults(t *testing.T) {
 			t.Parallel()
 			fake, url := newEraServer(t, era)
 			fake.set(func(f *eraServer) { f.refuse = "Bearer mallory" })
-			conn := connect(t, "faults", config.MCP{URL: url}, nil)
-			_, err := conn.Call(t.Context(), harness.CallRequest{Op: "whoami", Principal: "mallory",
+			conn := openConn(t, "faults", config.MCP{URL: url}, nil)
+			_, err := conn.Call(t.Context(), connect.CallRequest{Op: "whoami", Principal: "mallory",
 				Headers: map[string]string{"Authorization": "Bearer mallory"}})
-			if !errors.Is(err, harness.ErrNeedsSignIn) || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), `principal "mallory"`) {
+			if !errors.Is(err, connect.ErrNeedsSignIn) || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), `principal "mallory"`) {
 				t.Errorf("refused tenant: err = %v, want ErrNeedsSignIn naming 401", err)
 			}
 			if err != nil && strings.Contains(err.Error(), "Bearer mallory") {
@@ -336,7 +337,7 @@ func TestTenantFaults(t *testing.T) {
 				{map[string]string{"X-Token": "a\r\nInjected: yes"}, "line break"},
 				{map[string]string{"X-Token": "a", "x-token": "b"}, "given twice"},
 			} {
-				_, err := conn.Call(t.Context(), harness.CallRequest{Op: "whoami", Headers: bad.headers})
+				_, err := conn.Call(t.Context(), connect.CallRequest{Op: "whoami", Headers: bad.headers})
 				if err == nil || !strings.Contains(err.Error(), bad.want) {
 					t.Errorf("headers %v: err = %v, want %q", bad.headers, err, bad.want)
 				}
@@ -344,7 +345,7 @@ func TestTenantFaults(t *testing.T) {
 			if auth, _ := whoami(t, conn, map[string]string{"Authorization": "Bearer alice"}); auth != "Bearer alice" {
 				t.Errorf("another tenant: %q", auth)
 			}
-			if _, err := conn.Call(t.Context(), harness.CallRequest{Op: "whoami"}); err != nil {
+			if _, err := conn.Call(t.Context(), connect.CallRequest{Op: "whoami"}); err != nil {
 				t.Errorf("the connection's own session: %v", err)
 			}
 			select {
@@ -358,13 +359,13 @@ func TestTenantFaults(t *testing.T) {
 
 func TestTenantOverStdioRefused(t *testing.T) {
 	t.Parallel()
-	conn := connect(t, "local", config.MCP{Command: demoBin}, nil)
-	_, err := conn.Call(t.Context(), harness.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}, Principal: "alice",
+	conn := openConn(t, "local", config.MCP{Command: demoBin}, nil)
+	_, err := conn.Call(t.Context(), connect.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}, Principal: "alice",
 		Headers: map[string]string{"Authorization": "Bearer alice"}})
 	if err == nil || !strings.Contains(err.Error(), "cannot be sent to a stdio server") {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := conn.Call(t.Context(), harness.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}}); err != nil {
+	if _, err := conn.Call(t.Context(), connect.CallRequest{Op: "echo", Args: map[string]any{"text": "x"}}); err != nil {
 		t.Errorf("a call without headers: %v", err)
 	}
 }
@@ -380,7 +381,7 @@ func TestSessionExpiry(t *testing.T) {
 		t.Run(who, func(t *testing.T) {
 			t.Parallel()
 			fake, url := newEraServer(t, "2025")
-			conn := connect(t, "expiry", config.MCP{URL: url, Headers: map[string]string{"Authorization": discoveryAuth}}, nil)
+			conn := openConn(t, "expiry", config.MCP{URL: url, Headers: map[string]string{"Authorization": discoveryAuth}}, nil)
 			var headers map[string]string
 			auth := discoveryAuth
 			if who == "tenant" {
@@ -401,7 +402,7 @@ func TestSessionExpiry(t *testing.T) {
 
 			fake.set(func(f *eraServer) { f.expire[auth] = 2 })
 			inits := countMethod(fake, "initialize")
-			_, err := conn.Call(t.Context(), harness.CallRequest{Op: "whoami", Headers: headers})
+			_, err := conn.Call(t.Context(), connect.CallRequest{Op: "whoami", Headers: headers})
 			if err == nil || !strings.Contains(err.Error(), "expired the session again right after it was re-initialized") {
 				t.Fatalf("second expiry: err = %v", err)
 			}
@@ -457,7 +458,7 @@ func TestBrokenStream(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			fake, url := newEraServer(t, "2026")
-			conn := connect(t, "streams", config.MCP{URL: url}, nil)
+			conn := openConn(t, "streams", config.MCP{URL: url}, nil)
 			if era := conn.Info()["era"]; era != pbmcp.EraModern {
 				t.Fatalf("era = %v", era)
 			}
@@ -466,7 +467,7 @@ func TestBrokenStream(t *testing.T) {
 				headers = map[string]string{"Authorization": "Bearer alice"}
 			}
 			fake.set(func(f *eraServer) { f.breaks, f.abort = tt.breaks, tt.abort })
-			got, err := conn.Call(t.Context(), harness.CallRequest{Op: "whoami", Headers: headers, IdempotencyKey: "k1"})
+			got, err := conn.Call(t.Context(), connect.CallRequest{Op: "whoami", Headers: headers, IdempotencyKey: "k1"})
 			if tt.wantErr {
 				if !errors.Is(err, pbmcp.ErrStreamBroken) || !strings.Contains(err.Error(), "on all 3 attempts") {
 					t.Errorf("err = %v, want ErrStreamBroken after 3 attempts", err)
@@ -485,7 +486,7 @@ func TestBrokenStream(t *testing.T) {
 				t.Errorf("server saw %d distinct tools/call ids, want %d (%v)", len(ids), tt.calls, ids)
 			}
 			fake.set(func(f *eraServer) { f.breaks = 0 })
-			if _, err := conn.Call(t.Context(), harness.CallRequest{Op: "whoami", Headers: headers}); err != nil {
+			if _, err := conn.Call(t.Context(), connect.CallRequest{Op: "whoami", Headers: headers}); err != nil {
 				t.Errorf("the call after: %v", err)
 			}
 		})
@@ -563,8 +564,8 @@ func TestSSEEventLimit(t *testing.T) {
 	srv := &sseServer{events: make(chan string, 4), flood: make(chan struct{})}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	conn := connect(t, "flood", config.MCP{Type: "sse", URL: ts.URL + "/sse", MaxResponseBytes: 4096}, nil)
-	if _, err := conn.Call(t.Context(), harness.CallRequest{Op: "a"}); err != nil {
+	conn := openConn(t, "flood", config.MCP{Type: "sse", URL: ts.URL + "/sse", MaxResponseBytes: 4096}, nil)
+	if _, err := conn.Call(t.Context(), connect.CallRequest{Op: "a"}); err != nil {
 		t.Fatalf("call before the flood: %v", err)
 	}
 	close(srv.flood)
@@ -580,7 +581,7 @@ func TestSSEEventLimit(t *testing.T) {
 	if err := lost.Err(); !errors.Is(err, pbmcp.ErrResponseTooLarge) || !strings.Contains(err.Error(), "4096-byte limit (maxResponseBytes)") {
 		t.Errorf("Err = %v", err)
 	}
-	if _, err := conn.Call(t.Context(), harness.CallRequest{Op: "a"}); !errors.Is(err, harness.ErrUnavailable) {
+	if _, err := conn.Call(t.Context(), connect.CallRequest{Op: "a"}); !errors.Is(err, connect.ErrUnavailable) {
 		t.Errorf("call after: %v, want ErrUnavailable", err)
 	}
 	srv.mu.Lock()

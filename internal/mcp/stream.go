@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // Push delivery of the Events extension (design sketch at commit
@@ -62,7 +62,7 @@ type eventStream struct {
 // streamNote is one decoded notification: a message, or why the stream
 // must end (terminated, malformed).
 type streamNote struct {
-	msg harness.StreamMessage
+	msg connect.StreamMessage
 	end error
 }
 
@@ -130,13 +130,13 @@ func decodeNote(n mcp.JSONRPCNotification) streamNote {
 		err = json.Unmarshal(raw, &p)
 	}
 	if err != nil {
-		return streamNote{end: fmt.Errorf("%w: %s is not an object of the expected shape", harness.ErrStreamEnded, n.Method)}
+		return streamNote{end: fmt.Errorf("%w: %s is not an object of the expected shape", connect.ErrStreamEnded, n.Method)}
 	}
-	msg := harness.StreamMessage{Truncated: p.Truncated}
+	msg := connect.StreamMessage{Truncated: p.Truncated}
 	if len(p.Cursor) > 0 {
 		msg.HasCursor = true
 		if json.Unmarshal(p.Cursor, &msg.Cursor) != nil {
-			return streamNote{end: fmt.Errorf("%w: %s carries a cursor that is neither a string nor null", harness.ErrStreamEnded, n.Method)}
+			return streamNote{end: fmt.Errorf("%w: %s carries a cursor that is neither a string nor null", connect.ErrStreamEnded, n.Method)}
 		}
 	}
 	errText := func() string {
@@ -147,19 +147,19 @@ func decodeNote(n mcp.JSONRPCNotification) streamNote {
 	}
 	switch n.Method {
 	case notifEventsActive:
-		msg.Kind = harness.StreamActive
+		msg.Kind = connect.StreamActive
 	case notifEventsHeartbeat:
-		msg.Kind = harness.StreamHeartbeat
+		msg.Kind = connect.StreamHeartbeat
 	case notifEventsError:
-		msg.Kind, msg.Error = harness.StreamError, errText()
+		msg.Kind, msg.Error = connect.StreamError, errText()
 	case notifEventsTerminate:
-		return streamNote{end: fmt.Errorf("%w: %s", harness.ErrStreamTerminated, errText())}
+		return streamNote{end: fmt.Errorf("%w: %s", connect.ErrStreamTerminated, errText())}
 	case notifEventsEvent:
 		if p.EventID == "" || p.Name == "" {
-			return streamNote{end: fmt.Errorf("%w: an event without eventId or name", harness.ErrStreamEnded)}
+			return streamNote{end: fmt.Errorf("%w: an event without eventId or name", connect.ErrStreamEnded)}
 		}
-		msg.Kind = harness.StreamEvent
-		msg.Event = &harness.EventOccurrence{EventID: p.EventID, Name: p.Name, Timestamp: p.Timestamp, Data: p.Data}
+		msg.Kind = connect.StreamEvent
+		msg.Event = &connect.EventOccurrence{EventID: p.EventID, Name: p.Name, Timestamp: p.Timestamp, Data: p.Data}
 	default:
 		return streamNote{} // a kind this client does not know: skipped
 	}
@@ -172,7 +172,7 @@ func (c *conn) StreamsEvents() bool { return c.kind != "sse" }
 
 // StreamEvents opens one events/stream and hands its messages to each
 // (see harness.EventStreamer).
-func (c *conn) StreamEvents(ctx context.Context, req harness.EventStreamRequest, each func(harness.StreamMessage) error) error {
+func (c *conn) StreamEvents(ctx context.Context, req connect.EventStreamRequest, each func(connect.StreamMessage) error) error {
 	id := "pb-events-" + rand.Text()
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -215,7 +215,7 @@ func (c *conn) StreamEvents(ctx context.Context, req harness.EventStreamRequest,
 }
 
 // openStream sends the events/stream request and waits for its end.
-func (c *conn) openStream(ctx context.Context, id string, req harness.EventStreamRequest) error {
+func (c *conn) openStream(ctx context.Context, id string, req connect.EventStreamRequest) error {
 	params := map[string]any{"name": req.Name, "arguments": req.Arguments, "cursor": req.Cursor}
 	if req.Arguments == nil {
 		params["arguments"] = map[string]any{}
@@ -226,13 +226,13 @@ func (c *conn) openStream(ctx context.Context, id string, req harness.EventStrea
 		return context.Cause(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("mcp %s: events/stream: %w: %w", c.name, harness.ErrStreamEnded, err)
+		return fmt.Errorf("mcp %s: events/stream: %w: %w", c.name, connect.ErrStreamEnded, err)
 	}
 	if resp.Error != nil {
-		return fmt.Errorf("mcp %s: %w: %w", c.name, harness.ErrStreamEnded,
+		return fmt.Errorf("mcp %s: %w: %w", c.name, connect.ErrStreamEnded,
 			&EventError{Method: methodEventsStream, Code: resp.Error.Code, Message: resp.Error.Message})
 	}
-	return fmt.Errorf("mcp %s: events/stream: %w: the server closed it", c.name, harness.ErrStreamEnded)
+	return fmt.Errorf("mcp %s: events/stream: %w: the server closed it", c.name, connect.ErrStreamEnded)
 }
 
 // cancelStream tells a stdio server the stream is over; over HTTP the

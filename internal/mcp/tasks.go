@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // The Tasks extension (io.modelcontextprotocol/tasks, revision 2026-07-28,
@@ -106,16 +106,16 @@ func taskTerminal(status string) bool {
 }
 
 // noWatch stands in for a caller that records nothing.
-var noWatch = &harness.TaskWatch{
+var noWatch = &connect.TaskWatch{
 	Started:  func(context.Context, string) error { return nil },
-	Progress: func(harness.TaskProgress) {},
+	Progress: func(connect.TaskProgress) {},
 	Cancels:  func(context.Context) bool { return false },
 }
 
 // follow takes over a task the server answered tools/call with: the
 // caller records its id before anything waits on it, then it is waited
 // for.
-func (c *conn) follow(ctx context.Context, s *session, req harness.CallRequest, w *harness.TaskWatch, t *task) (*mcp.CallToolResult, error) {
+func (c *conn) follow(ctx context.Context, s *session, req connect.CallRequest, w *connect.TaskWatch, t *task) (*mcp.CallToolResult, error) {
 	if t.TaskID == "" {
 		return nil, fmt.Errorf("mcp %s: call %s: the server answered with a task without a taskId", c.name, req.Op)
 	}
@@ -127,14 +127,14 @@ func (c *conn) follow(ctx context.Context, s *session, req harness.CallRequest, 
 	}
 	if t.Status != taskWorking || t.StatusMessage != "" {
 		// Started announced the task as working; this says more.
-		w.Progress(harness.TaskProgress{ID: t.TaskID, Status: t.Status, Message: t.StatusMessage})
+		w.Progress(connect.TaskProgress{ID: t.TaskID, Status: t.Status, Message: t.StatusMessage})
 	}
 	return c.await(ctx, s, req, w, t)
 }
 
 // await polls task t (seen last as t; nil when resuming) until it is
 // terminal and maps its outcome to the call's.
-func (c *conn) await(ctx context.Context, s *session, req harness.CallRequest, w *harness.TaskWatch, last *task) (*mcp.CallToolResult, error) {
+func (c *conn) await(ctx context.Context, s *session, req connect.CallRequest, w *connect.TaskWatch, last *task) (*mcp.CallToolResult, error) {
 	id := w.Resume
 	if last != nil {
 		id = last.TaskID
@@ -165,7 +165,7 @@ func (c *conn) await(ctx context.Context, s *session, req harness.CallRequest, w
 		}
 		if newStatus := last == nil || t.Status != last.Status; newStatus ||
 			t.StatusMessage != last.StatusMessage && time.Since(reported) >= taskMessageEvery {
-			w.Progress(harness.TaskProgress{ID: id, Status: t.Status, Message: t.StatusMessage})
+			w.Progress(connect.TaskProgress{ID: id, Status: t.Status, Message: t.StatusMessage})
 			reported = time.Now()
 		}
 		last = t
@@ -198,7 +198,7 @@ func (c *conn) pause(ctx context.Context, id string, last *task) error {
 
 // taskOutcome maps a terminal (or input_required) task to the call's
 // result or error.
-func (c *conn) taskOutcome(ctx context.Context, s *session, req harness.CallRequest, t *task) (*mcp.CallToolResult, error) {
+func (c *conn) taskOutcome(ctx context.Context, s *session, req connect.CallRequest, t *task) (*mcp.CallToolResult, error) {
 	prefix := fmt.Sprintf("mcp %s: call %s: task %s", c.name, req.Op, t.TaskID)
 	switch t.Status {
 	case taskCompleted:

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/demo"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -39,8 +40,8 @@ type watch struct {
 	startErr error
 }
 
-func (w *watch) taskWatch(resume string) *harness.TaskWatch {
-	return &harness.TaskWatch{
+func (w *watch) taskWatch(resume string) *connect.TaskWatch {
+	return &connect.TaskWatch{
 		Resume: resume,
 		Started: func(_ context.Context, id string) error {
 			w.mu.Lock()
@@ -48,7 +49,7 @@ func (w *watch) taskWatch(resume string) *harness.TaskWatch {
 			w.started = append(w.started, id)
 			return w.startErr
 		},
-		Progress: func(p harness.TaskProgress) {
+		Progress: func(p connect.TaskProgress) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			w.statuses = append(w.statuses, p.Status)
@@ -69,10 +70,10 @@ func (w *watch) ids() []string {
 func TestTaskPolledToItsResult(t *testing.T) {
 	t.Parallel()
 	jobs, spec := serveJobs(t)
-	conn := connect(t, "jobs", spec, nil)
+	conn := openConn(t, "jobs", spec, nil)
 	w := &watch{}
 	start := time.Now()
-	out, err := conn.Call(t.Context(), harness.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 1}, IdempotencyKey: "k1", Task: w.taskWatch("")})
+	out, err := conn.Call(t.Context(), connect.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 1}, IdempotencyKey: "k1", Task: w.taskWatch("")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +103,12 @@ func TestTaskPolledToItsResult(t *testing.T) {
 func TestTaskResumedNotCalledAgain(t *testing.T) {
 	t.Parallel()
 	jobs, spec := serveJobs(t)
-	conn := connect(t, "jobs", spec, nil)
+	conn := openConn(t, "jobs", spec, nil)
 	first := &watch{}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := conn.Call(ctx, harness.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 1}, Task: first.taskWatch("")})
+		_, err := conn.Call(ctx, connect.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 1}, Task: first.taskWatch("")})
 		done <- err
 	}()
 	for deadline := time.Now().Add(10 * time.Second); len(first.ids()) == 0; time.Sleep(10 * time.Millisecond) {
@@ -121,7 +122,7 @@ func TestTaskResumedNotCalledAgain(t *testing.T) {
 	}
 	id := first.ids()[0]
 	second := &watch{}
-	out, err := conn.Call(t.Context(), harness.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 1}, Task: second.taskWatch(id)})
+	out, err := conn.Call(t.Context(), connect.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 1}, Task: second.taskWatch(id)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,13 +153,13 @@ func TestTaskEndings(t *testing.T) {
 		{name: "cancelled", args: map[string]any{"seconds": 30}, cancelAt: 300 * time.Millisecond, wantErr: context.Canceled, wantCancel: true},
 		{name: "input required", args: map[string]any{"seconds": 0.4, "input": true}, wantErr: pbmcp.ErrTaskInputRequired, wantCancel: true},
 		{name: "unknown task", args: map[string]any{"seconds": 1}, resume: "no-such-task", wantErr: pbmcp.ErrTaskGone},
-		{name: "not recorded", args: map[string]any{"seconds": 30}, startErr: harness.ErrUnavailable, wantErr: harness.ErrUnavailable, wantCancel: true},
+		{name: "not recorded", args: map[string]any{"seconds": 30}, startErr: connect.ErrUnavailable, wantErr: connect.ErrUnavailable, wantCancel: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			jobs, spec := serveJobs(t)
-			conn := connect(t, "jobs", spec, nil)
+			conn := openConn(t, "jobs", spec, nil)
 			w := &watch{cancels: true, startErr: tt.startErr}
 			ctx := t.Context()
 			if tt.cancelAt > 0 {
@@ -166,7 +167,7 @@ func TestTaskEndings(t *testing.T) {
 				ctx, cancel = context.WithCancel(ctx)
 				time.AfterFunc(tt.cancelAt, cancel)
 			}
-			_, err := conn.Call(ctx, harness.CallRequest{Op: "slow_job", Args: tt.args, Task: w.taskWatch(tt.resume)})
+			_, err := conn.Call(ctx, connect.CallRequest{Op: "slow_job", Args: tt.args, Task: w.taskWatch(tt.resume)})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
@@ -182,9 +183,9 @@ func TestTaskEndings(t *testing.T) {
 // slow_job answers in place and no task is started.
 func TestTaskOverStdioBlocks(t *testing.T) {
 	t.Parallel()
-	conn := connect(t, "jobs", config.MCP{Command: demoBin}, nil)
+	conn := openConn(t, "jobs", config.MCP{Command: demoBin}, nil)
 	w := &watch{}
-	out, err := conn.Call(t.Context(), harness.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 0.2}, Task: w.taskWatch("")})
+	out, err := conn.Call(t.Context(), connect.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 0.2}, Task: w.taskWatch("")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,12 @@
 package mcp
 
-import "github.com/patchbay-dev/patchbay/internal/harness"
+import (
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+)
 
 // MaxToolIDLen is the longest tool id a model is shown (the tool-name limit
 // of the model APIs).
-const MaxToolIDLen = harness.MaxToolIDLen
+const MaxToolIDLen = connect.MaxToolIDLen
 
 // ToolIDs names the tools of a connection for models: "<connection>_<tool>".
 // Characters outside [A-Za-z0-9_-] become '_' and ids are cut to 128
@@ -15,7 +17,7 @@ const MaxToolIDLen = harness.MaxToolIDLen
 // by its own name. The rule is the harness's (model turns name tools by
 // it), so an id shown here is the one a model sees.
 func ToolIDs(connection string, tools []string) map[string]string {
-	return harness.ToolIDs(connection, tools)
+	return connect.ToolIDs(connection, tools)
 }
 
 // ModelTool is one operation as a model sees it.
@@ -28,12 +30,12 @@ type ModelTool struct {
 	// server a tool comes from.
 	Description string              `json:"description"`
 	InputSchema []byte              `json:"inputSchema,omitempty"`
-	Annotations harness.Annotations `json:"annotations"`
+	Annotations connect.Annotations `json:"annotations"`
 }
 
 // ModelTools lists a connection's operations for a model, in manifest
 // order, with ids from ToolIDs and annotations (title and hints) carried.
-func ModelTools(connection string, m harness.Manifest) []ModelTool {
+func ModelTools(connection string, m connect.Manifest) []ModelTool {
 	names := make([]string, len(m.Operations))
 	for i, op := range m.Operations {
 		names[i] = op.Name

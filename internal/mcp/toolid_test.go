@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 func TestToolIDs(t *testing.T) {
@@ -54,8 +55,8 @@ func TestToolIDs(t *testing.T) {
 func TestModelTools(t *testing.T) {
 	t.Parallel()
 	ro := true
-	m := harness.Manifest{Operations: []harness.Operation{
-		{Name: "a.b", Description: "does b", Annotations: harness.Annotations{Title: "B", ReadOnlyHint: &ro}},
+	m := connect.Manifest{Operations: []connect.Operation{
+		{Name: "a.b", Description: "does b", Annotations: connect.Annotations{Title: "B", ReadOnlyHint: &ro}},
 		{Name: "c"},
 	}}
 	got := ModelTools("gh", m)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -12,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // TestCallCarriesTraceContextInMeta: a call made under a span sends its
@@ -31,12 +32,12 @@ func TestCallCarriesTraceContextInMeta(t *testing.T) {
 		}
 		return mcp.NewToolResultStructured(map[string]any{"ok": true}, "ok"), nil
 	})
-	conn := connect(t, "meta", config.MCP{URL: serve(t, s) + "/mcp"}, nil)
+	conn := openConn(t, "meta", config.MCP{URL: serve(t, s) + "/mcp"}, nil)
 
 	spans := tracetest.NewInMemoryExporter()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)).Tracer("test")
 	ctx, span := tracer.Start(t.Context(), "call meta look", trace.WithSpanKind(trace.SpanKindClient))
-	if _, err := conn.Call(ctx, harness.CallRequest{Op: "look", IdempotencyKey: "ex_1:look"}); err != nil {
+	if _, err := conn.Call(ctx, connect.CallRequest{Op: "look", IdempotencyKey: "ex_1:look"}); err != nil {
 		t.Fatal(err)
 	}
 	span.End()
@@ -80,8 +81,8 @@ func TestCallWithoutSpanSendsNoTraceContext(t *testing.T) {
 		}
 		return mcp.NewToolResultStructured(map[string]any{"ok": true}, "ok"), nil
 	})
-	conn := connect(t, "meta", config.MCP{URL: serve(t, s) + "/mcp"}, nil)
-	if _, err := conn.Call(t.Context(), harness.CallRequest{Op: "look"}); err != nil {
+	conn := openConn(t, "meta", config.MCP{URL: serve(t, s) + "/mcp"}, nil)
+	if _, err := conn.Call(t.Context(), connect.CallRequest{Op: "look"}); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
@@ -92,7 +94,7 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 	if conn, err := provider.Connect(t.Context()); err == nil {
 		conn.Close()
 		t.Fatal("connected without signing in")
-	} else if !errors.Is(err, harness.ErrNeedsSignIn) {
+	} else if !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Errorf("connect before sign-in = %v, want it to wrap harness.ErrNeedsSignIn", err)
 	}
 
@@ -132,7 +134,7 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 	if _, ok := conn.Manifest().Operation("greet"); !ok {
 		t.Fatalf("greet not listed: %v", conn.Manifest().Operations)
 	}
-	out, err := conn.Call(t.Context(), harness.CallRequest{Op: "greet", Args: map[string]any{"name": "patchbay"}})
+	out, err := conn.Call(t.Context(), connect.CallRequest{Op: "greet", Args: map[string]any{"name": "patchbay"}})
 	if err != nil {
 		t.Fatalf("greet: %v", err)
 	}
@@ -147,7 +149,7 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 	if err := svc.Disconnect(t.Context(), "demo", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := svc.Headers(t.Context(), "demo", ""); !errors.Is(err, harness.ErrNeedsSignIn) {
+	if _, _, err := svc.Headers(t.Context(), "demo", ""); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Errorf("Headers after Disconnect = %v", err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"golang.org/x/oauth2"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
@@ -256,7 +258,7 @@ func principalKey(c Connection, principal string) (string, error) {
 		return SharedPrincipal, nil
 	}
 	if principal == "" {
-		return "", fmt.Errorf("oauth: %s keeps a token per user and the call has no principal: %w", c.Name, harness.ErrNeedsSignIn)
+		return "", fmt.Errorf("oauth: %s keeps a token per user and the call has no principal: %w", c.Name, connect.ErrNeedsSignIn)
 	}
 	if len(principal) > maxPrincipal || strings.IndexFunc(principal, unicode.IsControl) >= 0 {
 		return "", fmt.Errorf("oauth: principal is longer than %d bytes or holds control characters", maxPrincipal)
@@ -266,7 +268,7 @@ func principalKey(c Connection, principal string) (string, error) {
 
 // needsSignIn wraps harness.ErrNeedsSignIn with what is missing.
 func needsSignIn(connection, principal, why string) error {
-	return fmt.Errorf("oauth: %s (principal %q): %s: %w", connection, principal, why, harness.ErrNeedsSignIn)
+	return fmt.Errorf("oauth: %s (principal %q): %s: %w", connection, principal, why, connect.ErrNeedsSignIn)
 }
 
 // withClient is ctx with the client of token requests: the code and the

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -27,7 +29,7 @@ const (
 	session  = "browser-session-1"
 )
 
-var _ harness.Credentials = (*oauth.Service)(nil)
+var _ connect.Credentials = (*oauth.Service)(nil)
 
 type bundle struct {
 	as       *fakeAS
@@ -164,10 +166,10 @@ func TestFullFlow(t *testing.T) {
 			t.Parallel()
 			b := setup(t, tt.as, tt.mcp, tt.conn)
 			// No token yet: the request goes out bare, the 401 says sign in.
-			if _, err := callMCP(t, b.svc, b.mcp.url()); !errors.Is(err, harness.ErrNeedsSignIn) {
+			if _, err := callMCP(t, b.svc, b.mcp.url()); !errors.Is(err, connect.ErrNeedsSignIn) {
 				t.Fatalf("before sign-in: err = %v, want ErrNeedsSignIn", err)
 			}
-			if _, _, err := b.svc.Headers(t.Context(), connName, "alice"); !errors.Is(err, harness.ErrNeedsSignIn) {
+			if _, _, err := b.svc.Headers(t.Context(), connName, "alice"); !errors.Is(err, connect.ErrNeedsSignIn) {
 				t.Fatalf("Headers before sign-in: %v", err)
 			}
 
@@ -315,7 +317,7 @@ func TestCompleteRefusals(t *testing.T) {
 			if tt.twice {
 				return
 			}
-			if _, _, err := b.svc.Headers(t.Context(), connName, "alice"); !errors.Is(err, harness.ErrNeedsSignIn) {
+			if _, _, err := b.svc.Headers(t.Context(), connName, "alice"); !errors.Is(err, connect.ErrNeedsSignIn) {
 				t.Errorf("a refused sign-in stored a token: %v", err)
 			}
 			// The state was used up even though the sign-in failed.
@@ -421,7 +423,7 @@ func TestRefusedRefreshNeedsSignIn(t *testing.T) {
 	b.signIn(t, b.svc, "admin")
 	b.as.refuseRefresh.Store(true)
 	_, ok, err := b.svc.Headers(t.Context(), connName, "admin")
-	if !ok || !errors.Is(err, harness.ErrNeedsSignIn) || !strings.Contains(err.Error(), "refused") {
+	if !ok || !errors.Is(err, connect.ErrNeedsSignIn) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("Headers = %v, %v", ok, err)
 	}
 	keys, _ := b.st.Client.Keys(t.Context(), b.st.Prefix+"oauth:token:*").Result()
@@ -432,7 +434,7 @@ func TestRefusedRefreshNeedsSignIn(t *testing.T) {
 		t.Errorf("Account = %v", err)
 	}
 	// The discovery session says so too.
-	if _, err := callMCP(t, b.svc, b.mcp.url()); !errors.Is(err, harness.ErrNeedsSignIn) {
+	if _, err := callMCP(t, b.svc, b.mcp.url()); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Errorf("Transport = %v", err)
 	}
 }
@@ -451,7 +453,7 @@ func TestRefusedRefreshSaysWhy(t *testing.T) {
 		}, nil, nil)
 		b.signIn(t, b.svc, "admin")
 		_, _, err := b.svc.Headers(t.Context(), connName, "admin")
-		if !errors.Is(err, harness.ErrNeedsSignIn) {
+		if !errors.Is(err, connect.ErrNeedsSignIn) {
 			t.Fatalf("%s: err = %v", contentType, err)
 		}
 		shown := b.redactor.String(err.Error())
@@ -476,7 +478,7 @@ func TestExpiredWithoutRefreshToken(t *testing.T) {
 	b.signIn(t, svc, "admin")
 	bearer(t, svc, "admin")              // within the margin, not expired: still used
 	offset.Store(int64(2 * time.Minute)) // well past the 30 s lifetime, however slow the sign-in was
-	if _, _, err := svc.Headers(t.Context(), connName, "admin"); !errors.Is(err, harness.ErrNeedsSignIn) {
+	if _, _, err := svc.Headers(t.Context(), connName, "admin"); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Errorf("expired token without refresh: %v", err)
 	}
 }
@@ -487,7 +489,7 @@ func TestPerUserIsolation(t *testing.T) {
 	b.signIn(t, b.svc, "alice")
 	alice := bearer(t, b.svc, "alice")
 	for _, p := range []string{"bob", "admin", "Alice", ""} {
-		if h, ok, err := b.svc.Headers(t.Context(), connName, p); !ok || !errors.Is(err, harness.ErrNeedsSignIn) || h != nil {
+		if h, ok, err := b.svc.Headers(t.Context(), connName, p); !ok || !errors.Is(err, connect.ErrNeedsSignIn) || h != nil {
 			t.Errorf("Headers(%q) = %v, %v, %v: alice's token must not serve another principal", p, h, ok, err)
 		}
 		if _, err := b.svc.Account(t.Context(), connName, p); !errors.Is(err, oauth.ErrNotSignedIn) {
@@ -516,7 +518,7 @@ func TestPerUserIsolation(t *testing.T) {
 	}
 	// The discovery session uses the most recent sign-in (bob), there is
 	// no operator sign-in.
-	if resp, err := callMCP(t, b.svc, b.mcp.url()); err != nil && !errors.Is(err, harness.ErrNeedsSignIn) || err == nil && resp.StatusCode != http.StatusOK {
+	if resp, err := callMCP(t, b.svc, b.mcp.url()); err != nil && !errors.Is(err, connect.ErrNeedsSignIn) || err == nil && resp.StatusCode != http.StatusOK {
 		t.Errorf("Transport on a per-user connection: %v %v", resp, err)
 	}
 }
@@ -562,7 +564,7 @@ func TestStepUp(t *testing.T) {
 		t.Fatalf("first scope = %q", got)
 	}
 	b.mcp.needScopes = []string{"mcp:write"}
-	if _, err := callMCP(t, b.svc, b.mcp.url()); !errors.Is(err, harness.ErrNeedsSignIn) {
+	if _, err := callMCP(t, b.svc, b.mcp.url()); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Fatalf("403 insufficient_scope: %v", err)
 	}
 	b.signIn(t, b.svc, "admin")
@@ -583,7 +585,7 @@ func TestStepUpFutile(t *testing.T) {
 	// (a caller that signs in on ErrNeedsSignIn would loop).
 	b.mcp.forbid = "mcp:admin"
 	_, err := callMCP(t, b.svc, b.mcp.url())
-	if !errors.Is(err, oauth.ErrInsufficientScope) || errors.Is(err, harness.ErrNeedsSignIn) {
+	if !errors.Is(err, oauth.ErrInsufficientScope) || errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Fatalf("403 for a scope the token has: %v, want ErrInsufficientScope", err)
 	}
 }
@@ -630,7 +632,7 @@ func TestTokensEncryptedAtRest(t *testing.T) {
 	_, _ = rand.Read(other)
 	svc, _ := oauth.New(oauth.Options{Store: b.st, Key: other, PublicURL: "http://127.0.0.1:9", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	svc.Register(b.conn)
-	if _, _, err := svc.Headers(t.Context(), connName, "admin"); !errors.Is(err, harness.ErrNeedsSignIn) {
+	if _, _, err := svc.Headers(t.Context(), connName, "admin"); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Errorf("Headers under another key = %v", err)
 	}
 }
@@ -729,7 +731,7 @@ func TestRejectedTokenRefreshedOnce(t *testing.T) {
 	}
 
 	b.as.refuseRefresh.Store(true)
-	if _, err := b.svc.Refresh(t.Context(), connName, "anyone", fresh); !errors.Is(err, harness.ErrNeedsSignIn) {
+	if _, err := b.svc.Refresh(t.Context(), connName, "anyone", fresh); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Fatalf("Refresh refused = %v, want ErrNeedsSignIn", err)
 	}
 }

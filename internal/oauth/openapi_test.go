@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -143,7 +145,7 @@ func TestOpenAPIPerUserTokens(t *testing.T) {
 	b.as.mu.Unlock()
 	b.as.refuseRefresh.Store(true)
 	ex := run("alice")
-	if ex.Status != harness.ExecFailed || !strings.Contains(ex.Error.Message, "HTTP 401") || !strings.Contains(ex.Error.Message, harness.ErrNeedsSignIn.Error()) {
+	if ex.Status != harness.ExecFailed || !strings.Contains(ex.Error.Message, "HTTP 401") || !strings.Contains(ex.Error.Message, connect.ErrNeedsSignIn.Error()) {
 		t.Fatalf("alice with a refused token: %s %+v, want a failure saying a sign-in is needed", ex.Status, ex.Error)
 	}
 	ran = append(ran, ex)

@@ -10,9 +10,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/redis/go-redis/v9"
 )
 
 // Transport returns a RoundTripper for connection's own session with its
@@ -64,7 +64,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch {
 	case err == nil:
 		haveToken = true
-	case errors.Is(err, harness.ErrNeedsSignIn):
+	case errors.Is(err, connect.ErrNeedsSignIn):
 	default:
 		return nil, err
 	}

@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
 
@@ -45,7 +46,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			call := harness.CallRequest{Op: "getPetById", Args: map[string]any{"petId": 10.0}}
+			call := connect.CallRequest{Op: "getPetById", Args: map[string]any{"petId": 10.0}}
 			client := &http.Client{}
 			var plain, provider time.Duration
 			for b.Loop() {

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/openapi/openapitest"
 )
 
 // loadDoc connects to doc read as a file by the default reader.
-func loadDoc(t *testing.T, doc []byte, spec config.OpenAPI) (harness.Conn, error) {
+func loadDoc(t *testing.T, doc []byte, spec config.OpenAPI) (connect.Conn, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "doc.json")
 	if err := os.WriteFile(path, doc, 0o600); err != nil {
@@ -28,7 +29,7 @@ func loadDoc(t *testing.T, doc []byte, spec config.OpenAPI) (harness.Conn, error
 }
 
 // schemaSize is an operation's input schema in JSON values and bytes.
-func schemaSize(t *testing.T, c harness.Conn, op string) (nodes, bytes int64) {
+func schemaSize(t *testing.T, c connect.Conn, op string) (nodes, bytes int64) {
 	t.Helper()
 	o, ok := c.Manifest().Operation(op)
 	if !ok {

@@ -14,8 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // conn is a loaded document: calls go straight to the API, so there is
@@ -27,23 +28,23 @@ type conn struct {
 	client *http.Client
 	// credErr is why credentials may not go to base, nil when they may.
 	credErr  error
-	manifest harness.Manifest
+	manifest connect.Manifest
 	ops      map[string]operation
-	identity harness.Identity
+	identity connect.Identity
 	info     map[string]any
 }
 
-func (c *conn) Manifest() harness.Manifest { return c.manifest }
-func (c *conn) Identity() harness.Identity { return c.identity }
+func (c *conn) Manifest() connect.Manifest { return c.manifest }
+func (c *conn) Identity() connect.Identity { return c.identity }
 func (c *conn) Info() map[string]any       { return maps.Clone(c.info) }
 func (c *conn) Close() error               { return nil }
 
 // Call sends one operation's request. Arguments have passed gate 2 against
 // the operation's schema; secrets in them are filled in.
-func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+func (c *conn) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	op, ok := c.ops[req.Op]
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", harness.ErrUnknownOperation, req.Op)
+		return nil, fmt.Errorf("%w: %s", connect.ErrUnknownOperation, req.Op)
 	}
 	p := c.provider
 	if c.credErr != nil && len(req.Headers) > 0 {
@@ -61,14 +62,14 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	}
 	hreq, err := c.request(ctx, op, req, headers)
 	if err != nil {
-		return nil, &harness.CallError{Op: req.Op, Message: err.Error()}
+		return nil, &connect.CallError{Op: req.Op, Message: err.Error()}
 	}
 	traceRequest(ctx, hreq, op)
 	resp, err := c.client.Do(hreq)
 	if err != nil {
 		if re, ok := credhttp.AsRedirect(err); ok {
 			// The API's own answer, as a 4xx would be.
-			return nil, &harness.CallError{Op: req.Op, Message: re.Error()}
+			return nil, &connect.CallError{Op: req.Op, Message: re.Error()}
 		}
 		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("openapi %s: %s: no answer within %s: %w", p.name, req.Op, timeout, err)
@@ -84,23 +85,23 @@ func (c *conn) Call(ctx context.Context, req harness.CallRequest) (any, error) {
 	if resp.StatusCode == http.StatusUnauthorized && req.Headers != nil {
 		// Per-call credentials the API refused: the harness may refresh
 		// them and send the call once more.
-		return nil, fmt.Errorf("openapi %s: %s: HTTP 401: %w", p.name, req.Op, harness.ErrNeedsSignIn)
+		return nil, fmt.Errorf("openapi %s: %s: HTTP 401: %w", p.name, req.Op, connect.ErrNeedsSignIn)
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, &harness.CallError{Op: req.Op, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, harness.Excerpt(string(data), errorExcerpt))}
+		return nil, &connect.CallError{Op: req.Op, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, connect.Excerpt(string(data), errorExcerpt))}
 	}
 	return decodeBody(data), nil
 }
 
 // request builds the HTTP request of one call.
-func (c *conn) request(ctx context.Context, op operation, call harness.CallRequest, configured map[string]string) (*http.Request, error) {
+func (c *conn) request(ctx context.Context, op operation, call connect.CallRequest, configured map[string]string) (*http.Request, error) {
 	args := call.Args
 	path := op.Path
 	query := url.Values{}
 	headers := http.Header{}
 	// Gate 2 refused these already; checked again where the path is
 	// built, for a caller that skipped the gates.
-	if err := harness.CheckPathArgs(op.Spec.HTTP, args); err != nil {
+	if err := connect.CheckPathArgs(op.Spec.HTTP, args); err != nil {
 		return nil, err
 	}
 	isParam := map[string]bool{}

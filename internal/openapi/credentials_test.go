@@ -11,8 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // elsewhere is another origin: it records what reaches it (the headers
@@ -117,9 +118,9 @@ func TestCallRedirects(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := c.Call(context.Background(), harness.CallRequest{Op: tt.op, Headers: map[string]string{"Authorization": token}})
+			out, err := c.Call(context.Background(), connect.CallRequest{Op: tt.op, Headers: map[string]string{"Authorization": token}})
 			if tt.wantErr != "" {
-				var ce *harness.CallError
+				var ce *connect.CallError
 				if !errors.As(err, &ce) || !strings.Contains(ce.Message, tt.wantErr) || strings.Contains(ce.Message, "sig=") {
 					t.Fatalf("err = %v, want a CallError with %q", err, tt.wantErr)
 				}
@@ -222,10 +223,10 @@ func TestPerCallCredentialsNeedAPlaceToGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Call(context.Background(), harness.CallRequest{Op: "x"}); err != nil {
+	if _, err := c.Call(context.Background(), connect.CallRequest{Op: "x"}); err != nil {
 		t.Fatalf("a call without credentials: %v", err)
 	}
-	_, err = c.Call(context.Background(), harness.CallRequest{Op: "x", Headers: map[string]string{"Authorization": "Bearer user-token"}})
+	_, err = c.Call(context.Background(), connect.CallRequest{Op: "x", Headers: map[string]string{"Authorization": "Bearer user-token"}})
 	if err == nil || !strings.Contains(err.Error(), "set baseUrl") {
 		t.Fatalf("err = %v", err)
 	}
@@ -260,13 +261,13 @@ func TestPathArgsNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{"..", ".", "a/b", "%2e%2e", "%2F"} {
-		_, err := c.Call(context.Background(), harness.CallRequest{Op: "file", Args: map[string]any{"dir": dir, "name": "admin"}})
-		var ce *harness.CallError
+		_, err := c.Call(context.Background(), connect.CallRequest{Op: "file", Args: map[string]any{"dir": dir, "name": "admin"}})
+		var ce *connect.CallError
 		if !errors.As(err, &ce) || !strings.Contains(ce.Message, `argument "dir"`) {
 			t.Errorf("dir %q: err = %v", dir, err)
 		}
 	}
-	if _, err := c.Call(context.Background(), harness.CallRequest{Op: "file", Args: map[string]any{"dir": "docs", "name": "a b"}}); err != nil {
+	if _, err := c.Call(context.Background(), connect.CallRequest{Op: "file", Args: map[string]any{"dir": "docs", "name": "a b"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(apiSeen()[1:], "; "); got != "GET /files/docs/a%20b key= auth=" {

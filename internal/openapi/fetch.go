@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // fetchDocument reads the document from its file or URL. It returns the
@@ -70,7 +71,7 @@ func (p *Provider) fetchDocument(ctx context.Context) ([]byte, *url.URL, error) 
 	final := resp.Request.URL
 	if resp.StatusCode == http.StatusUnauthorized && signInMissing && credhttp.Origin(final) == credhttp.Origin(docURL) {
 		// The document wants the credential nobody has signed in for yet.
-		return nil, nil, fmt.Errorf("openapi %s: fetch document: HTTP 401 and no shared sign-in: %w", p.name, harness.ErrNeedsSignIn)
+		return nil, nil, fmt.Errorf("openapi %s: fetch document: HTTP 401 and no shared sign-in: %w", p.name, connect.ErrNeedsSignIn)
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		return nil, nil, fmt.Errorf("openapi %s: fetch document: HTTP %d: %s", p.name, resp.StatusCode, p.docAuthHint(withCreds, docURL, final))
@@ -94,7 +95,7 @@ func (p *Provider) sharedHeaders(ctx context.Context) (headers map[string]string
 	}
 	h, ok, err := p.opts.Shared.SharedHeaders(ctx, p.name)
 	switch {
-	case errors.Is(err, harness.ErrNeedsSignIn):
+	case errors.Is(err, connect.ErrNeedsSignIn):
 		return nil, true, nil
 	case err != nil:
 		return nil, false, err

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
 
@@ -29,11 +30,11 @@ func TestGitHubDocument(t *testing.T) {
 	tests := []struct {
 		name    string
 		include []string
-		check   func(t *testing.T, c harness.Conn)
+		check   func(t *testing.T, c connect.Conn)
 	}{
 		{
 			name: "whole",
-			check: func(t *testing.T, c harness.Conn) {
+			check: func(t *testing.T, c connect.Conn) {
 				if n := len(c.Manifest().Operations); n < 1000 {
 					t.Fatalf("%d operations", n)
 				}
@@ -76,13 +77,13 @@ func TestGitHubDocument(t *testing.T) {
 		{
 			name:    "include",
 			include: []string{"issues", "pulls/get"},
-			check: func(t *testing.T, c harness.Conn) {
+			check: func(t *testing.T, c connect.Conn) {
 				m := c.Manifest()
 				var names []string
 				for _, op := range m.Operations {
 					names = append(names, op.Name)
 				}
-				ids := harness.ToolIDs("github", names)
+				ids := connect.ToolIDs("github", names)
 				if ids["issues/list-for-repo"] != "github_issues_list-for-repo" || ids["pulls/get"] != "github_pulls_get" {
 					t.Fatalf("ids = %v", ids)
 				}

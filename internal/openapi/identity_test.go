@@ -9,8 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // A connection's identity is its document's URL and a hash of what the
@@ -27,7 +28,7 @@ func TestIdentityFollowsTheDocument(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close)
 	p := New("api", config.OpenAPI{URL: ts.URL + "/openapi.json?token=abc"}, nil)
-	load := func() harness.Identity {
+	load := func() connect.Identity {
 		t.Helper()
 		c, err := p.Connect(context.Background())
 		if err != nil {

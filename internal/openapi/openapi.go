@@ -70,12 +70,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/getkin/kin-openapi/openapi3"
 	"gopkg.in/yaml.v3"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // Defaults of the entry's optional limits.
@@ -196,7 +197,7 @@ func (p *Provider) maxBytes() int64 {
 }
 
 // Connect loads the document and lists its operations.
-func (p *Provider) Connect(ctx context.Context) (harness.Conn, error) {
+func (p *Provider) Connect(ctx context.Context) (connect.Conn, error) {
 	timeout := DefaultTimeout
 	if p.spec.TimeoutMs > 0 {
 		timeout = time.Duration(p.spec.TimeoutMs) * time.Millisecond
@@ -299,7 +300,7 @@ func firstNames(m map[string]int, n int) []string {
 // against the identity they were made with, by the entry's determinism.
 // The epoch moves on each time a reload finds the operations changed, as
 // an MCP connection's does when its session is renewed.
-func (p *Provider) identity(sum string) harness.Identity {
+func (p *Provider) identity(sum string) connect.Identity {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.sum != sum {
@@ -308,7 +309,7 @@ func (p *Provider) identity(sum string) harness.Identity {
 		}
 		p.sum = sum
 	}
-	return harness.Identity{Surface: "openapi", Instance: redactURL(p.spec.URL) + "#" + sum, Epoch: p.epoch}
+	return connect.Identity{Surface: "openapi", Instance: redactURL(p.spec.URL) + "#" + sum, Epoch: p.epoch}
 }
 
 // parseDocument checks data is an OpenAPI 3 document and returns it as

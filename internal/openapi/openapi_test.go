@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 const callsDoc = `{"openapi":"3.0.3","info":{"title":"t","version":"1"},"paths":{
@@ -53,7 +54,7 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func connectCalls(t *testing.T, spec config.OpenAPI) (harness.Conn, *recorder, *httptest.Server) {
+func connectCalls(t *testing.T, spec config.OpenAPI) (connect.Conn, *recorder, *httptest.Server) {
 	t.Helper()
 	rec := &recorder{}
 	ts := httptest.NewServer(rec)
@@ -71,32 +72,32 @@ func TestCalls(t *testing.T) {
 	c, rec, _ := connectCalls(t, config.OpenAPI{Headers: map[string]string{"X-Key": "k-123"}, RequestTimeoutMs: 200})
 	tests := []struct {
 		name    string
-		req     harness.CallRequest
+		req     connect.CallRequest
 		want    any
 		wantReq string // method, escaped URL and selected headers of the request sent
 	}{
 		{
 			name: "path, query and header parameters",
-			req: harness.CallRequest{Op: "get", Args: map[string]any{
+			req: connect.CallRequest{Op: "get", Args: map[string]any{
 				"id": "a b?", "tags": []any{"x", "y"}, "csv": []any{1.0, 2.0}, "X-Trace": "t1"}},
 			want:    map[string]any{"ok": true},
 			wantReq: "GET /items/a%20b%3F?csv=1%2C2&tags=x&tags=y key=k-123 trace=t1 idem=",
 		},
 		{
 			name:    "empty 2xx is null; writes carry the idempotency key",
-			req:     harness.CallRequest{Op: "remove", Args: map[string]any{"id": "7"}, IdempotencyKey: "ex_1:step"},
+			req:     connect.CallRequest{Op: "remove", Args: map[string]any{"id": "7"}, IdempotencyKey: "ex_1:step"},
 			want:    nil,
 			wantReq: "DELETE /items/7 key=k-123 trace= idem=ex_1:step",
 		},
 		{
 			name:    "text body",
-			req:     harness.CallRequest{Op: "text"},
+			req:     connect.CallRequest{Op: "text"},
 			want:    "plain words",
 			wantReq: "GET /text key=k-123 trace= idem=",
 		},
 		{
 			name:    "per-call credentials win over the entry's",
-			req:     harness.CallRequest{Op: "put", Args: map[string]any{"body": []any{1.0}}, Headers: map[string]string{"X-Key": "user-tok"}},
+			req:     connect.CallRequest{Op: "put", Args: map[string]any{"body": []any{1.0}}, Headers: map[string]string{"X-Key": "user-tok"}},
 			want:    map[string]any{"ok": true},
 			wantReq: "POST /items key=user-tok trace= idem=",
 		},
@@ -120,7 +121,7 @@ func TestCalls(t *testing.T) {
 		})
 	}
 	t.Run("body", func(t *testing.T) {
-		if _, err := c.Call(context.Background(), harness.CallRequest{Op: "put", Args: map[string]any{"body": []any{1.0, "two"}}}); err != nil {
+		if _, err := c.Call(context.Background(), connect.CallRequest{Op: "put", Args: map[string]any{"body": []any{1.0, "two"}}}); err != nil {
 			t.Fatal(err)
 		}
 		rec.mu.Lock()
@@ -131,7 +132,7 @@ func TestCalls(t *testing.T) {
 	})
 	t.Run("timeout", func(t *testing.T) {
 		start := time.Now()
-		_, err := c.Call(context.Background(), harness.CallRequest{Op: "slow"})
+		_, err := c.Call(context.Background(), connect.CallRequest{Op: "slow"})
 		if err == nil || !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 			t.Fatalf("err = %v after %s", err, time.Since(start))
 		}
@@ -139,7 +140,7 @@ func TestCalls(t *testing.T) {
 	t.Run("cancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(20*time.Millisecond, cancel)
-		if _, err := c.Call(ctx, harness.CallRequest{Op: "slow"}); !errors.Is(err, context.Canceled) {
+		if _, err := c.Call(ctx, connect.CallRequest{Op: "slow"}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -164,8 +165,8 @@ func TestErrorCarriesStatusAndExcerpt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Call(context.Background(), harness.CallRequest{Op: "x"})
-	var ce *harness.CallError
+	_, err = c.Call(context.Background(), connect.CallRequest{Op: "x"})
+	var ce *connect.CallError
 	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Message, "HTTP 418: éé") || len(ce.Message) > errorExcerpt+20 {
 		t.Fatalf("err = %v", err)
 	}

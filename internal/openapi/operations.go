@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // methods are the HTTP methods an OpenAPI path item may hold, in the order
@@ -42,7 +42,7 @@ type operation struct {
 	Tags     []string
 	Params   []param
 	BodyMode int
-	Spec     harness.Operation
+	Spec     connect.Operation
 }
 
 // parseOperations lists the document's operations, those sel selects
@@ -292,11 +292,11 @@ func buildOperation(e *expansion, name, method, path string, tags []string, item
 			desc = d
 		}
 	}
-	op.Spec = harness.Operation{
+	op.Spec = connect.Operation{
 		Name:        name,
 		Description: cut(fmt.Sprintf("%s %s", method, path)+prefixed(desc), maxDescriptionBytes),
 		Annotations: annotations(method, raw),
-		HTTP:        &harness.HTTPRoute{Method: method, Path: path},
+		HTTP:        &connect.HTTPRoute{Method: method, Path: path},
 	}
 	return op, schema
 }
@@ -357,9 +357,9 @@ func mergeable(s any, params map[string]any) (map[string]any, bool) {
 
 // annotations derive MCP-style hints from the method's HTTP semantics, so
 // policies and models treat a GET as a read and a DELETE as destructive.
-func annotations(method string, raw map[string]any) harness.Annotations {
+func annotations(method string, raw map[string]any) connect.Annotations {
 	yes, no := true, false
-	a := harness.Annotations{}
+	a := connect.Annotations{}
 	if s, ok := raw["summary"].(string); ok {
 		a.Title = cut(s, maxTitleBytes)
 	}

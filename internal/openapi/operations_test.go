@@ -8,8 +8,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 func loadShapes(t *testing.T, include []config.Include) ([]operation, []string) {
@@ -47,7 +48,7 @@ func TestOperationNamesAndToolIDs(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Fatalf("names = %q, want %q", names, want)
 	}
-	ids := harness.ToolIDs("github", names)
+	ids := connect.ToolIDs("github", names)
 	for name, id := range map[string]string{
 		"issues/list-for-repo": "github_issues_list-for-repo",
 		"issues/create":        "github_issues_create",

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
@@ -76,7 +78,7 @@ func TestSecretHeadersResolvePerCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := func() error {
-		_, err := c.Call(context.Background(), harness.CallRequest{Op: "x"})
+		_, err := c.Call(context.Background(), connect.CallRequest{Op: "x"})
 		return err
 	}
 	if err := call(); err != nil {

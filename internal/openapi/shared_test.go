@@ -10,8 +10,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // fakeShared is a shared sign-in: signedIn says whether anyone signed in
@@ -20,7 +21,7 @@ type fakeShared struct{ signedIn bool }
 
 func (f fakeShared) SharedHeaders(_ context.Context, connection string) (map[string]string, bool, error) {
 	if !f.signedIn {
-		return nil, true, fmt.Errorf("nobody signed in to %s: %w", connection, harness.ErrNeedsSignIn)
+		return nil, true, fmt.Errorf("nobody signed in to %s: %w", connection, connect.ErrNeedsSignIn)
 	}
 	return map[string]string{"Authorization": "Bearer shared-token"}, true, nil
 }
@@ -62,7 +63,7 @@ func TestDocumentCarriesOnlyTheSharedToken(t *testing.T) {
 		{name: "other origin", url: open.URL, baseURL: "https://api.example.com", signedIn: true},
 		{name: "docAuth false", url: open.URL, baseURL: open.URL, docAuth: &no, signedIn: true},
 		{name: "nobody signed in, public document", url: open.URL, baseURL: open.URL},
-		{name: "nobody signed in, protected document", url: locked.URL, baseURL: locked.URL, wantErr: harness.ErrNeedsSignIn},
+		{name: "nobody signed in, protected document", url: locked.URL, baseURL: locked.URL, wantErr: connect.ErrNeedsSignIn},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,7 +97,7 @@ func TestSharedOnlyNeedsTheSignIn(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close)
 	spec := config.OpenAPI{URL: ts.URL + "/doc.json"}
-	if _, err := New("api", spec, &Options{Shared: fakeShared{false}, SharedOnly: true}).Connect(context.Background()); !errors.Is(err, harness.ErrNeedsSignIn) {
+	if _, err := New("api", spec, &Options{Shared: fakeShared{false}, SharedOnly: true}).Connect(context.Background()); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Fatalf("shared, nobody signed in: err = %v, want ErrNeedsSignIn", err)
 	}
 	if _, err := New("api", spec, &Options{Shared: fakeShared{true}, SharedOnly: true}).Connect(context.Background()); err != nil {

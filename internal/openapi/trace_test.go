@@ -3,12 +3,13 @@ package openapi
 import (
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // TestCallCarriesTraceContextInHeaders: a call under a span sends the W3C
@@ -19,7 +20,7 @@ func TestCallCarriesTraceContextInHeaders(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)).Tracer("test")
 	ctx, span := tracer.Start(t.Context(), "call api get", trace.WithSpanKind(trace.SpanKindClient))
-	if _, err := c.Call(ctx, harness.CallRequest{Op: "get", Args: map[string]any{"id": "7"}}); err != nil {
+	if _, err := c.Call(ctx, connect.CallRequest{Op: "get", Args: map[string]any{"id": "7"}}); err != nil {
 		t.Fatal(err)
 	}
 	span.End()
@@ -40,7 +41,7 @@ func TestCallCarriesTraceContextInHeaders(t *testing.T) {
 		t.Fatalf("span %q attributes %v", stub.Name, attrs)
 	}
 
-	if _, err := c.Call(t.Context(), harness.CallRequest{Op: "get", Args: map[string]any{"id": "8"}}); err != nil {
+	if _, err := c.Call(t.Context(), connect.CallRequest{Op: "get", Args: map[string]any{"id": "8"}}); err != nil {
 		t.Fatal(err)
 	}
 	rec.mu.Lock()

@@ -13,16 +13,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/proctree"
 )
 
 // Provisioner opens a fresh connection with the given setup values (the
 // pool's defaults and host-only values already merged in). cmd/server
 // gives one that starts a new MCP server per call.
-type Provisioner func(ctx context.Context, setup map[string]any) (harness.Conn, error)
+type Provisioner func(ctx context.Context, setup map[string]any) (connect.Conn, error)
 
 // ProviderOptions configure a Provider.
 type ProviderOptions struct {
@@ -66,10 +67,10 @@ type Provider struct {
 	procs string
 	owner proctree.Owner
 
-	usage atomic.Pointer[harness.PoolStatus]
+	usage atomic.Pointer[connect.PoolStatus]
 }
 
-var _ harness.Leaser = (*Provider)(nil)
+var _ connect.Leaser = (*Provider)(nil)
 
 // NewProvider returns the provider of pool p.
 func NewProvider(p *Pool, o ProviderOptions) (*Provider, error) {
@@ -163,7 +164,7 @@ func (pr *Provider) CheckSetup(setup map[string]any) error {
 
 // Connect starts the background refresh and returns the pool's face, with
 // the manifest of a probe connection.
-func (pr *Provider) Connect(ctx context.Context) (harness.Conn, error) {
+func (pr *Provider) Connect(ctx context.Context) (connect.Conn, error) {
 	tag, _ := pr.track(ctx, &Lease{ID: "probe"})
 	probe, err := pr.provision(proctree.WithTag(ctx, tag), pr.effective(nil))
 	if err != nil {
@@ -222,7 +223,7 @@ func (pr *Provider) loop(stop chan struct{}) {
 // refresh reads usage for PoolStatus.
 func (pr *Provider) refresh(ctx context.Context) {
 	u, err := pr.pool.Status(ctx)
-	st := &harness.PoolStatus{Max: pr.pool.max, Leases: []harness.PoolLease{}}
+	st := &connect.PoolStatus{Max: pr.pool.max, Leases: []connect.PoolLease{}}
 	if err != nil {
 		if old := pr.usage.Load(); old != nil {
 			cp := *old
@@ -234,13 +235,13 @@ func (pr *Provider) refresh(ctx context.Context) {
 	}
 	st.Leased, st.Queued = u.Leased, u.Queued
 	for _, l := range u.Leases {
-		st.Leases = append(st.Leases, harness.PoolLease{Holder: l.Holder, Slot: l.Slot, AgeMs: l.Age.Milliseconds(), SinceRenewMs: l.SinceRenew.Milliseconds()})
+		st.Leases = append(st.Leases, connect.PoolLease{Holder: l.Holder, Slot: l.Slot, AgeMs: l.Age.Milliseconds(), SinceRenewMs: l.SinceRenew.Milliseconds()})
 	}
 	pr.usage.Store(st)
 }
 
 // PoolStatus is the usage last read.
-func (pr *Provider) PoolStatus() *harness.PoolStatus { return pr.usage.Load() }
+func (pr *Provider) PoolStatus() *connect.PoolStatus { return pr.usage.Load() }
 
 // shutdown stops the loop and closes every connection this process still
 // has; their leases stay in Redis until reclaimed, so a restarted process
@@ -263,7 +264,7 @@ func (pr *Provider) shutdown() {
 // Lease takes back req.Resume when it is still held, else waits for a new
 // lease; either way the lease gets a connection (the one this process
 // still has for a taken-back lease, or a fresh one).
-func (pr *Provider) Lease(ctx context.Context, req harness.LeaseRequest) (harness.Lease, error) {
+func (pr *Provider) Lease(ctx context.Context, req connect.LeaseRequest) (connect.Lease, error) {
 	if req.Resume != nil {
 		l, err := pr.resume(ctx, req)
 		if l != nil || err != nil {
@@ -272,7 +273,7 @@ func (pr *Provider) Lease(ctx context.Context, req harness.LeaseRequest) (harnes
 	}
 	lease, err := pr.pool.AcquireNotify(ctx, req.Holder, pr.wait, req.Waiting)
 	if errors.Is(err, ErrLeaseTimeout) {
-		return nil, fmt.Errorf("pool %s (max %d, waited %s): %w", pr.pool.name, pr.pool.max, pr.wait, harness.ErrLeaseTimeout)
+		return nil, fmt.Errorf("pool %s (max %d, waited %s): %w", pr.pool.name, pr.pool.max, pr.wait, connect.ErrLeaseTimeout)
 	}
 	if err != nil {
 		return nil, err
@@ -282,7 +283,7 @@ func (pr *Provider) Lease(ctx context.Context, req harness.LeaseRequest) (harnes
 
 // resume returns the recorded lease when it still holds its slot, nil
 // when it was reclaimed.
-func (pr *Provider) resume(ctx context.Context, req harness.LeaseRequest) (harness.Lease, error) {
+func (pr *Provider) resume(ctx context.Context, req connect.LeaseRequest) (connect.Lease, error) {
 	r := req.Resume
 	lease := &Lease{ID: r.ID, Holder: r.Holder, Slot: r.Slot, Token: r.Token, AcquiredAt: r.AcquiredAt}
 	pr.mu.Lock()
@@ -309,13 +310,13 @@ func (pr *Provider) resume(ctx context.Context, req harness.LeaseRequest) (harne
 // the lease goes back. The connection's process tree is recorded first
 // (trees.go), and the lease renewed while its server starts, which may
 // take longer than the reclaim window (npx fetching a package).
-func (pr *Provider) attach(ctx context.Context, lease *Lease, setup map[string]any) (harness.Lease, error) {
+func (pr *Provider) attach(ctx context.Context, lease *Lease, setup map[string]any) (connect.Lease, error) {
 	tag, at := pr.track(ctx, lease)
 	renewed := pr.renewWhile(lease)
 	conn, err := pr.provision(proctree.WithTag(ctx, tag), pr.effective(setup))
 	if lost := renewed(); lost && err == nil {
 		_ = conn.Close()
-		err = fmt.Errorf("the lease was reclaimed while its server started: %w", harness.ErrLeaseLost)
+		err = fmt.Errorf("the lease was reclaimed while its server started: %w", connect.ErrLeaseLost)
 	}
 	if err != nil {
 		pr.untrack(tag)
@@ -337,7 +338,7 @@ func (pr *Provider) attach(ctx context.Context, lease *Lease, setup map[string]a
 type leased struct {
 	pr    *Provider
 	lease *Lease
-	conn  harness.Conn
+	conn  connect.Conn
 	tag   string // its process tree's (trees.go)
 	at    int64  // when the tree was recorded, unix ms
 	kept  atomic.Bool
@@ -345,14 +346,14 @@ type leased struct {
 	done  atomic.Bool
 }
 
-var _ harness.Lease = (*leased)(nil)
+var _ connect.Lease = (*leased)(nil)
 
-func (l *leased) Record() harness.LeaseRecord {
-	return harness.LeaseRecord{Pool: l.pr.pool.name, Holder: l.lease.Holder, ID: l.lease.ID, Slot: l.lease.Slot,
+func (l *leased) Record() connect.LeaseRecord {
+	return connect.LeaseRecord{Pool: l.pr.pool.name, Holder: l.lease.Holder, ID: l.lease.ID, Slot: l.lease.Slot,
 		Token: l.lease.Token, AcquiredAt: l.lease.AcquiredAt}
 }
 
-func (l *leased) Conn() harness.Conn { return &fenced{l: l} }
+func (l *leased) Conn() connect.Conn { return &fenced{l: l} }
 
 // RenewEvery is 15 s (issue 7), or a quarter of a shorter window.
 func (l *leased) RenewEvery() time.Duration { return l.pr.renewEvery() }
@@ -363,7 +364,7 @@ func (l *leased) Renew(ctx context.Context) error {
 	err := l.pr.pool.Renew(ctx, l.lease)
 	if errors.Is(err, ErrStaleLease) {
 		l.drop()
-		return fmt.Errorf("%w: %v", harness.ErrLeaseLost, err)
+		return fmt.Errorf("%w: %v", connect.ErrLeaseLost, err)
 	}
 	return err
 }
@@ -400,8 +401,8 @@ func (l *leased) gone() bool { return l.done.Load() }
 // lease's business, not the caller's.
 type fenced struct{ l *leased }
 
-func (f *fenced) Manifest() harness.Manifest { return f.l.conn.Manifest() }
-func (f *fenced) Identity() harness.Identity { return f.l.conn.Identity() }
+func (f *fenced) Manifest() connect.Manifest { return f.l.conn.Manifest() }
+func (f *fenced) Identity() connect.Identity { return f.l.conn.Identity() }
 func (f *fenced) Close() error               { return nil }
 
 func (f *fenced) Info() map[string]any {
@@ -411,14 +412,14 @@ func (f *fenced) Info() map[string]any {
 	return info
 }
 
-func (f *fenced) Call(ctx context.Context, req harness.CallRequest) (any, error) {
+func (f *fenced) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	if f.l.gone() {
-		return nil, fmt.Errorf("lease %s of pool %s: %w", f.l.lease.ID, f.l.pr.pool.name, harness.ErrLeaseLost)
+		return nil, fmt.Errorf("lease %s of pool %s: %w", f.l.lease.ID, f.l.pr.pool.name, connect.ErrLeaseLost)
 	}
 	if err := f.l.pr.pool.Check(ctx, f.l.lease); err != nil {
 		if errors.Is(err, ErrStaleLease) {
 			f.l.drop()
-			return nil, fmt.Errorf("lease %s (token %d) of pool %s: %w", f.l.lease.ID, f.l.lease.Token, f.l.pr.pool.name, harness.ErrLeaseLost)
+			return nil, fmt.Errorf("lease %s (token %d) of pool %s: %w", f.l.lease.ID, f.l.lease.Token, f.l.pr.pool.name, connect.ErrLeaseLost)
 		}
 		return nil, err
 	}
@@ -428,20 +429,20 @@ func (f *fenced) Call(ctx context.Context, req harness.CallRequest) (any, error)
 // face is the pool's registry entry: its manifest for validation, no calls.
 type face struct {
 	pr       *Provider
-	manifest harness.Manifest
+	manifest connect.Manifest
 }
 
-func (f *face) Manifest() harness.Manifest { return f.manifest }
-func (f *face) Identity() harness.Identity {
-	return harness.Identity{Surface: "pool:" + f.pr.pool.name}
+func (f *face) Manifest() connect.Manifest { return f.manifest }
+func (f *face) Identity() connect.Identity {
+	return connect.Identity{Surface: "pool:" + f.pr.pool.name}
 }
 func (f *face) Info() map[string]any {
 	return map[string]any{"pool": f.pr.pool.name, "max": f.pr.pool.max}
 }
 
-func (f *face) Call(context.Context, harness.CallRequest) (any, error) {
+func (f *face) Call(context.Context, connect.CallRequest) (any, error) {
 	return nil, fmt.Errorf("pool %s is called through a lease: declare it in a document's connections (fresh: execution or path): %w",
-		f.pr.pool.name, harness.ErrUnavailable)
+		f.pr.pool.name, connect.ErrUnavailable)
 }
 
 // Close stops the pool's background work and closes this process's leased

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/proctree"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -25,7 +27,7 @@ import (
 // tagged with the tag its provisioning context carried: a sleeper in a
 // session of its own, as a browser would be. Close ends the tree.
 type treeConn struct {
-	*harness.Memory
+	*connecttest.Memory
 	tag    string
 	closed *atomic.Int64
 }
@@ -57,7 +59,7 @@ type treeFake struct {
 	delay  time.Duration
 }
 
-func (f *treeFake) provision(ctx context.Context, _ map[string]any) (harness.Conn, error) {
+func (f *treeFake) provision(ctx context.Context, _ map[string]any) (connect.Conn, error) {
 	tag := proctree.TagFrom(ctx)
 	if tag == "" {
 		return nil, errors.New("no process tree tag in the provisioning context")
@@ -68,7 +70,7 @@ func (f *treeFake) provision(ctx context.Context, _ map[string]any) (harness.Con
 	case f.tags <- tag:
 	default:
 	}
-	return &treeConn{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "ping"}}), tag: tag, closed: &f.closed}, nil
+	return &treeConn{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "ping"}}), tag: tag, closed: &f.closed}, nil
 }
 
 func treeProvider(t *testing.T, st *store.Store, opts *Options, delay time.Duration) (*Provider, *treeFake) {
@@ -131,7 +133,7 @@ func TestLeaseTreeRecordedUntilReleased(t *testing.T) {
 	t.Parallel()
 	pr, f := treeProvider(t, storetest.New(t), nil, 0)
 	ctx := t.Context()
-	l, err := pr.Lease(ctx, harness.LeaseRequest{Holder: "ex1/browser"})
+	l, err := pr.Lease(ctx, connect.LeaseRequest{Holder: "ex1/browser"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +237,7 @@ func TestKeptLeaseResumedElsewhereClosesHere(t *testing.T) {
 	second.owner = proctree.Owner{Host: first.owner.Host, PID: other, Start: startOf(t, other)}
 
 	ctx := t.Context()
-	l, err := first.Lease(ctx, harness.LeaseRequest{Holder: "ex1/browser"})
+	l, err := first.Lease(ctx, connect.LeaseRequest{Holder: "ex1/browser"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +245,7 @@ func TestKeptLeaseResumedElsewhereClosesHere(t *testing.T) {
 	l.Keep()
 	time.Sleep(5 * time.Millisecond) // records are ordered by their millisecond
 	rec := l.Record()
-	l2, err := second.Lease(ctx, harness.LeaseRequest{Holder: "ex1/browser", Resume: &rec})
+	l2, err := second.Lease(ctx, connect.LeaseRequest{Holder: "ex1/browser", Resume: &rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,12 +274,12 @@ func TestKeptLeaseResumedElsewhereClosesHere(t *testing.T) {
 func TestLeaseRenewedWhileItsServerStarts(t *testing.T) {
 	t.Parallel()
 	pr, _ := treeProvider(t, storetest.New(t), &Options{ReclaimAfter: 400 * time.Millisecond}, time.Second)
-	l, err := pr.Lease(t.Context(), harness.LeaseRequest{Holder: "ex1/browser"})
+	l, err := pr.Lease(t.Context(), connect.LeaseRequest{Holder: "ex1/browser"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(context.WithoutCancel(t.Context()))
-	if _, err := l.Conn().Call(t.Context(), harness.CallRequest{Op: "ping"}); err != nil {
+	if _, err := l.Conn().Call(t.Context(), connect.CallRequest{Op: "ping"}); err != nil {
 		t.Fatalf("first call after a slow start: %v", err)
 	}
 }

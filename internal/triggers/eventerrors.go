@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // codeInvalidParams is JSON-RPC's invalid params, which a server answers
@@ -43,7 +43,7 @@ func pollRetry(err error, retry time.Duration) time.Duration {
 		return retry
 	}
 	switch re.RPCCode() {
-	case harness.EventCodeForbidden, harness.EventCodeResourceExhausted, harness.EventCodeUnsupported, harness.EventCodeCallback:
+	case connect.EventCodeForbidden, connect.EventCodeResourceExhausted, connect.EventCodeUnsupported, connect.EventCodeCallback:
 		return max(retry, refusalBackoff)
 	}
 	return retry
@@ -57,7 +57,7 @@ func staleList(err error) bool {
 	if !errors.As(err, &re) {
 		return false
 	}
-	return re.RPCCode() == harness.EventCodeNotFound || re.RPCCode() == harness.EventCodeUnsupported && re.RPCData()["reason"] == "schema_changed"
+	return re.RPCCode() == connect.EventCodeNotFound || re.RPCCode() == connect.EventCodeUnsupported && re.RPCData()["reason"] == "schema_changed"
 }
 
 // explainCode says what a server's error code means for a subscription;
@@ -67,21 +67,21 @@ func explainCode(code int, data map[string]any) string {
 	switch code {
 	case codeInvalidParams:
 		return "InvalidParams (-32602): the server refused the subscription's arguments or cursor" + detail(data, "reason")
-	case harness.EventCodeNotFound:
+	case connect.EventCodeNotFound:
 		return "NotFound (-32011): the server no longer offers this event type" + detail(data, "kind") +
 			"; its events are listed again, and polling resumes once it lists it again"
-	case harness.EventCodeForbidden:
+	case connect.EventCodeForbidden:
 		return "Forbidden (-32012): the server does not permit this subscription to the connection's principal, or revoked its access" +
 			detail(data, "reason") + "; retried every 30s"
-	case harness.EventCodeResourceExhausted:
+	case connect.EventCodeResourceExhausted:
 		return "ResourceExhausted (-32013): a limit of the server was reached" + detail(data, "limit", "max") + "; retried every 30s"
-	case harness.EventCodeUnsupported:
+	case connect.EventCodeUnsupported:
 		if data["reason"] == "schema_changed" {
 			return "Unsupported (-32014): the event type changed incompatibly" + detail(data, "feature") +
 				"; its events are listed again; a subscription under its new name or arguments may be needed"
 		}
 		return "Unsupported (-32014): the server does not support an option of this subscription" + detail(data, "feature", "value") + "; retried every 30s"
-	case harness.EventCodeCallback:
+	case connect.EventCodeCallback:
 		return "CallbackEndpointError (-32015): the server could not reach or verify patchbay's webhook endpoint" + detail(data, "reason") + "; retried every 30s"
 	}
 	return fmt.Sprintf("error %d", code)
@@ -99,7 +99,7 @@ func detail(data map[string]any, keys ...string) string {
 		if out != "" {
 			out += ", "
 		}
-		out += k + " " + harness.Excerpt(fmt.Sprint(v), 100)
+		out += k + " " + connect.Excerpt(fmt.Sprint(v), 100)
 	}
 	if out == "" {
 		return ""

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/demo"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -22,7 +23,7 @@ type refusingConn struct {
 	err error
 }
 
-func (c *refusingConn) PollEvents(_ context.Context, req harness.EventPoll) (*harness.EventBatch, error) {
+func (c *refusingConn) PollEvents(_ context.Context, req connect.EventPoll) (*connect.EventBatch, error) {
 	c.srv.mu.Lock()
 	defer c.srv.mu.Unlock()
 	c.srv.polls = append(c.srv.polls, req.Cursor)
@@ -56,10 +57,10 @@ func TestServerErrorCodesBecomeSubscriptionErrors(t *testing.T) {
 			t.Parallel()
 			srv := &eventServer{batch: 1, delivery: []string{"poll"}}
 			refusal := &pbmcp.EventError{Method: "events/poll", Code: tt.code, Message: "UpstreamError", Data: tt.data}
-			provider := harness.ProviderFunc(func(context.Context) (harness.Conn, error) {
+			provider := connect.ProviderFunc(func(context.Context) (connect.Conn, error) {
 				return &refusingConn{eventConn: eventConn{srv: srv}, err: refusal}, nil
 			})
-			b := setupWith(t, nil, serverFile(nil), nil, map[string]harness.Provider{"srv": provider})
+			b := setupWith(t, nil, serverFile(nil), nil, map[string]connect.Provider{"srv": provider})
 			if err := b.svc.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +101,7 @@ func TestSubscriptionsFollowTheServersListChanges(t *testing.T) {
 	}
 	// A 2025-11-25 session: its GET stream carries list_changed.
 	provider := pbmcp.New("demo", spec, &pbmcp.Options{ProtocolVersion: "2025-11-25"})
-	b := setupWith(t, nil, f, nil, map[string]harness.Provider{"demo": provider})
+	b := setupWith(t, nil, f, nil, map[string]connect.Provider{"demo": provider})
 	t.Cleanup(func() { _ = b.reg.Close() }) // ends the GET stream before the server closes
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -144,7 +145,7 @@ func TestStatelessSessionListsAgainOnNotFound(t *testing.T) {
 		Connections: map[string]config.Connection{"demo": {MCP: &spec}},
 		Inbox:       &config.Inbox{PollFloor: 10 * time.Millisecond, PollLease: time.Second, PollTimeout: 200 * time.Millisecond},
 	}
-	b := setupWith(t, nil, f, nil, map[string]harness.Provider{"demo": pbmcp.New("demo", spec, nil)})
+	b := setupWith(t, nil, f, nil, map[string]connect.Provider{"demo": pbmcp.New("demo", spec, nil)})
 	t.Cleanup(func() { _ = b.reg.Close() })
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -220,27 +222,27 @@ func (s *Service) deliverOnce(ctx context.Context, sb *subscription) (string, ti
 	if err != nil {
 		return "", retry, err
 	}
-	if st := c.State(); st != harness.StateReady {
+	if st := c.State(); st != connect.StateReady {
 		// No mode is chosen from a connection that is down: whether it can
 		// stream is not known.
-		return "", retry, fmt.Errorf("connection %s is %s: %w", sb.src.name, st, harness.ErrUnavailable)
+		return "", retry, fmt.Errorf("connection %s is %s: %w", sb.src.name, st, connect.ErrUnavailable)
 	}
 	s.relistMissing(ctx, c, sb)
 	mode, err := sb.check(c.EventTypes(), c.StreamsEvents(), s.hookBase)
 	if err != nil {
 		return mode, retry, err
 	}
-	if mode != harness.DeliveryPush {
+	if mode != connect.DeliveryPush {
 		sb.backoff = 0 // the push stream's reopening backoff starts anew
 	}
-	if mode != harness.DeliveryWebhook {
+	if mode != connect.DeliveryWebhook {
 		s.dropWebhook(ctx, sb, c)
 	}
 	var wait time.Duration
 	switch mode {
-	case harness.DeliveryPush:
+	case connect.DeliveryPush:
 		wait, err = s.streamOnce(ctx, sb, c)
-	case harness.DeliveryWebhook:
+	case connect.DeliveryWebhook:
 		wait, err = s.subscribeOnce(ctx, sb, c)
 	default:
 		wait, err = s.pollOnce(ctx, sb, c)
@@ -257,7 +259,7 @@ const relistEvery = 30 * time.Second
 // hears no list_changed, so this is how a type the server adds later is
 // found.
 func (s *Service) relistMissing(ctx context.Context, c *harness.Connection, sb *subscription) {
-	listed := slices.ContainsFunc(c.EventTypes(), func(t harness.EventType) bool { return t.Name == sb.event })
+	listed := slices.ContainsFunc(c.EventTypes(), func(t connect.EventType) bool { return t.Name == sb.event })
 	if listed || time.Since(sb.relisted) < relistEvery {
 		return
 	}
@@ -284,7 +286,7 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *harness.Con
 		}
 		return pollRetry(err, retry), pollError(err)
 	}
-	fresh, err := s.ingestBatch(ctx, sb, batch, harness.DeliveryPoll, "")
+	fresh, err := s.ingestBatch(ctx, sb, batch, connect.DeliveryPoll, "")
 	if err != nil {
 		return retry, err
 	}
@@ -303,8 +305,8 @@ func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *harness.Con
 // check judges the subscription against the server's current event
 // types: the event is listed, offers a mode patchbay can use, and the
 // arguments fit its inputSchema. It returns the mode to deliver by.
-func (sb *subscription) check(types []harness.EventType, canStream bool, publicURL string) (string, error) {
-	i := slices.IndexFunc(types, func(t harness.EventType) bool { return t.Name == sb.event })
+func (sb *subscription) check(types []connect.EventType, canStream bool, publicURL string) (string, error) {
+	i := slices.IndexFunc(types, func(t connect.EventType) bool { return t.Name == sb.event })
 	if i < 0 {
 		return "", fmt.Errorf("the server offers no event %q", sb.event)
 	}
@@ -322,15 +324,15 @@ func (sb *subscription) check(types []harness.EventType, canStream bool, publicU
 // chooseDelivery picks how an event type is delivered, in the order the
 // reference asks for: push (when the transport can hold a stream open),
 // then webhook (when publicURL, PATCHBAY_PUBLIC_URL, is set), then poll.
-func chooseDelivery(t harness.EventType, canStream bool, publicURL string) (string, error) {
+func chooseDelivery(t connect.EventType, canStream bool, publicURL string) (string, error) {
 	switch {
-	case t.Offers(harness.DeliveryPush) && canStream:
-		return harness.DeliveryPush, nil
-	case t.Offers(harness.DeliveryWebhook) && publicURL != "":
-		return harness.DeliveryWebhook, nil
-	case t.Offers(harness.DeliveryPoll):
-		return harness.DeliveryPoll, nil
-	case t.Offers(harness.DeliveryWebhook):
+	case t.Offers(connect.DeliveryPush) && canStream:
+		return connect.DeliveryPush, nil
+	case t.Offers(connect.DeliveryWebhook) && publicURL != "":
+		return connect.DeliveryWebhook, nil
+	case t.Offers(connect.DeliveryPoll):
+		return connect.DeliveryPoll, nil
+	case t.Offers(connect.DeliveryWebhook):
 		return "", fmt.Errorf("event %q is delivered only by webhook, which needs PATCHBAY_PUBLIC_URL (the URL at which the server reaches this deployment's /hooks) and a key for the secrets (PATCHBAY_SECRET_KEY on a shared Redis)", t.Name)
 	}
 	return "", fmt.Errorf("event %q is delivered only by %v; patchbay takes push (on a transport that can hold a stream, not legacy HTTP+SSE), webhook and poll", t.Name, t.Delivery)
@@ -399,7 +401,7 @@ func (s *Service) cursorOf(ctx context.Context, sb *subscription) (*string, erro
 // ingestBatch runs serverEventScript for batch, delivered in mode: polled
 // or streamed by this replica as the lease holder, or delivered by webhook
 // with webhookID (any replica may take those).
-func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harness.EventBatch, mode, webhookID string) (int, error) {
+func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *connect.EventBatch, mode, webhookID string) (int, error) {
 	in := sb.src.inbox
 	now := time.Now().UTC()
 	cursor, _ := json.Marshal(batch.Cursor)
@@ -409,7 +411,7 @@ func (s *Service) ingestBatch(ctx context.Context, sb *subscription, batch *harn
 	}
 	keys := []string{in.stream(), in.state(), in.log(), sb.key("lease"), sb.key(), sb.key("outbox")}
 	holder, via := s.consumer, "mcp"
-	if mode == harness.DeliveryWebhook {
+	if mode == connect.DeliveryWebhook {
 		holder, via = "", "webhook"
 	}
 	argv := []any{holder, sb.src.dedupe.Milliseconds(), cursor, now.UnixMilli(), s.logSize, trunc, mode}
@@ -495,7 +497,7 @@ func (s *Service) drainOutbox(ctx context.Context, sb *subscription) {
 // met in ("" before one was chosen: the last is kept), for status.
 func (s *Service) recordError(ctx context.Context, sb *subscription, mode string, err error) {
 	s.logger.Warn("server event subscription failed", "connection", sb.src.name, "event", sb.event, "mode", mode, "err", err)
-	fields := []any{"lastError", harness.Excerpt(err.Error(), 500), "lastErrorAt", time.Now().UnixMilli()}
+	fields := []any{"lastError", connect.Excerpt(err.Error(), 500), "lastErrorAt", time.Now().UnixMilli()}
 	if mode != "" {
 		fields = append(fields, "mode", mode)
 	}
@@ -568,7 +570,7 @@ func (s *Service) subscriptionStatus(ctx context.Context, sb *subscription) (Sub
 		st.CursorAgeSeconds = &age
 	}
 	st.Events, st.Truncated, st.LastError = num(m, "events"), num(m, "truncated"), m["lastError"]
-	if st.Mode == harness.DeliveryWebhook {
+	if st.Mode == connect.DeliveryWebhook {
 		st.SubscriptionID, st.ExpiresAt = m["hookId"], msTime(m["refreshBefore"])
 		st.RefreshedAt, st.LastDeliveryAt = msTime(m["subscribedAt"]), msTime(m["deliveredAt"])
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
@@ -31,7 +33,7 @@ type eventServer struct {
 	noStream  bool          // the transport cannot hold a stream open
 
 	mu     sync.Mutex
-	events []harness.EventOccurrence
+	events []connect.EventOccurrence
 	polls  []*string // the cursor of each poll
 	push   pushState
 }
@@ -41,7 +43,7 @@ var ticketSchema = json.RawMessage(`{"type":"object","properties":{"priority":{"
 func (s *eventServer) emit(id, priority string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.events = append(s.events, harness.EventOccurrence{EventID: id, Name: "ticket.created", Timestamp: time.Now().Format(time.RFC3339), Data: map[string]any{"title": "t " + id, "priority": priority}})
+	s.events = append(s.events, connect.EventOccurrence{EventID: id, Name: "ticket.created", Timestamp: time.Now().Format(time.RFC3339), Data: map[string]any{"title": "t " + id, "priority": priority}})
 	renew(&s.push.wake)
 }
 
@@ -51,19 +53,19 @@ func (s *eventServer) pollCount() int {
 	return len(s.polls)
 }
 
-func (s *eventServer) poll(req harness.EventPoll) (*harness.EventBatch, error) {
+func (s *eventServer) poll(req connect.EventPoll) (*connect.EventBatch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.polls = append(s.polls, req.Cursor)
 	head := strconv.Itoa(len(s.events))
 	if req.Cursor == nil {
-		return &harness.EventBatch{Events: []harness.EventOccurrence{}, Cursor: &head, NextPollMs: 1}, nil
+		return &connect.EventBatch{Events: []connect.EventOccurrence{}, Cursor: &head, NextPollMs: 1}, nil
 	}
 	from, err := strconv.Atoi(*req.Cursor)
 	if err != nil {
 		return nil, fmt.Errorf("bad cursor %q", *req.Cursor)
 	}
-	out := []harness.EventOccurrence{}
+	out := []connect.EventOccurrence{}
 	i := from
 	for ; i < len(s.events) && len(out) < s.batch; i++ {
 		if p, _ := req.Arguments["priority"].(string); p == "" || s.events[i].Data["priority"] == p {
@@ -71,32 +73,32 @@ func (s *eventServer) poll(req harness.EventPoll) (*harness.EventBatch, error) {
 		}
 	}
 	next := strconv.Itoa(i)
-	return &harness.EventBatch{Events: out, Cursor: &next, HasMore: i < len(s.events), NextPollMs: 1}, nil
+	return &connect.EventBatch{Events: out, Cursor: &next, HasMore: i < len(s.events), NextPollMs: 1}, nil
 }
 
 // provider is one replica's connection to the server; cut makes every
 // later poll fail, as a dead replica's would.
-func (s *eventServer) provider() harness.Provider {
-	return harness.ProviderFunc(func(context.Context) (harness.Conn, error) { return &eventConn{srv: s}, nil })
+func (s *eventServer) provider() connect.Provider {
+	return connect.ProviderFunc(func(context.Context) (connect.Conn, error) { return &eventConn{srv: s}, nil })
 }
 
 type eventConn struct{ srv *eventServer }
 
-func (c *eventConn) Manifest() harness.Manifest {
-	return harness.Manifest{Operations: []harness.Operation{}, Events: c.EventTypes()}
+func (c *eventConn) Manifest() connect.Manifest {
+	return connect.Manifest{Operations: []connect.Operation{}, Events: c.EventTypes()}
 }
-func (c *eventConn) EventTypes() []harness.EventType {
-	return []harness.EventType{{Name: "ticket.created", Delivery: c.srv.delivery, InputSchema: ticketSchema}}
+func (c *eventConn) EventTypes() []connect.EventType {
+	return []connect.EventType{{Name: "ticket.created", Delivery: c.srv.delivery, InputSchema: ticketSchema}}
 }
-func (c *eventConn) Identity() harness.Identity {
-	return harness.Identity{Surface: "mcp", Instance: "fake", Epoch: 1}
+func (c *eventConn) Identity() connect.Identity {
+	return connect.Identity{Surface: "mcp", Instance: "fake", Epoch: 1}
 }
 func (c *eventConn) Info() map[string]any { return map[string]any{} }
 func (c *eventConn) Close() error         { return nil }
-func (c *eventConn) Call(context.Context, harness.CallRequest) (any, error) {
-	return nil, harness.ErrUnknownOperation
+func (c *eventConn) Call(context.Context, connect.CallRequest) (any, error) {
+	return nil, connect.ErrUnknownOperation
 }
-func (c *eventConn) PollEvents(_ context.Context, req harness.EventPoll) (*harness.EventBatch, error) {
+func (c *eventConn) PollEvents(_ context.Context, req connect.EventPoll) (*connect.EventBatch, error) {
 	return c.srv.poll(req)
 }
 
@@ -136,7 +138,7 @@ func succeededEvents(t *testing.T, execs *harness.Executions) []string {
 func TestServerEventStartsOneTurnEach(t *testing.T) {
 	t.Parallel()
 	srv := &eventServer{batch: 2, delivery: []string{"poll"}}
-	b := setupWith(t, nil, serverFile(map[string]any{"priority": "high"}), nil, map[string]harness.Provider{"srv": srv.provider()})
+	b := setupWith(t, nil, serverFile(map[string]any{"priority": "high"}), nil, map[string]connect.Provider{"srv": srv.provider()})
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +164,7 @@ func TestServerEventStartsOneTurnEach(t *testing.T) {
 func TestServerEventArgumentsCheckedAgainstInputSchema(t *testing.T) {
 	t.Parallel()
 	srv := &eventServer{batch: 2, delivery: []string{"poll"}}
-	b := setupWith(t, nil, serverFile(map[string]any{"priority": "urgent"}), nil, map[string]harness.Provider{"srv": srv.provider()})
+	b := setupWith(t, nil, serverFile(map[string]any{"priority": "urgent"}), nil, map[string]connect.Provider{"srv": srv.provider()})
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func TestServerEventArgumentsCheckedAgainstInputSchema(t *testing.T) {
 func TestServerEventWithoutPollIsReported(t *testing.T) {
 	t.Parallel()
 	srv := &eventServer{batch: 2, delivery: []string{"webhook"}}
-	b := setupWith(t, nil, serverFile(nil), nil, map[string]harness.Provider{"srv": srv.provider()})
+	b := setupWith(t, nil, serverFile(nil), nil, map[string]connect.Provider{"srv": srv.provider()})
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +205,7 @@ func testWaitSeesServerEvent(t *testing.T, srv *eventServer) {
 	f := serverFile(nil)
 	f.Triggers = nil
 	f.Connections["srv"] = config.Connection{MCP: &config.MCP{Command: "unused", Subscribe: []config.EventSubscription{{Event: "ticket.created"}}}}
-	b := setupWith(t, nil, f, nil, map[string]harness.Provider{"srv": srv.provider()})
+	b := setupWith(t, nil, f, nil, map[string]connect.Provider{"srv": srv.provider()})
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +241,7 @@ func TestServerEventTakeover(t *testing.T) {
 	st := storetest.New(t)
 	stA := secondClient(t, st)
 	f := serverFile(nil)
-	a := setupWith(t, stA, f, nil, map[string]harness.Provider{"srv": srv.provider()})
+	a := setupWith(t, stA, f, nil, map[string]connect.Provider{"srv": srv.provider()})
 	if err := a.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func TestServerEventTakeover(t *testing.T) {
 		srv.emit(fmt.Sprintf("a%02d", i), "low")
 	}
 	waitFor(t, "a's turns", func() bool { return len(succeededEvents(t, a.execs)) == 10 })
-	b := setupWith(t, st, f, nil, map[string]harness.Provider{"srv": srv.provider()})
+	b := setupWith(t, st, f, nil, map[string]connect.Provider{"srv": srv.provider()})
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -294,16 +296,16 @@ func secondClient(t *testing.T, st *store.Store) *store.Store {
 type hookConn struct {
 	eventConn
 	mu           sync.Mutex
-	subscribes   []harness.EventSubscribe
+	subscribes   []connect.EventSubscribe
 	unsubscribed []string
 }
 
-func (c *hookConn) SubscribeEvents(_ context.Context, req harness.EventSubscribe) (*harness.EventSubscription, error) {
+func (c *hookConn) SubscribeEvents(_ context.Context, req connect.EventSubscribe) (*connect.EventSubscription, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.subscribes = append(c.subscribes, req)
 	until := time.Now().Add(time.Hour)
-	return &harness.EventSubscription{ID: "sub_1", RefreshBefore: &until}, nil
+	return &connect.EventSubscription{ID: "sub_1", RefreshBefore: &until}, nil
 }
 
 func (c *hookConn) UnsubscribeEvents(_ context.Context, name string, _ map[string]any, url string) error {
@@ -326,13 +328,13 @@ func TestServerEventWebhookThenPoll(t *testing.T) {
 	t.Parallel()
 	srv := &eventServer{batch: 2, delivery: []string{"poll", "webhook"}}
 	conn := &hookConn{eventConn: eventConn{srv: srv}}
-	provider := harness.ProviderFunc(func(context.Context) (harness.Conn, error) { return conn, nil })
+	provider := connect.ProviderFunc(func(context.Context) (connect.Conn, error) { return conn, nil })
 	st := storetest.New(t)
 	box, err := seal.New(make([]byte, 32), "", "test", "test\x00")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := setupWith(t, st, serverFile(nil), nil, map[string]harness.Provider{"srv": provider})
+	a := setupWith(t, st, serverFile(nil), nil, map[string]connect.Provider{"srv": provider})
 	hooked, err := triggers.New(triggers.Options{Store: st, Executions: a.execs, Registry: a.reg, File: serverFile(nil), PublicURL: "https://pb.example.com/", Seal: box})
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +348,7 @@ func TestServerEventWebhookThenPoll(t *testing.T) {
 	if req.URL != "https://pb.example.com/hooks/srv" || !strings.HasPrefix(req.Secret, "whsec_") || req.TTL != time.Hour || srv.pollCount() != 0 {
 		t.Fatalf("subscribe %s ttl %s (secret %t), %d polls", req.URL, req.TTL, strings.HasPrefix(req.Secret, "whsec_"), srv.pollCount())
 	}
-	if sub := subscription(t, a); sub.Mode != harness.DeliveryWebhook || sub.SubscriptionID != "sub_1" || sub.ExpiresAt == nil {
+	if sub := subscription(t, a); sub.Mode != connect.DeliveryWebhook || sub.SubscriptionID != "sub_1" || sub.ExpiresAt == nil {
 		t.Fatalf("subscription = %+v", sub)
 	}
 	// Restarted without PATCHBAY_PUBLIC_URL: the subscription polls.
@@ -357,7 +359,7 @@ func TestServerEventWebhookThenPoll(t *testing.T) {
 	if _, un := conn.calls(); !slices.Equal(un, []string{"ticket.created https://pb.example.com/hooks/srv"}) {
 		t.Errorf("unsubscribed %v", un)
 	}
-	waitFor(t, "mode poll", func() bool { return subscription(t, a).Mode == harness.DeliveryPoll })
+	waitFor(t, "mode poll", func() bool { return subscription(t, a).Mode == connect.DeliveryPoll })
 	if sub := subscription(t, a); sub.SubscriptionID != "" || sub.ExpiresAt != nil {
 		t.Errorf("subscription = %+v, want no webhook left", sub)
 	}

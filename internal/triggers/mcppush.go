@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -51,8 +53,8 @@ func (s *Service) streamOnce(ctx context.Context, sb *subscription, c *harness.C
 	quiet := time.AfterFunc(s.heartbeatWait, func() { cancel(errHeartbeatTimeout) })
 	defer quiet.Stop()
 	opened := false
-	req := harness.EventStreamRequest{Name: sb.event, Arguments: sb.arguments, Cursor: cursor}
-	err = c.StreamEvents(sctx, req, func(m harness.StreamMessage) error {
+	req := connect.EventStreamRequest{Name: sb.event, Arguments: sb.arguments, Cursor: cursor}
+	err = c.StreamEvents(sctx, req, func(m connect.StreamMessage) error {
 		quiet.Reset(s.heartbeatWait)
 		opened = true
 		return s.ingestMessage(sctx, sb, &cursor, m)
@@ -62,7 +64,7 @@ func (s *Service) streamOnce(ctx context.Context, sb *subscription, c *harness.C
 	}
 	sb.backoff = nextBackoff(sb.backoff, s.pollFloor, opened)
 	wait := sb.backoff
-	if errors.Is(err, harness.ErrStreamTerminated) {
+	if errors.Is(err, connect.ErrStreamTerminated) {
 		wait = maxStreamBackoff
 	}
 	return wait, fmt.Errorf("events/stream: %w", err)
@@ -79,19 +81,19 @@ func nextBackoff(last, floor time.Duration, opened bool) time.Duration {
 
 // ingestMessage ingests one message of a push stream; cursor is the
 // stream's position, moved by the messages that carry one.
-func (s *Service) ingestMessage(ctx context.Context, sb *subscription, cursor **string, m harness.StreamMessage) error {
-	if m.Kind == harness.StreamError {
-		s.recordError(ctx, sb, harness.DeliveryPush, fmt.Errorf("the server reported a transient failure: %s", m.Error))
+func (s *Service) ingestMessage(ctx context.Context, sb *subscription, cursor **string, m connect.StreamMessage) error {
+	if m.Kind == connect.StreamError {
+		s.recordError(ctx, sb, connect.DeliveryPush, fmt.Errorf("the server reported a transient failure: %s", m.Error))
 		return nil
 	}
 	if m.HasCursor {
 		*cursor = m.Cursor
 	}
-	batch := &harness.EventBatch{Cursor: *cursor, Truncated: m.Truncated}
-	if m.Kind == harness.StreamEvent {
-		batch.Events = []harness.EventOccurrence{*m.Event}
+	batch := &connect.EventBatch{Cursor: *cursor, Truncated: m.Truncated}
+	if m.Kind == connect.StreamEvent {
+		batch.Events = []connect.EventOccurrence{*m.Event}
 	}
-	fresh, err := s.ingestBatch(ctx, sb, batch, harness.DeliveryPush, "")
+	fresh, err := s.ingestBatch(ctx, sb, batch, connect.DeliveryPush, "")
 	if err != nil {
 		return err
 	}
@@ -108,18 +110,18 @@ func (s *Service) ingestMessage(ctx context.Context, sb *subscription, cursor **
 // the server.
 func (s *Service) modeNow(sb *subscription) string {
 	if s.reg == nil {
-		return harness.DeliveryPoll
+		return connect.DeliveryPoll
 	}
 	c, err := s.reg.Get(sb.src.name)
 	if err != nil {
-		return harness.DeliveryPoll
+		return connect.DeliveryPoll
 	}
-	t, ok := harness.Manifest{Events: c.EventTypes()}.EventType(sb.event)
+	t, ok := connect.Manifest{Events: c.EventTypes()}.EventType(sb.event)
 	if !ok {
-		return harness.DeliveryPoll
+		return connect.DeliveryPoll
 	}
 	if mode, err := chooseDelivery(t, c.StreamsEvents(), s.hookBase); err == nil {
 		return mode
 	}
-	return harness.DeliveryPoll
+	return connect.DeliveryPoll
 }

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -55,7 +56,7 @@ func (s *eventServer) streamsOpened() []*string {
 // stream serves one events/stream as the design has it: active with the
 // cursor it starts from, each matching event with the cursor after it,
 // heartbeats every heartbeat when quiet.
-func (s *eventServer) stream(ctx context.Context, req harness.EventStreamRequest, each func(harness.StreamMessage) error) error {
+func (s *eventServer) stream(ctx context.Context, req connect.EventStreamRequest, each func(connect.StreamMessage) error) error {
 	s.mu.Lock()
 	s.push.opened = append(s.push.opened, req.Cursor)
 	from := len(s.events)
@@ -67,7 +68,7 @@ func (s *eventServer) stream(ctx context.Context, req harness.EventStreamRequest
 	s.push.truncate = false
 	s.mu.Unlock()
 	cur := func(i int) *string { c := strconv.Itoa(i); return &c }
-	if err := each(harness.StreamMessage{Kind: harness.StreamActive, Cursor: cur(from), HasCursor: true, Truncated: truncated}); err != nil {
+	if err := each(connect.StreamMessage{Kind: connect.StreamActive, Cursor: cur(from), HasCursor: true, Truncated: truncated}); err != nil {
 		return err
 	}
 	beat := time.NewTicker(s.heartbeat)
@@ -87,7 +88,7 @@ func (s *eventServer) stream(ctx context.Context, req harness.EventStreamRequest
 			if p, _ := req.Arguments["priority"].(string); p != "" && ev.Data["priority"] != p {
 				continue
 			}
-			if err := each(harness.StreamMessage{Kind: harness.StreamEvent, Event: &ev, Cursor: cur(from + i + 1), HasCursor: true}); err != nil {
+			if err := each(connect.StreamMessage{Kind: connect.StreamEvent, Event: &ev, Cursor: cur(from + i + 1), HasCursor: true}); err != nil {
 				return err
 			}
 		}
@@ -99,10 +100,10 @@ func (s *eventServer) stream(ctx context.Context, req harness.EventStreamRequest
 			<-ctx.Done()
 			return context.Cause(ctx)
 		case <-drop:
-			return fmt.Errorf("%w: dropped", harness.ErrStreamEnded)
+			return fmt.Errorf("%w: dropped", connect.ErrStreamEnded)
 		case <-wake:
 		case <-beat.C:
-			if err := each(harness.StreamMessage{Kind: harness.StreamHeartbeat, Cursor: cur(from), HasCursor: true}); err != nil {
+			if err := each(connect.StreamMessage{Kind: connect.StreamHeartbeat, Cursor: cur(from), HasCursor: true}); err != nil {
 				return err
 			}
 		}
@@ -110,7 +111,7 @@ func (s *eventServer) stream(ctx context.Context, req harness.EventStreamRequest
 }
 
 func (c *eventConn) StreamsEvents() bool { return !c.srv.noStream }
-func (c *eventConn) StreamEvents(ctx context.Context, req harness.EventStreamRequest, each func(harness.StreamMessage) error) error {
+func (c *eventConn) StreamEvents(ctx context.Context, req connect.EventStreamRequest, each func(connect.StreamMessage) error) error {
 	return c.srv.stream(ctx, req, each)
 }
 
@@ -118,7 +119,7 @@ func (c *eventConn) StreamEvents(ctx context.Context, req harness.EventStreamReq
 // triggers on srv, started.
 func started(t *testing.T, st *store.Store, f *config.File, srv *eventServer) *bundle {
 	t.Helper()
-	b := setupWith(t, st, f, nil, map[string]harness.Provider{"srv": srv.provider()})
+	b := setupWith(t, st, f, nil, map[string]connect.Provider{"srv": srv.provider()})
 	if err := b.svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestChooseDelivery(t *testing.T) {
 		t.Run(fmt.Sprint(tt.delivery, tt.stream), func(t *testing.T) {
 			t.Parallel()
 			srv := &eventServer{batch: 10, delivery: tt.delivery, heartbeat: time.Second, noStream: !tt.stream}
-			b := setupWith(t, nil, serverFile(nil), nil, map[string]harness.Provider{"srv": srv.provider()})
+			b := setupWith(t, nil, serverFile(nil), nil, map[string]connect.Provider{"srv": srv.provider()})
 			if err := b.svc.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -112,7 +114,7 @@ func (s *Service) subscribeOnce(ctx context.Context, sb *subscription, c *harnes
 	if err != nil {
 		return retry, err
 	}
-	res, err := c.SubscribeEvents(ctx, harness.EventSubscribe{Name: sb.event, Arguments: sb.arguments, URL: url, Secret: secret, Cursor: cursor, TTL: s.webhookTTL})
+	res, err := c.SubscribeEvents(ctx, connect.EventSubscribe{Name: sb.event, Arguments: sb.arguments, URL: url, Secret: secret, Cursor: cursor, TTL: s.webhookTTL})
 	if err != nil {
 		// The error becomes the subscription's last error, shown in
 		// status: a server quoting the request must not show the secret.
@@ -175,7 +177,7 @@ func (s *Service) openSecret(ctx context.Context, sb *subscription, field string
 
 // recordSubscribed persists a successful events/subscribe: the server's
 // id and grant, and the cursor it answered when it moved.
-func (s *Service) recordSubscribed(ctx context.Context, sb *subscription, oldID, url string, sent *string, res *harness.EventSubscription) error {
+func (s *Service) recordSubscribed(ctx context.Context, sb *subscription, oldID, url string, sent *string, res *connect.EventSubscription) error {
 	now := time.Now().UnixMilli()
 	until := never
 	if res.RefreshBefore != nil {
@@ -183,7 +185,7 @@ func (s *Service) recordSubscribed(ctx context.Context, sb *subscription, oldID,
 	}
 	routes := sb.src.inbox.key("hooks")
 	_, err := s.st.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, sb.key(), "mode", harness.DeliveryWebhook, "hookId", res.ID, "hookUrl", url, "refreshBefore", until, "subscribedAt", now)
+		p.HSet(ctx, sb.key(), "mode", connect.DeliveryWebhook, "hookId", res.ID, "hookUrl", url, "refreshBefore", until, "subscribedAt", now)
 		p.HDel(ctx, sb.key(), "lastError", "lastErrorAt")
 		if res.Cursor != nil && (sent == nil || *sent != *res.Cursor) {
 			cursor, _ := json.Marshal(res.Cursor)
@@ -350,8 +352,8 @@ func (s *Service) DeliverHook(ctx context.Context, c HookCandidate, webhookID st
 	if len(ps) > 0 {
 		return HookAnswer{}, &EventError{Problems: ps}
 	}
-	occ := harness.EventOccurrence{EventID: b.EventID, Name: b.Name, Timestamp: b.Timestamp, Data: b.Data}
-	n, err := s.ingestBatch(ctx, sb, &harness.EventBatch{Events: []harness.EventOccurrence{occ}, Cursor: b.Cursor}, harness.DeliveryWebhook, webhookID)
+	occ := connect.EventOccurrence{EventID: b.EventID, Name: b.Name, Timestamp: b.Timestamp, Data: b.Data}
+	n, err := s.ingestBatch(ctx, sb, &connect.EventBatch{Events: []connect.EventOccurrence{occ}, Cursor: b.Cursor}, connect.DeliveryWebhook, webhookID)
 	if err != nil {
 		return HookAnswer{}, err
 	}
@@ -386,7 +388,7 @@ func (s *Service) hookEnvelope(ctx context.Context, sb *subscription, typ string
 	case "terminated":
 		msg := "the server ended the webhook subscription"
 		if b.Error != nil {
-			msg += fmt.Sprintf(": %s (code %d)", harness.Excerpt(b.Error.Message, 200), b.Error.Code)
+			msg += fmt.Sprintf(": %s (code %d)", connect.Excerpt(b.Error.Message, 200), b.Error.Code)
 		}
 		s.logger.Warn(msg, "connection", sb.src.name, "event", sb.event)
 		// Without hookId the next round subscribes anew.

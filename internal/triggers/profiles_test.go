@@ -6,17 +6,20 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 )
 
 // chatServer is a Memory server declaring chat@1.
-type chatServer struct{ *harness.Memory }
+type chatServer struct{ *connecttest.Memory }
 
-func (c chatServer) Connect(context.Context) (harness.Conn, error) { return c, nil }
+func (c chatServer) Connect(context.Context) (connect.Conn, error) { return c, nil }
 
-func (c chatServer) Manifest() harness.Manifest {
+func (c chatServer) Manifest() connect.Manifest {
 	m := c.Memory.Manifest()
 	m.Profiles = map[string]string{"chat": "1.0.0"}
 	return m
@@ -47,11 +50,11 @@ func TestProfileEventsCarryTheirThread(t *testing.T) {
 		Triggers: []config.Trigger{{ID: "mentions", Connection: "chat", Event: "chat.message.created",
 			Filter: `event.payload.text != "bye"`, Document: json.RawMessage(doc)}},
 	}
-	server := chatServer{harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "chat.post"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "chat.reply"}},
+	server := chatServer{connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.post"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.reply"}},
 	)}
-	b := setupWith(t, nil, f, nil, map[string]harness.Provider{"chat": server})
+	b := setupWith(t, nil, f, nil, map[string]connect.Provider{"chat": server})
 	ctx := context.Background()
 	if err := b.svc.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
@@ -85,7 +87,7 @@ type Service struct {
 	maxInFlight   int
 	pollFloor     time.Duration
 	pollLease     time.Duration
-	pollParams    harness.EventPoll // maxEvents, timeoutMs and maxAgeMs of every events/poll
+	pollParams    connect.EventPoll // maxEvents, timeoutMs and maxAgeMs of every events/poll
 	heartbeatWait time.Duration     // a push stream quiet this long is broken
 	hookBase      string            // PublicURL when webhook delivery is possible, else ""
 	box           *seal.Box         // seals webhook secrets
@@ -558,8 +560,8 @@ func isPermanent(err error) bool {
 // server answer as soon as an event arrives instead of after nextPollMs,
 // and maxAgeMs keeps a subscription resumed after a long stop from
 // starting turns for stale events.
-func pollParams(in *config.Inbox) harness.EventPoll {
-	p := harness.EventPoll{MaxEvents: config.DefaultPollMaxEvents, Timeout: config.DefaultPollTimeout, MaxAge: config.DefaultPollMaxAge}
+func pollParams(in *config.Inbox) connect.EventPoll {
+	p := connect.EventPoll{MaxEvents: config.DefaultPollMaxEvents, Timeout: config.DefaultPollTimeout, MaxAge: config.DefaultPollMaxAge}
 	if in == nil {
 		return p
 	}

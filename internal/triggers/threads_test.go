@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -32,14 +35,14 @@ const threadTurn = `{"version":1,"connections":{"chat":{"events":["chat.message.
 func replicaOn(t *testing.T, st *store.Store, f *config.File, workers int) *bundle {
 	t.Helper()
 	reg := harness.NewRegistry(nil)
-	server := chatServer{harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "chat.post"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "chat.reply"}},
+	server := chatServer{connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.post"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.reply"}},
 	)}
 	if err := reg.Add("chat", server); err != nil {
 		t.Fatal(err)
 	}
-	pause := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "pause"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
+	pause := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "pause"}, Fn: func(ctx context.Context, _ map[string]any) (any, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -20,7 +23,7 @@ func TestEventTraceContinuesIntoItsTurn(t *testing.T) {
 	st := storetest.New(t)
 	f := baseFile()
 	reg := harness.NewRegistry(nil)
-	must(t, reg.Add("mem", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
+	must(t, reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})))
 	for name, c := range f.Connections {
 		must(t, reg.Add(name, triggers.NewProvider(name, c)))
 	}

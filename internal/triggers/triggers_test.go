@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -24,7 +27,7 @@ type bundle struct {
 	reg   *harness.Registry
 	execs *harness.Executions
 	svc   *triggers.Service
-	mem   *harness.Memory
+	mem   *connecttest.Memory
 }
 
 func baseFile() *config.File {
@@ -55,12 +58,12 @@ func setup(t *testing.T, st *store.Store, f *config.File, now func(context.Conte
 
 // setupWith is setup with providers of its own for some connections (an
 // MCP server's stand-in).
-func setupWith(t *testing.T, st *store.Store, f *config.File, now func(context.Context) (time.Time, error), providers map[string]harness.Provider) *bundle {
+func setupWith(t *testing.T, st *store.Store, f *config.File, now func(context.Context) (time.Time, error), providers map[string]connect.Provider) *bundle {
 	t.Helper()
 	if st == nil {
 		st = storetest.New(t)
 	}
-	mem := harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})
+	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})
 	reg := harness.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
 		t.Fatal(err)

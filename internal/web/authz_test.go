@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/web"
@@ -29,7 +32,7 @@ func TestAdminAuthorizationMatrix(t *testing.T) {
 	// "shared" is signed in to by operators for everyone.
 	signIns := &fakeSignIns{states: map[string][3]string{}, accounts: map[string]oauth.Account{}}
 	b := setupConns(t, func(o *web.Options) { o.SignIns = signIns }, func(reg *harness.Registry) {
-		must(t, reg.Add("shared", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "x"}})))
+		must(t, reg.Add("shared", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "x"}})))
 		must(t, reg.SetAccess("shared", harness.Access{SignIn: harness.SignInShared}))
 	}, roleUsers()...)
 	ctx := context.Background()

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -17,28 +20,28 @@ import (
 // ticketConn offers ticket.created by poll; every answer after the first
 // says events were skipped upstream.
 type ticketConn struct {
-	*harness.Memory
+	*connecttest.Memory
 	polls atomic.Int64
 }
 
-func (c *ticketConn) Connect(context.Context) (harness.Conn, error) { return c, nil }
-func (c *ticketConn) Manifest() harness.Manifest {
-	return harness.Manifest{Operations: []harness.Operation{}, Events: c.EventTypes()}
+func (c *ticketConn) Connect(context.Context) (connect.Conn, error) { return c, nil }
+func (c *ticketConn) Manifest() connect.Manifest {
+	return connect.Manifest{Operations: []connect.Operation{}, Events: c.EventTypes()}
 }
-func (c *ticketConn) EventTypes() []harness.EventType {
-	return []harness.EventType{{Name: "ticket.created", Description: "a ticket was opened", Delivery: []string{"poll"},
+func (c *ticketConn) EventTypes() []connect.EventType {
+	return []connect.EventType{{Name: "ticket.created", Description: "a ticket was opened", Delivery: []string{"poll"},
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"priority":{"type":"string"}}}`)}}
 }
-func (c *ticketConn) PollEvents(context.Context, harness.EventPoll) (*harness.EventBatch, error) {
+func (c *ticketConn) PollEvents(context.Context, connect.EventPoll) (*connect.EventBatch, error) {
 	cursor := "c1"
-	return &harness.EventBatch{Events: []harness.EventOccurrence{}, Cursor: &cursor, Truncated: c.polls.Add(1) > 1, NextPollMs: 10}, nil
+	return &connect.EventBatch{Events: []connect.EventOccurrence{}, Cursor: &cursor, Truncated: c.polls.Add(1) > 1, NextPollMs: 10}, nil
 }
 
 // The connection page of an MCP server with events lists its event types
 // and each subscription's mode, cursor age, truncations and last error.
 func TestConnectionPageShowsServerEvents(t *testing.T) {
 	t.Parallel()
-	conn := &ticketConn{Memory: harness.NewMemory()}
+	conn := &ticketConn{Memory: connecttest.NewMemory()}
 	b := setupConns(t, func(o *web.Options) {
 		f := &config.File{
 			Connections: map[string]config.Connection{"tickets": {MCP: &config.MCP{URL: "http://unused", Subscribe: []config.EventSubscription{{Event: "ticket.created", Arguments: map[string]any{"priority": "high"}}}}}},

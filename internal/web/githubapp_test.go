@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
@@ -15,14 +18,14 @@ import (
 func TestGitHubAppConnectionPage(t *testing.T) {
 	t.Parallel()
 	b := setupConns(t, nil, func(reg *harness.Registry) {
-		must(t, reg.Add("gh", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "issues/create"}})))
+		must(t, reg.Add("gh", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "issues/create"}})))
 		must(t, reg.SetKind("gh", "openapi", "https://api.github.com/openapi.json"))
 		must(t, reg.SetAccess("gh", harness.Access{RequiresPrincipal: true, GitHubApp: &harness.GitHubAppAuth{
 			AppID: "4242", APIBaseURL: "https://ghe.example.com/api/v3",
 			OwnerExpr: "principal + '-org'", Repo: "widgets", Permissions: map[string]string{"issues": "write", "contents": "read"},
 			Discovery: &harness.GitHubAppScope{Owner: "acme", Repo: "widgets", Permissions: map[string]string{"metadata": "read"}},
 		}}))
-		must(t, reg.Add("repos", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "brief"}})))
+		must(t, reg.Add("repos", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "brief"}})))
 		must(t, reg.SetAccess("repos", harness.Access{GitHubApp: &harness.GitHubAppAuth{AppID: "4242", APIBaseURL: "https://api.github.com"}}))
 	})
 	c := signIn(t, b)

@@ -3,6 +3,8 @@ package web
 import (
 	"net/http"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -63,13 +65,13 @@ func (h *handler) overview(c echo.Context) error {
 
 type connectionData struct {
 	Status     harness.Status
-	Operations []harness.Operation
+	Operations []connect.Operation
 	Policy     harness.Policy
 	Deliveries []triggers.Receipt
 	HasSource  bool
 	// Events are the event types an MCP server offers; Subscriptions
 	// patchbay's subscriptions to them.
-	Events        []harness.EventType
+	Events        []connect.EventType
 	Subscriptions []triggers.SubscriptionStatus
 	SignIn        *signInPanel
 	Profiles      []harness.SpokenProfile

@@ -6,10 +6,11 @@ package web
 
 //lint:file-ignore SA4006 This context is only used if a nested component is present.
 
-import "github.com/a-h/templ"
-import templruntime "github.com/a-h/templ/runtime"
-
 import (
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
+	"github.com/a-h/templ"
+	templruntime "github.com/a-h/templ/runtime"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 )
@@ -165,7 +166,7 @@ func overviewPage(p page, d overviewData) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				if s.State == harness.StateNeedsSignIn || (s.SignIn == harness.SignInPerUser && s.State == harness.StateReady) {
+				if s.State == connect.StateNeedsSignIn || (s.SignIn == harness.SignInPerUser && s.State == connect.StateReady) {
 					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "<a class=\"button\" href=\"")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
@@ -1186,7 +1187,7 @@ func connectionPage(p page, d connectionData) templ.Component {
 // patchbay's subscriptions to them: delivery mode, when a webhook
 // subscription expires unless refreshed, how old the persisted cursor is,
 // whether events were skipped upstream, the last error.
-func serverEventsSection(events []harness.EventType, subs []triggers.SubscriptionStatus) templ.Component {
+func serverEventsSection(events []connect.EventType, subs []triggers.SubscriptionStatus) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {

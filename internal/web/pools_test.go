@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/PuerkitoBio/goquery"
 	"github.com/labstack/echo/v4"
 
@@ -18,23 +21,23 @@ import (
 
 // fakePool is a pool provider whose usage is fixed; it leases nothing.
 type fakePool struct {
-	*harness.Memory
-	usage *harness.PoolStatus
+	*connecttest.Memory
+	usage *connect.PoolStatus
 }
 
 func (f *fakePool) CheckSetup(map[string]any) error { return nil }
-func (f *fakePool) Lease(context.Context, harness.LeaseRequest) (harness.Lease, error) {
+func (f *fakePool) Lease(context.Context, connect.LeaseRequest) (connect.Lease, error) {
 	return nil, errors.New("not in this test")
 }
-func (f *fakePool) PoolStatus() *harness.PoolStatus { return f.usage }
+func (f *fakePool) PoolStatus() *connect.PoolStatus { return f.usage }
 
 // The connection page of a pool shows its usage: leased of max, queued,
 // and each lease's holder and age.
 func TestConnectionPageShowsPoolUsage(t *testing.T) {
 	t.Parallel()
 	reg := harness.NewRegistry(nil)
-	pool := &fakePool{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "browser_navigate"}}),
-		usage: &harness.PoolStatus{Max: 4, Leased: 1, Queued: 2, Leases: []harness.PoolLease{
+	pool := &fakePool{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "browser_navigate"}}),
+		usage: &connect.PoolStatus{Max: 4, Leased: 1, Queued: 2, Leases: []connect.PoolLease{
 			{Holder: "ex_abc/app/p0", Slot: 3, AgeMs: 65_000, SinceRenewMs: 4_000}}}}
 	must(t, reg.Add("browsers", pool))
 	must(t, reg.Start(context.Background()))
@@ -70,8 +73,8 @@ func TestConnectionPageShowsPoolUsage(t *testing.T) {
 func TestConnectionPageHidesOthersLeaseHolders(t *testing.T) {
 	t.Parallel()
 	const holder = "ex_alices/app"
-	pool := &fakePool{Memory: harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "browser_navigate"}}),
-		usage: &harness.PoolStatus{Max: 2, Leased: 1, Leases: []harness.PoolLease{{Holder: holder, Slot: 1, AgeMs: 2_000, SinceRenewMs: 1_000}}}}
+	pool := &fakePool{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "browser_navigate"}}),
+		usage: &connect.PoolStatus{Max: 2, Leased: 1, Leases: []connect.PoolLease{{Holder: holder, Slot: 1, AgeMs: 2_000, SinceRenewMs: 1_000}}}}
 	b := setupConns(t, nil, func(reg *harness.Registry) { must(t, reg.Add("browsers", pool)) }, roleUsers()...)
 	_, err := b.execs.Submit(context.Background(), harness.Request{ID: "ex_alices", Workflow: json.RawMessage(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"e","connection":"mem","op":"echo","args":{}}}`), Principal: "alice", Allowlist: "ops"})
 	must(t, err)

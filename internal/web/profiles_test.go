@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/PuerkitoBio/goquery"
 	"github.com/labstack/echo/v4"
 
@@ -17,10 +20,10 @@ import (
 )
 
 // chatServer is a Memory connection whose server declares chat@1.
-type chatServer struct{ *harness.Memory }
+type chatServer struct{ *connecttest.Memory }
 
-func (c chatServer) Connect(context.Context) (harness.Conn, error) { return c, nil }
-func (c chatServer) Manifest() harness.Manifest {
+func (c chatServer) Connect(context.Context) (connect.Conn, error) { return c, nil }
+func (c chatServer) Manifest() connect.Manifest {
 	m := c.Memory.Manifest()
 	m.Profiles = map[string]string{"chat": "1.0.0"}
 	return m
@@ -32,23 +35,23 @@ func (c chatServer) Manifest() harness.Manifest {
 func TestConnectionPageShowsProfiles(t *testing.T) {
 	t.Parallel()
 	reg := harness.NewRegistry(nil)
-	must(t, reg.Add("chat", chatServer{harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "chat.post"}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "chat.reply"}})}))
-	must(t, reg.Add("web", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "browser_navigate"}})))
-	must(t, reg.Add("plain", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})))
+	must(t, reg.Add("chat", chatServer{connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.post"}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.reply"}})}))
+	must(t, reg.Add("web", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "browser_navigate"}})))
+	must(t, reg.Add("plain", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})))
 	b, _ := profiles.Builtin().Binding("playwright-browser")
 	must(t, reg.SetBinding("web", b))
 	// A pool bound to browser@1, each lease a server with the bound tools.
 	st := storetest.New(t)
 	pool, err := pools.New(st, "browsers", 1, nil)
 	must(t, err)
-	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Provision: func(context.Context, map[string]any) (harness.Conn, error) {
-		var ops []harness.MemoryOp
+	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Provision: func(context.Context, map[string]any) (connect.Conn, error) {
+		var ops []connecttest.MemoryOp
 		for _, tool := range b.Tools() {
-			ops = append(ops, harness.MemoryOp{Operation: harness.Operation{Name: tool}})
+			ops = append(ops, connecttest.MemoryOp{Operation: connect.Operation{Name: tool}})
 		}
-		return harness.NewMemory(ops...), nil
+		return connecttest.NewMemory(ops...), nil
 	}})
 	must(t, err)
 	must(t, reg.Add("browsers", prov))

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
@@ -106,12 +108,12 @@ func (h *handler) reconnect(c echo.Context, name string) {
 		h.Logger.Warn("sign-in completed for a connection the registry does not hold", "connection", name)
 		return
 	}
-	if conn.Status().State == harness.StateReady {
+	if conn.Status().State == connect.StateReady {
 		return
 	}
 	_ = h.Registry.Kick(name)
 	deadline := time.Now().Add(readyWait)
-	for conn.Status().State != harness.StateReady && time.Now().Before(deadline) {
+	for conn.Status().State != connect.StateReady && time.Now().Before(deadline) {
 		select {
 		case <-bg(c).Done():
 			return

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
@@ -81,7 +84,7 @@ func setupSignIns(t *testing.T) (*bundle, *fakeSignIns) {
 	for name, access := range map[string]harness.Access{
 		"shared": {SignIn: harness.SignInShared}, "mine": {SignIn: harness.SignInPerUser}, "plain": {},
 	} {
-		must(t, reg.Add(name, harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "x"}})))
+		must(t, reg.Add(name, connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "x"}})))
 		must(t, reg.SetAccess(name, access))
 	}
 	must(t, reg.Start(context.Background()))

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 	"github.com/patchbay-dev/patchbay/internal/web"
@@ -32,7 +33,7 @@ func TestStoreDownPage(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	reg := harness.NewRegistry(nil)
-	must(t, reg.Add("mem", harness.NewMemory()))
+	must(t, reg.Add("mem", connecttest.NewMemory()))
 	must(t, reg.Start(context.Background()))
 	als := harness.NewAllowlists(st)
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+
 	"encoding/json"
 	"fmt"
 	"time"
@@ -109,7 +111,7 @@ func infoList(s harness.Status, key string) []string {
 
 // hasHTTP reports whether some operation sends an HTTP request of its
 // own (an OpenAPI connection's), so the page shows a column for it.
-func hasHTTP(ops []harness.Operation) bool {
+func hasHTTP(ops []connect.Operation) bool {
 	for _, op := range ops {
 		if op.HTTP != nil {
 			return true
@@ -119,7 +121,7 @@ func hasHTTP(ops []harness.Operation) bool {
 }
 
 // hints lists the annotations an operation declares, in words.
-func hints(a harness.Annotations) []string {
+func hints(a connect.Annotations) []string {
 	var out []string
 	add := func(p *bool, yes, no string) {
 		if p == nil {
@@ -230,7 +232,7 @@ func jsonText(v any) string {
 // hookExpiry is when a webhook subscription lapses unless refreshed.
 func hookExpiry(s triggers.SubscriptionStatus) string {
 	switch {
-	case s.Mode != harness.DeliveryWebhook:
+	case s.Mode != connect.DeliveryWebhook:
 		return "—"
 	case s.ExpiresAt != nil:
 		return when(*s.ExpiresAt)

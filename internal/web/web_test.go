@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/PuerkitoBio/goquery"
 	"github.com/labstack/echo/v4"
 
@@ -51,11 +54,11 @@ func setupWith(t testing.TB, edit func(*web.Options), users ...web.User) *bundle
 // mem before the registry starts.
 func setupConns(t testing.TB, edit func(*web.Options), add func(*harness.Registry), users ...web.User) *bundle {
 	t.Helper()
-	mem := harness.NewMemory(
-		harness.MemoryOp{Operation: harness.Operation{Name: "echo", Description: "answers with its arguments",
+	mem := connecttest.NewMemory(
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo", Description: "answers with its arguments",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
-			Annotations: harness.Annotations{ReadOnlyHint: ptr(true)}}},
-		harness.MemoryOp{Operation: harness.Operation{Name: "guarded", Annotations: harness.Annotations{DestructiveHint: ptr(true)}}},
+			Annotations: connect.Annotations{ReadOnlyHint: ptr(true)}}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "guarded", Annotations: connect.Annotations{DestructiveHint: ptr(true)}}},
 	)
 	reg := harness.NewRegistry(nil)
 	must(t, reg.Add("mem", mem))

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
@@ -42,7 +45,7 @@ func newBenchServer(b *testing.B, workers int) *benchServer {
 	}
 	st := storetest.New(b)
 	reg := harness.NewRegistry(nil)
-	if err := reg.Add("mem", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})); err != nil {
+	if err := reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})); err != nil {
 		b.Fatal(err)
 	}
 	if err := reg.Start(context.Background()); err != nil {

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
@@ -60,7 +63,7 @@ func newHookEnv(t *testing.T, ttl time.Duration) *hookEnv {
 	t.Cleanup(e.hooks.Close)
 
 	e.reg = harness.NewRegistry(nil)
-	if err := e.reg.Add("mem", harness.NewMemory(harness.MemoryOp{Operation: harness.Operation{Name: "echo"}})); err != nil {
+	if err := e.reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.reg.Add("srv", pbmcp.New("srv", config.MCP{URL: srv.URL + "/mcp"}, nil)); err != nil {
@@ -191,7 +194,7 @@ func TestServerEventsByWebhook(t *testing.T) {
 	svc := e.start(t, 0)
 	waitUntil(t, "the webhook subscription", func() bool { return e.subscription(t, svc).SubscriptionID != "" })
 	sub := e.subscription(t, svc)
-	if sub.Mode != harness.DeliveryWebhook || sub.ExpiresAt == nil || sub.ExpiresAt.Before(time.Now().Add(50*time.Minute)) {
+	if sub.Mode != connect.DeliveryWebhook || sub.ExpiresAt == nil || sub.ExpiresAt.Before(time.Now().Add(50*time.Minute)) {
 		t.Errorf("subscription = %+v, want mode webhook expiring in about an hour", sub)
 	}
 	want := []string{e.events.Open("one", "high"), e.events.Open("two", "high")}

@@ -31,3 +31,6 @@ func (d *Denied) Error() string { return fmt.Sprintf("refused at gate %d: %s", d
 
 // Deny is a call refused at gate for reason.
 func Deny(gate int, reason string) *Denied { return &Denied{Gate: gate, Reason: reason} }
+
+// KindLeaseTimeout is the code of a run that waited too long for a lease.
+const KindLeaseTimeout = "lease_timeout"

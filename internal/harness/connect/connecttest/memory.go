@@ -1,4 +1,6 @@
-package harness
+// Package connecttest is an in-memory provider for tests: a Memory
+// connection answers the operations it is given and records every call.
+package connecttest
 
 import (
 	"context"
@@ -6,11 +8,13 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // MemoryOp is one scripted operation of a Memory connection.
 type MemoryOp struct {
-	Operation Operation
+	Operation connect.Operation
 	// Fn answers a call; nil answers with the arguments unchanged.
 	Fn func(ctx context.Context, args map[string]any) (any, error)
 }
@@ -20,37 +24,37 @@ type MemoryOp struct {
 // Provider and Conn.
 type Memory struct {
 	ops      []MemoryOp
-	identity Identity
+	identity connect.Identity
 
 	mu    sync.Mutex
-	calls []CallRequest
+	calls []connect.CallRequest
 }
 
 // NewMemory returns a Memory connection offering ops.
 func NewMemory(ops ...MemoryOp) *Memory {
-	return &Memory{ops: ops, identity: Identity{Surface: "memory", Instance: rand.Text(), Epoch: 1}}
+	return &Memory{ops: ops, identity: connect.Identity{Surface: "memory", Instance: rand.Text(), Epoch: 1}}
 }
 
 // Connect returns m itself.
-func (m *Memory) Connect(context.Context) (Conn, error) { return m, nil }
+func (m *Memory) Connect(context.Context) (connect.Conn, error) { return m, nil }
 
 // Manifest lists the scripted operations.
-func (m *Memory) Manifest() Manifest {
-	ops := make([]Operation, len(m.ops))
+func (m *Memory) Manifest() connect.Manifest {
+	ops := make([]connect.Operation, len(m.ops))
 	for i, op := range m.ops {
 		ops[i] = op.Operation
 	}
-	return Manifest{Operations: ops}
+	return connect.Manifest{Operations: ops}
 }
 
 // Identity is fixed for the life of m.
-func (m *Memory) Identity() Identity { return m.identity }
+func (m *Memory) Identity() connect.Identity { return m.identity }
 
 // Info says what m is.
 func (m *Memory) Info() map[string]any { return map[string]any{"transport": "memory"} }
 
 // Call records req and answers with the operation's Fn.
-func (m *Memory) Call(ctx context.Context, req CallRequest) (any, error) {
+func (m *Memory) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	m.mu.Lock()
 	m.calls = append(m.calls, req)
 	m.mu.Unlock()
@@ -63,11 +67,11 @@ func (m *Memory) Call(ctx context.Context, req CallRequest) (any, error) {
 		}
 		return op.Fn(ctx, req.Args)
 	}
-	return nil, fmt.Errorf("memory: %q: %w", req.Op, ErrUnknownOperation)
+	return nil, fmt.Errorf("memory: %q: %w", req.Op, connect.ErrUnknownOperation)
 }
 
 // Calls returns a copy of the calls received so far, in order.
-func (m *Memory) Calls() []CallRequest {
+func (m *Memory) Calls() []connect.CallRequest {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.calls)

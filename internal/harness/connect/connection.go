@@ -1,14 +1,20 @@
-package harness
+// Package connect is the contract between the engine and the providers of
+// connections (internal/mcp, internal/openapi, internal/drive,
+// internal/githubapp, internal/pools): a Provider connects and gives a Conn,
+// which has a Manifest of Operations, an Identity and a Call; a connection
+// may also offer server events (EventPoller, EventStreamer,
+// EventSubscriber), tasks (TaskWatch) and leases (Leaser). It also names
+// tools for models (ToolIDs) and checks path arguments (CheckPathArgs). A
+// provider author reads this package and nothing else of the engine; it
+// imports nothing of patchbay.
+package connect
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"strings"
-	"time"
 	"unicode/utf8"
-
-	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // State is where a connection is in its life.
@@ -156,11 +162,11 @@ func Excerpt(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return cutOnRune(s, n) + "…"
+	return CutOnRune(s, n) + "…"
 }
 
 // cutOnRune is s cut to at most n bytes without splitting a rune.
-func cutOnRune(s string, n int) string {
+func CutOnRune(s string, n int) string {
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
@@ -222,48 +228,3 @@ type ProviderFunc func(ctx context.Context) (Conn, error)
 
 // Connect calls f.
 func (f ProviderFunc) Connect(ctx context.Context) (Conn, error) { return f(ctx) }
-
-// Status is a connection's state as shown to operators.
-type Status struct {
-	Name string `json:"name"`
-	// Kind and URL are what the host set with Registry.SetKind: mcp,
-	// openapi, drive, source or cron, and the server's, document's or
-	// API's URL without credentials.
-	Kind string `json:"kind,omitempty"`
-	URL  string `json:"url,omitempty"`
-	// Tools are the model tool ids of its operations (see ToolIDs), in
-	// manifest order; empty unless it is connected.
-	Tools      []string       `json:"tools"`
-	State      State          `json:"state"`
-	Identity   Identity       `json:"identity"`
-	Operations int            `json:"operationCount"`
-	Info       map[string]any `json:"info,omitempty"`
-	LastError  string         `json:"lastError,omitempty"`
-	Since      time.Time      `json:"since"`
-	// SignIn is "shared" or "per-user" for a connection signed in to with
-	// OAuth (see Access); the sign-in link is /oauth/{name}/start.
-	SignIn string `json:"signIn,omitempty"`
-	// SignInURL is where a browser signs in to it, set with SignIn.
-	SignInURL string `json:"signInUrl,omitempty"`
-	// GitHubApp is set for a connection whose calls carry GitHub App
-	// installation tokens (see Access).
-	GitHubApp *GitHubAppAuth `json:"githubApp,omitempty"`
-	// Pool is the usage of a pool connection; nil for others.
-	Pool *PoolStatus `json:"pool,omitempty"`
-	// Profiles are the profiles it speaks, declared by its server or
-	// given by a binding (see package profiles).
-	Profiles []SpokenProfile `json:"profiles,omitempty"`
-}
-
-// notReadyCode is the code of a refusal because a connection is in state s.
-func notReadyCode(s State) fault.Code {
-	switch s {
-	case StateConnecting:
-		return fault.CodeConnectionStarting
-	case StateNeedsSignIn:
-		return fault.CodeConnectionNeedsSignIn
-	case StateClosed:
-		return fault.CodeConnectionClosed
-	}
-	return fault.CodeConnectionUnavailable
-}

@@ -1,4 +1,4 @@
-package harness
+package connect
 
 import (
 	"slices"
@@ -19,11 +19,11 @@ const MaxToolIDLen = 128
 // internal/mcp.ToolIDs is this rule, so status and model turns name a tool
 // alike.
 func ToolIDs(connection string, ops []string) map[string]string {
-	return toolIDs(connection+"_", ops, nil)
+	return ToolIDsWith(connection+"_", ops, nil)
 }
 
-// toolIDs names ops as prefix+op, avoiding the names already taken.
-func toolIDs(prefix string, ops []string, taken map[string]bool) map[string]string {
+// toolIDsWith names ops as prefix+op, avoiding the names already taken.
+func ToolIDsWith(prefix string, ops []string, taken map[string]bool) map[string]string {
 	ids := make(map[string]string, len(ops))
 	if taken == nil {
 		taken = map[string]bool{}
@@ -31,7 +31,7 @@ func toolIDs(prefix string, ops []string, taken map[string]bool) map[string]stri
 	var reduced []string
 	for _, name := range ops {
 		full := prefix + name
-		if id := reduceToolID(full); id == full && !taken[id] {
+		if id := ReduceToolID(full); id == full && !taken[id] {
 			ids[name] = id
 			taken[id] = true
 		} else if _, dup := ids[name]; !dup {
@@ -41,7 +41,7 @@ func toolIDs(prefix string, ops []string, taken map[string]bool) map[string]stri
 	slices.Sort(reduced)
 	reduced = slices.Compact(reduced)
 	for _, name := range reduced {
-		base := reduceToolID(prefix + name)
+		base := ReduceToolID(prefix + name)
 		id := base
 		for n := 2; taken[id]; n++ {
 			suffix := "_" + strconv.Itoa(n)
@@ -55,7 +55,7 @@ func toolIDs(prefix string, ops []string, taken map[string]bool) map[string]stri
 
 // reduceToolID replaces characters outside [A-Za-z0-9_-] with '_' and cuts
 // the result to MaxToolIDLen bytes.
-func reduceToolID(s string) string {
+func ReduceToolID(s string) string {
 	b := make([]byte, 0, min(len(s), MaxToolIDLen))
 	for _, r := range s {
 		if len(b) == MaxToolIDLen {

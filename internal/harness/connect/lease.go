@@ -1,4 +1,4 @@
-package harness
+package connect
 
 import (
 	"context"
@@ -122,47 +122,3 @@ var (
 	// is gone and calls through it are refused.
 	ErrLeaseLost = errors.New("the lease is no longer held")
 )
-
-// KindLeaseTimeout is the code of a run that waited too long for a lease.
-const KindLeaseTimeout = "lease_timeout"
-
-// leaser returns the connection's Leaser when it is a pool.
-func (c *Connection) leaser() (Leaser, bool) {
-	l, ok := c.provider.(Leaser)
-	return l, ok
-}
-
-// IsPool reports whether the connection is a pool.
-func (c *Connection) IsPool() bool {
-	_, ok := c.leaser()
-	return ok
-}
-
-// poolStatus is the pool usage shown in the connection's status; nil for
-// a connection that is not a pool.
-func (c *Connection) poolStatus() *PoolStatus {
-	if l, ok := c.leaser(); ok {
-		if st := l.PoolStatus(); st != nil {
-			return st
-		}
-		return &PoolStatus{Leases: []PoolLease{}}
-	}
-	return nil
-}
-
-// leasedConn is a leased connection's Conn as the harness sees it: it
-// carries the lease id, which sealed refs are bound to (gate 3).
-type leasedConn struct {
-	Conn
-	lease string
-}
-
-// leaseOf is the lease a connection is held on; "" when not leased.
-func leaseOf(c *Connection) string {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if lc, ok := c.conn.(*leasedConn); ok {
-		return lc.lease
-	}
-	return ""
-}

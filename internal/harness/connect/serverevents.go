@@ -1,4 +1,4 @@
-package harness
+package connect
 
 import (
 	"context"
@@ -95,45 +95,6 @@ type EventPoller interface {
 // ErrNoEvents: the connection's server delivers no events.
 var ErrNoEvents = errors.New("the connection's server delivers no events")
 
-// EventTypes is the live connection's current list of event types, else
-// the manifest's.
-func (c *Connection) EventTypes() []EventType {
-	c.mu.RLock()
-	conn, m := c.conn, c.manifest
-	c.mu.RUnlock()
-	if p, ok := conn.(EventPoller); ok {
-		return p.EventTypes()
-	}
-	return m.Events
-}
-
-// PollEvents sends one events/poll on the live connection.
-func (c *Connection) PollEvents(ctx context.Context, req EventPoll) (*EventBatch, error) {
-	p, err := liveAs[EventPoller](c)
-	if err != nil {
-		return nil, err
-	}
-	return p.PollEvents(ctx, req)
-}
-
-// liveAs returns the ready connection's Conn as a T (an events
-// interface): ErrUnavailable when it is not ready, ErrNoEvents when its
-// server delivers no events that way.
-func liveAs[T any](c *Connection) (T, error) {
-	var zero T
-	c.mu.RLock()
-	conn, state := c.conn, c.state
-	c.mu.RUnlock()
-	if state != StateReady || conn == nil {
-		return zero, fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
-	}
-	t, ok := conn.(T)
-	if !ok {
-		return zero, fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
-	}
-	return t, nil
-}
-
 // EventSubscribe is one events/subscribe request: webhook delivery of an
 // event type to URL, signed with Secret (a whsec_ value patchbay made).
 // Cursor nil starts from now; TTL is the lifetime suggested (zero: the
@@ -165,40 +126,10 @@ type EventSubscriber interface {
 	UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error
 }
 
-// SubscribeEvents sends one events/subscribe on the live connection.
-func (c *Connection) SubscribeEvents(ctx context.Context, req EventSubscribe) (*EventSubscription, error) {
-	s, err := liveAs[EventSubscriber](c)
-	if err != nil {
-		return nil, err
-	}
-	return s.SubscribeEvents(ctx, req)
-}
-
-// UnsubscribeEvents sends one events/unsubscribe on the live connection.
-func (c *Connection) UnsubscribeEvents(ctx context.Context, name string, args map[string]any, url string) error {
-	s, err := liveAs[EventSubscriber](c)
-	if err != nil {
-		return err
-	}
-	return s.UnsubscribeEvents(ctx, name, args, url)
-}
-
 // EventRefresher is a Conn that can list its server's events again when
 // told the list it holds is stale.
 type EventRefresher interface {
 	RefreshEvents(ctx context.Context) error
-}
-
-// RefreshEvents lists the live connection's events again, when its Conn
-// can; otherwise it does nothing.
-func (c *Connection) RefreshEvents(ctx context.Context) error {
-	c.mu.RLock()
-	conn := c.conn
-	c.mu.RUnlock()
-	if r, ok := conn.(EventRefresher); ok {
-		return r.RefreshEvents(ctx)
-	}
-	return nil
 }
 
 // EventStreamRequest opens one events/stream (push delivery): a
@@ -257,29 +188,3 @@ var (
 	ErrStreamEnded      = errors.New("the server's event stream ended")
 	ErrStreamTerminated = fmt.Errorf("%w: the server terminated the subscription", ErrStreamEnded)
 )
-
-// StreamsEvents reports whether the live connection can deliver events by
-// push.
-func (c *Connection) StreamsEvents() bool {
-	c.mu.RLock()
-	conn := c.conn
-	c.mu.RUnlock()
-	s, ok := conn.(EventStreamer)
-	return ok && s.StreamsEvents()
-}
-
-// StreamEvents opens one events/stream on the live connection (see
-// EventStreamer).
-func (c *Connection) StreamEvents(ctx context.Context, req EventStreamRequest, each func(StreamMessage) error) error {
-	c.mu.RLock()
-	conn, state := c.conn, c.state
-	c.mu.RUnlock()
-	if state != StateReady || conn == nil {
-		return fmt.Errorf("connection %s is %s: %w", c.name, state, ErrUnavailable)
-	}
-	s, ok := conn.(EventStreamer)
-	if !ok || !s.StreamsEvents() {
-		return fmt.Errorf("connection %s: %w", c.name, ErrNoEvents)
-	}
-	return s.StreamEvents(ctx, req, each)
-}
