@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -15,7 +16,7 @@ import (
 // their secrets filled in here and nowhere else.
 type mcpAttacher struct {
 	logger   *slog.Logger
-	redactor *harness.SecretRedactor
+	redactor *secrets.SecretRedactor
 }
 
 func (a mcpAttacher) Attach(ctx context.Context, spec harness.AttachSpec, secrets map[string]string) (connect.Conn, error) {

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/githubapp"
@@ -49,7 +50,7 @@ type gitHubAppSet struct {
 // URL) of the githubApp entries, sharing the store, so every connection
 // of one App shares its token cache and its exchanges. Tokens are sealed
 // under PATCHBAY_SECRET_KEY, which a shared Redis requires (see sealKey).
-func gitHubApps(cfg *config.Config, st *store.Store, secrets harness.SecretStore, redactor harness.Redactor, logger *slog.Logger) (gitHubAppSet, error) {
+func gitHubApps(cfg *config.Config, st *store.Store, secrets secrets.SecretStore, redactor secrets.Redactor, logger *slog.Logger) (gitHubAppSet, error) {
 	if !slices.ContainsFunc(slices.Collect(maps.Values(cfg.File.Connections)), usesGitHubApp) {
 		return gitHubAppSet{}, nil
 	}
@@ -255,7 +256,7 @@ func appError(s githubapp.Scope, err error) error {
 type lazySource struct {
 	opts    githubapp.Options // without PrivateKey
 	keyRef  string            // ${secret:NAME}, or the key itself
-	secrets harness.SecretStore
+	secrets secrets.SecretStore
 
 	mu  sync.Mutex
 	src *githubapp.Source

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/githubapp"
@@ -175,10 +176,10 @@ func TestGitHubAppProviderSource(t *testing.T) {
 		AppID: gh.AppID, PrivateKey: "${secret:gh-app-key}", APIBaseURL: gh.URL + "/"}}}
 	cfg.File.Connections["tool"] = spec
 	var logs syncBuffer
-	redactor := harness.NewSecretRedactor()
+	redactor := secrets.NewSecretRedactor()
 	logger := slog.New(redactor.Handler(slog.NewTextHandler(&logs, nil)))
 	st := storetest.NewEmbedded(t)
-	secrets := harness.NewEnvSecrets(func(k string) string { return env[k] })
+	secrets := secrets.NewEnvSecrets(func(k string) string { return env[k] })
 	apps, err := gitHubApps(cfg, st, secrets, redactor, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -340,7 +341,7 @@ func TestGitHubAppProviderEntryTakesNoScope(t *testing.T) {
 		"tool": {Auth: &config.Auth{GitHubApp: &config.GitHubApp{AppID: gh.AppID, PrivateKey: "${secret:k}", APIBaseURL: gh.URL,
 			Permissions: config.Permissions{"contents": "write"}}}},
 	}}}
-	_, err := gitHubApps(cfg, storetest.NewEmbedded(t), nil, harness.NewSecretRedactor(), slog.New(slog.DiscardHandler))
+	_, err := gitHubApps(cfg, storetest.NewEmbedded(t), nil, secrets.NewSecretRedactor(), slog.New(slog.DiscardHandler))
 	var ve *config.ValidationError
 	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Path != "connections.tool.auth.githubApp.permissions" {
 		t.Fatalf("err = %v, want permissions refused", err)

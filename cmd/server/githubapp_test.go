@@ -25,6 +25,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/demo"
 	"github.com/patchbay-dev/patchbay/internal/githubapp/githubapptest"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -330,9 +331,9 @@ func TestGitHubAppCredentialsForNoOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := storetest.NewEmbedded(t)
-	apps, err := gitHubApps(cfg, st, harness.NewEnvSecrets(func(k string) string {
+	apps, err := gitHubApps(cfg, st, secrets.NewEnvSecrets(func(k string) string {
 		return map[string]string{"PATCHBAY_SECRET_GH_APP_KEY": gh.KeyPEM()}[k]
-	}), harness.NewSecretRedactor(), slog.New(slog.DiscardHandler))
+	}), secrets.NewSecretRedactor(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +481,7 @@ func TestGitHubAppNeedsSecretKeyOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := storetest.New(t)
-	_, err = gitHubApps(cfg, st, nil, harness.NewSecretRedactor(), slog.New(slog.DiscardHandler))
+	_, err = gitHubApps(cfg, st, nil, secrets.NewSecretRedactor(), slog.New(slog.DiscardHandler))
 	var ve *config.ValidationError
 	if !errors.As(err, &ve) || ve.Problems[0].Path != "PATCHBAY_SECRET_KEY" || !strings.Contains(ve.Problems[0].Message, "auth: githubApp") {
 		t.Fatalf("err = %v, want PATCHBAY_SECRET_KEY required", err)
@@ -503,12 +504,12 @@ func TestGitHubAppKeyResolvedOnFirstUse(t *testing.T) {
 	}
 	var mu sync.Mutex
 	env := map[string]string{}
-	secrets := harness.NewEnvSecrets(func(k string) string {
+	fromEnv := secrets.NewEnvSecrets(func(k string) string {
 		mu.Lock()
 		defer mu.Unlock()
 		return env[k]
 	})
-	apps, err := gitHubApps(cfg, storetest.NewEmbedded(t), secrets, harness.NewSecretRedactor(), slog.New(slog.DiscardHandler))
+	apps, err := gitHubApps(cfg, storetest.NewEmbedded(t), fromEnv, secrets.NewSecretRedactor(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

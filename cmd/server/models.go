@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/models"
 )
 
@@ -20,8 +21,8 @@ import (
 // every key is registered with the redactor before it is used.
 type modelRouter struct {
 	specs    map[string]config.ModelProvider
-	secrets  harness.SecretStore
-	redactor *harness.SecretRedactor
+	secrets  secrets.SecretStore
+	redactor *secrets.SecretRedactor
 
 	mu        sync.Mutex
 	providers map[string]models.Provider
@@ -29,7 +30,7 @@ type modelRouter struct {
 
 // newModels returns the harness's Models, or nil when none are configured
 // (documents with model nodes are then refused at submission).
-func newModels(specs map[string]config.ModelProvider, secrets harness.SecretStore, redactor *harness.SecretRedactor) harness.Models {
+func newModels(specs map[string]config.ModelProvider, secrets secrets.SecretStore, redactor *secrets.SecretRedactor) harness.Models {
 	if len(specs) == 0 {
 		return nil
 	}

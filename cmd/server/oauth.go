@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -22,7 +23,7 @@ import (
 // PATCHBAY_SECRET_KEY; without one, the embedded store gets a key for this
 // run only (nothing it holds survives a restart anyway), while a real
 // Redis is refused: every replica must read what another stored.
-func signIns(cfg *config.Config, st *store.Store, redactor harness.Redactor, logger *slog.Logger) (*oauth.Service, error) {
+func signIns(cfg *config.Config, st *store.Store, redactor secrets.Redactor, logger *slog.Logger) (*oauth.Service, error) {
 	if !slices.ContainsFunc(slices.Collect(maps.Values(cfg.File.Connections)), usesOAuth) {
 		return nil, nil
 	}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -21,7 +21,7 @@ import (
 // poolProvider is the provider of a pooled mcp connection: each lease gets
 // a new server from spec, with ${setup.FIELD} in its args, env, url and
 // headers replaced by the lease's setup value.
-func poolProvider(st *store.Store, name string, spec config.Connection, reclaimAfter time.Duration, logger *slog.Logger, redactor *harness.SecretRedactor) (connect.Provider, error) {
+func poolProvider(st *store.Store, name string, spec config.Connection, reclaimAfter time.Duration, logger *slog.Logger, redactor *secrets.SecretRedactor) (connect.Provider, error) {
 	pool, err := pools.New(st, name, spec.Pool.Max, &pools.Options{ReclaimAfter: reclaimAfter})
 	if err != nil {
 		return nil, err

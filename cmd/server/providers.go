@@ -4,10 +4,10 @@ import (
 	"log/slog"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // providerKind is a connection kind implemented in Go inside patchbay (a
@@ -29,8 +29,8 @@ type providerKind struct {
 // providerDeps are what the server hands a provider kind's constructor.
 type providerDeps struct {
 	logger   *slog.Logger
-	secrets  harness.SecretStore
-	redactor *harness.SecretRedactor
+	secrets  secrets.SecretStore
+	redactor *secrets.SecretRedactor
 	// tokens is the entry's GitHub App source, nil without one. A kind
 	// passes it on as an interface of its own with the methods it calls
 	// (Token, Invalidate, APIBaseURL).

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/redis/go-redis/v9"
 
@@ -64,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// Every log line passes the redactor: a secret resolved at gate 6 or
 	// configured for a connection never reaches the log.
-	redactor := harness.NewSecretRedactor()
+	redactor := secrets.NewSecretRedactor()
 	// Lines logged inside an execution carry its id and trace (telemetry.LogHandler).
 	logger := slog.New(redactor.Handler(telemetry.LogHandler(cfg.LogHandler(stdout))))
 	// From the signal on, the process is gone within the drain and the

@@ -19,6 +19,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -225,8 +226,8 @@ func TestCallsCannotCarryCredentialsAway(t *testing.T) {
 // follow, adminOp denied) and far (its document's servers elsewhere).
 func setupFiles(t *testing.T, base, key string) *bundle {
 	t.Helper()
-	secrets := harness.NewEnvSecrets(func(name string) string {
-		return map[string]string{harness.SecretEnvVar("files.key"): key}[name]
+	secrets := secrets.NewEnvSecrets(func(name string) string {
+		return map[string]string{secrets.SecretEnvVar("files.key"): key}[name]
 	})
 	reg := harness.NewRegistry(nil)
 	headers := map[string]string{"X-Key": "${secret:files.key}"}

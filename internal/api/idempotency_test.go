@@ -16,6 +16,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/redis/go-redis/v9"
@@ -243,12 +244,12 @@ func downSetup(t *testing.T, st *store.Store) *bundle {
 	als := harness.NewAllowlists(st)
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
 	trig, hooks := triggerParts(t, st, execs, reg)
-	keys, err := harness.NewKeyring(harness.KeyringKey{ID: "k1", Key: bytes.Repeat([]byte{7}, 32)})
+	keys, err := secrets.NewKeyring(secrets.KeyringKey{ID: "k1", Key: bytes.Repeat([]byte{7}, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := api.New(api.Options{
-		Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Webhooks: hooks, Secrets: harness.NewRedisSecrets(st, keys),
+		Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Webhooks: hooks, Secrets: secrets.NewRedisSecrets(st, keys),
 		APIKeys: []api.Key{
 			{SHA256: sha256.Sum256([]byte(testKey)), Principal: authz.Principal{Name: "tester", Allowlist: "test", Roles: []authz.Role{authz.Admin}}},
 			{SHA256: sha256.Sum256([]byte("alice-key")), Principal: authz.Principal{Name: "alice", Allowlist: "test"}},

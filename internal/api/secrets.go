@@ -7,8 +7,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 )
 
 // codeSecretsReadOnly answers PUT /v1/secrets when no writable store is
@@ -25,7 +25,7 @@ func (h *handlers) putSecret(c echo.Context) error {
 			"no writable secret store is configured; set PATCHBAY_SECRET_KEY to keep secrets in Redis")
 	}
 	name := c.Param("name")
-	if !harness.ValidSecretName(name) {
+	if !secrets.ValidSecretName(name) {
 		return fieldProblem(fault.CodeValidationFailed, "name", "must be 1 to 128 letters, digits, '.', '_' or '-'")
 	}
 	body, err := readJSONBody(c)
@@ -59,10 +59,10 @@ func decodeSecret(body []byte) (string, error) {
 		bad("/value", "is required")
 	case json.Unmarshal(raw, &value) != nil:
 		bad("/value", "must be a string")
-	case len(value) < harness.MinSecretSize:
-		bad("/value", fmt.Sprintf("must be at least %d bytes: a shorter value cannot be redacted from output without destroying ordinary text", harness.MinSecretSize))
-	case len(value) > harness.MaxSecretSize:
-		bad("/value", fmt.Sprintf("must be at most %d bytes", harness.MaxSecretSize))
+	case len(value) < secrets.MinSecretSize:
+		bad("/value", fmt.Sprintf("must be at least %d bytes: a shorter value cannot be redacted from output without destroying ordinary text", secrets.MinSecretSize))
+	case len(value) > secrets.MaxSecretSize:
+		bad("/value", fmt.Sprintf("must be at most %d bytes", secrets.MaxSecretSize))
 	}
 	if len(problems) > 0 {
 		return "", problem(http.StatusUnprocessableEntity, codeValidationFailed, "the request has invalid fields", problems...)

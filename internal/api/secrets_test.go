@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -45,12 +45,12 @@ func (w *recordingWriter) Put(_ context.Context, name, value string) error {
 
 func TestPutSecret(t *testing.T) {
 	t.Parallel()
-	keys, err := harness.NewKeyring(harness.KeyringKey{ID: "k1", Key: bytes.Repeat([]byte{7}, 32)})
+	keys, err := secrets.NewKeyring(secrets.KeyringKey{ID: "k1", Key: bytes.Repeat([]byte{7}, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets := harness.NewRedisSecrets(storetest.New(t), keys)
-	b := setup(t, func(o *api.Options) { o.Secrets = secrets })
+	stored := secrets.NewRedisSecrets(storetest.New(t), keys)
+	b := setup(t, func(o *api.Options) { o.Secrets = stored })
 	const ct = "application/json"
 	const value = "s3cr3t/value+with=stuff"
 
@@ -58,14 +58,14 @@ func TestPutSecret(t *testing.T) {
 	if r.status != 204 || len(r.body) != 0 {
 		t.Fatalf("PUT = %d %s", r.status, r.body)
 	}
-	if got, err := secrets.Resolve(t.Context(), "app.password"); err != nil || got != value {
+	if got, err := stored.Resolve(t.Context(), "app.password"); err != nil || got != value {
 		t.Fatalf("Resolve = %q, %v", got, err)
 	}
 	// Replacing is a PUT like any other.
 	if r = b.do(t, "PUT", "/v1/secrets/app.password", ct, `{"value":"second-value"}`); r.status != 204 {
 		t.Fatalf("PUT again = %d %s", r.status, r.body)
 	}
-	if got, _ := secrets.Resolve(t.Context(), "app.password"); got != "second-value" {
+	if got, _ := stored.Resolve(t.Context(), "app.password"); got != "second-value" {
 		t.Fatalf("after replace: %q", got)
 	}
 	// curl -d sends a form content type; a JSON object body is accepted.
@@ -120,7 +120,7 @@ func TestPutSecret(t *testing.T) {
 			t.Fatalf("problem %s names no field %s", r.body, tt.field)
 		})
 	}
-	if _, err := secrets.Resolve(t.Context(), "a"); !errors.Is(err, harness.ErrSecretNotFound) {
+	if _, err := stored.Resolve(t.Context(), "a"); !errors.Is(err, secrets.ErrSecretNotFound) {
 		t.Errorf("a refused PUT stored something: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -40,7 +41,7 @@ type Options struct {
 	Webhooks *webhooks.Receiver
 	// Secrets stores the values PUT /v1/secrets/{name} receives; nil (no
 	// PATCHBAY_SECRET_KEY) answers that route with 501 SECRETS_READ_ONLY.
-	Secrets harness.SecretWriter
+	Secrets secrets.SecretWriter
 	// MaxBodyBytes bounds every request body. Default 1 MiB.
 	MaxBodyBytes int64
 	// Ready reports whether the server can take work (Redis reachable,

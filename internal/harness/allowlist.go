@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/redis/go-redis/v9"
 
@@ -94,7 +95,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 		}
 		for _, secret := range sortedKeys(g.Secrets) {
 			p := at + "/secrets/" + fault.Escape(secret)
-			if !ValidSecretName(secret) {
+			if !secrets.ValidSecretName(secret) {
 				bad(p, "%q is not a valid secret name (letters, digits, '.', '_', '-')", secret)
 			}
 			if op, field, ok := cutField(g.Secrets[secret]); !ok || op == "" || field == "" {
@@ -111,7 +112,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 			bad(at, "needs exactly one of url and command")
 		}
 		for j, sec := range g.Secrets {
-			if !ValidSecretName(sec) {
+			if !secrets.ValidSecretName(sec) {
 				bad(fmt.Sprintf("%s/secrets/%d", at, j), "%q is not a valid secret name", sec)
 			}
 		}

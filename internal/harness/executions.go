@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
@@ -175,11 +176,11 @@ type ExecutionsOptions struct {
 	// expires and the call is refused. Default 24h.
 	ApprovalTTL time.Duration
 	// Secrets resolves {"$secret": name} at gate 6; nil: no secrets.
-	Secrets SecretStore
+	Secrets secrets.SecretStore
 	// Redactor scrubs resolved secrets from everything stored or shown;
 	// nil: a private one. Share it with the log handler so logs are
 	// scrubbed too.
-	Redactor Redactor
+	Redactor secrets.Redactor
 	// Sealer seals the refs calls return and opens them at gate 3; nil:
 	// one over the same store.
 	Sealer *Sealer
@@ -215,13 +216,6 @@ type Attacher interface {
 	Attach(ctx context.Context, spec AttachSpec, secrets map[string]string) (connect.Conn, error)
 }
 
-// Redactor registers secret values and scrubs them from text and values.
-type Redactor interface {
-	Add(values ...string)
-	String(s string) string
-	Value(v any) any
-}
-
 // Executions stores executions in Redis and runs them on workers that claim
 // work items from a Redis stream shared by every replica.
 type Executions struct {
@@ -236,10 +230,10 @@ type Executions struct {
 	sweepEvery  time.Duration
 	repairEvery time.Duration
 	repairGrace time.Duration
-	secrets     SecretStore
+	secrets     secrets.SecretStore
 	sealer      *Sealer
 	attacher    Attacher
-	redactor    Redactor
+	redactor    secrets.Redactor
 	allowlists  *Allowlists
 	credentials connect.Credentials
 	// life is Run's context: work that outlives a run (renewing the
@@ -284,7 +278,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		o.ApprovalTTL = 24 * time.Hour
 	}
 	if o.Redactor == nil {
-		o.Redactor = NewSecretRedactor()
+		o.Redactor = secrets.NewSecretRedactor()
 	}
 	if o.Sealer == nil {
 		o.Sealer = NewSealer(st)

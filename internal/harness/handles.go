@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -440,7 +441,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	if err != nil {
 		// Wrapped, not flattened: a path whose lease was cut short because a
 		// sibling failed must still read as cancelled (see firstReal).
-		return nil, fmt.Errorf("lease from pool %s: %w", h.Pool, redactError(r.e.redactor, err))
+		return nil, fmt.Errorf("lease from pool %s: %w", h.Pool, secrets.RedactError(r.e.redactor, err))
 	}
 	rec := lease.Record()
 	rec.Pool, rec.Handle, rec.Holder = h.Pool, h.Name, holder
@@ -450,7 +451,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	conn, spoken, err := pc.speak(lease.Conn())
 	if err != nil {
 		_ = lease.Release(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("lease from pool %s: %w", h.Pool, redactError(r.e.redactor, err))
+		return nil, fmt.Errorf("lease from pool %s: %w", h.Pool, secrets.RedactError(r.e.redactor, err))
 	}
 	c := &Connection{name: h.Name, conn: &leasedConn{Conn: conn, lease: rec.ID}, manifest: conn.Manifest(),
 		state: connect.StateReady, since: time.Now(), policy: pc.Policy(), binding: pc.bindingOf(), spoken: spoken}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -85,7 +86,7 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 				toolCall("c5", "web_call", `{"op":"screen.current","args":{}}`)}},
 			{Text: "Signed in."},
 		}}
-		red := harness.NewSecretRedactor()
+		red := secrets.NewSecretRedactor()
 		red.Add(leaked)
 		obs := &lookCounter{}
 		execs := startWorkers(t, st, reg, 1, "agents", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: models, Redactor: red, Observer: obs})

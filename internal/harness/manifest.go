@@ -6,6 +6,7 @@ import (
 	"github.com/Masterminds/semver/v3"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -134,7 +135,7 @@ func (p *parser) attached(key string, v any, at string) {
 		for _, k := range sortedKeys(vals) {
 			s, ok := vals[k].(map[string]any)
 			name, isSecret := s["$secret"].(string)
-			if !ok || !isSecret || len(s) != 1 || !ValidSecretName(name) {
+			if !ok || !isSecret || len(s) != 1 || !secrets.ValidSecretName(name) {
 				p.fail(at+"/"+field+"/"+fault.Escape(k), fault.CodeValidationFailed, "may only be a {\"$secret\": name}")
 				continue
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -102,7 +103,7 @@ func TestModelLoopWaitsForApproval(t *testing.T) {
 			{ToolCalls: []harness.ModelToolCall{toolCall("c2", "svc_send", `{"to":"ops"}`)}, Usage: harness.ModelUsage{InputTokens: 20, OutputTokens: 6}},
 			{Text: "Sent it to ops, all done.", Usage: harness.ModelUsage{InputTokens: 30, OutputTokens: 7}},
 		}}
-		red := harness.NewSecretRedactor()
+		red := secrets.NewSecretRedactor()
 		red.Add(leaked)
 		execs := startWorkers(t, st, reg, 2, "agents", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: models, Redactor: red})
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -142,7 +143,7 @@ func TestVerifyReadRetriesUntilTheClaimsHold(t *testing.T) {
 		page := newPage()
 		page.titles = []string{"Loading", "Loading", "Dashboard " + leaked}
 		reg := startRegistry(t, map[string]connect.Provider{"web": pageServer(page)}, nil)
-		red := harness.NewSecretRedactor()
+		red := secrets.NewSecretRedactor()
 		red.Add(leaked)
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Redactor: red})
 

@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/redis/go-redis/v9"
 
@@ -513,8 +514,8 @@ func rewriteJSON(v any, path string, visit func(m map[string]any, path string) (
 }
 
 func rewriteJSONDepth(v any, path string, visit func(map[string]any, string) (any, bool, error), depth int) (any, error) {
-	if depth > maxRedactDepth {
-		return nil, fmt.Errorf("refs: value nested deeper than %d at %s", maxRedactDepth, refPathOrRoot(path))
+	if depth > secrets.MaxRedactDepth {
+		return nil, fmt.Errorf("refs: value nested deeper than %d at %s", secrets.MaxRedactDepth, refPathOrRoot(path))
 	}
 	switch x := v.(type) {
 	case nil, bool, string, float64, float32, int, int8, int16, int32, int64,

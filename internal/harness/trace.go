@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/telemetry"
 )
 
@@ -347,7 +348,7 @@ func (r *run) traceRound(ctx context.Context, spec *modelSpec) (context.Context,
 
 // endSpan ends span with err's outcome: a run parking or cut short is not
 // an error of the step.
-func endSpan(span trace.Span, err error, red Redactor) {
+func endSpan(span trace.Span, err error, red secrets.Redactor) {
 	switch {
 	case err == nil:
 	case errors.Is(err, errWaiting):

@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -31,7 +32,7 @@ func BenchmarkTracedExecution(b *testing.B) {
 		{"off", func(*testing.B) trace.Tracer { return nil }},
 		{"on", func(b *testing.B) trace.Tracer {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
-				sdktrace.WithBatcher(telemetry.Redacting(tracetest.NewNoopExporter(), harness.NewSecretRedactor())))
+				sdktrace.WithBatcher(telemetry.Redacting(tracetest.NewNoopExporter(), secrets.NewSecretRedactor())))
 			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 			return tp.Tracer(telemetry.ScopeName)
 		}},

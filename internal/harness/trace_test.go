@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -246,7 +247,7 @@ func TestSpansNeverCarryASecret(t *testing.T) {
 		reg := harness.NewRegistry(nil)
 		must(t, reg.Add("svc", mem))
 		must(t, reg.Start(context.Background()))
-		red := harness.NewSecretRedactor()
+		red := secrets.NewSecretRedactor()
 		rec := newRecorder(red)
 		secrets := &fakeSecrets{values: map[string]string{"svc.token": secret}}
 		execs := startWorkers(t, st, reg, 1, "leaky", `{"connections":{"svc":{"ops":["*"],"secrets":{"svc.token":"leak.auth"}}}}`,

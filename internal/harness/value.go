@@ -12,6 +12,7 @@ import (
 	"github.com/expr-lang/expr/types"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
 
@@ -155,7 +156,7 @@ func (p *parser) value(v any, path string) value {
 
 func (p *parser) secret(v any, path string) value {
 	name, ok := v.(string)
-	if !ok || !ValidSecretName(name) {
+	if !ok || !secrets.ValidSecretName(name) {
 		p.fail(path, fault.CodeValidationFailed, "must be a secret name (letters, digits, '.', '_', '-')")
 		return literal{nil}
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 )
 
@@ -30,7 +30,7 @@ var errKeyMismatch = seal.ErrKeyMismatch
 // id, as harness.ParseKeyring reads it (which also checks the value).
 // Errors never quote the value.
 func KeyFromSecretKey(v string) (id string, key []byte, err error) {
-	kr, err := harness.ParseKeyring(v)
+	kr, err := secrets.ParseKeyring(v)
 	if err != nil {
 		return "", nil, err
 	}

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
@@ -77,7 +77,7 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	redactor := harness.NewSecretRedactor()
+	redactor := secrets.NewSecretRedactor()
 	var err error
 	svc, err = oauth.New(oauth.Options{Store: storetest.New(t), Key: key, PublicURL: cb.URL, Redactor: redactor, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -142,7 +142,7 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 		t.Errorf("greet = %s", got)
 	}
 	h, ok, err := svc.Headers(t.Context(), "demo", "anyone")
-	if err != nil || !ok || redactor.String(h["Authorization"]) != "Bearer "+harness.RedactedText {
+	if err != nil || !ok || redactor.String(h["Authorization"]) != "Bearer "+secrets.RedactedText {
 		t.Errorf("Headers = %v %v %v (token registered for redaction?)", redactor.String(fmt.Sprint(h)), ok, err)
 	}
 	// The demo server has no revocation endpoint: Disconnect just forgets.

@@ -13,12 +13,12 @@ import (
 	"unicode"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"golang.org/x/oauth2"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
@@ -206,7 +206,7 @@ func New(o Options) (*Service, error) {
 		s.http = &http.Client{Timeout: defaultTimeout}
 	}
 	if s.redactor == nil {
-		s.redactor = harness.NewSecretRedactor()
+		s.redactor = secrets.NewSecretRedactor()
 	}
 	if s.log == nil {
 		s.log = slog.Default()

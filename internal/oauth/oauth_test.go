@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -37,7 +37,7 @@ type bundle struct {
 	st       *store.Store
 	key      []byte
 	svc      *oauth.Service
-	redactor *harness.SecretRedactor
+	redactor *secrets.SecretRedactor
 	conn     oauth.Connection
 }
 
@@ -56,9 +56,9 @@ func setup(t *testing.T, asConf func(*fakeAS), mcpConf func(*fakeMCP), connConf 
 
 // replica is another Service on the same store and key, as a second
 // server replica would have.
-func (b *bundle) replica(t *testing.T) (*oauth.Service, *harness.SecretRedactor) {
+func (b *bundle) replica(t *testing.T) (*oauth.Service, *secrets.SecretRedactor) {
 	t.Helper()
-	r := harness.NewSecretRedactor()
+	r := secrets.NewSecretRedactor()
 	svc, err := oauth.New(oauth.Options{
 		Store: b.st, Key: b.key, PublicURL: "http://127.0.0.1:9/", Redactor: r,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -218,7 +218,7 @@ func TestFullFlow(t *testing.T) {
 			if err != nil || acct.Principal != "alice" || acct.SignedInAt.IsZero() || acct.ExpiresAt.Before(time.Now()) {
 				t.Errorf("Account (shared connection) = %+v, %v", acct, err)
 			}
-			if got := b.redactor.String(tok); got != harness.RedactedText {
+			if got := b.redactor.String(tok); got != secrets.RedactedText {
 				t.Errorf("access token not registered for redaction: %q", got)
 			}
 			// A second sign-in reuses the registration.
@@ -386,7 +386,7 @@ func TestRefresh(t *testing.T) {
 	if _, ok := b.as.scopesOf(tok); !ok {
 		t.Error("Headers did not return the refreshed token")
 	}
-	if got := b.redactor.String(form.Get("refresh_token")); got != harness.RedactedText {
+	if got := b.redactor.String(form.Get("refresh_token")); got != secrets.RedactedText {
 		t.Error("refresh token not registered for redaction")
 	}
 }
@@ -458,7 +458,7 @@ func TestRefusedRefreshSaysWhy(t *testing.T) {
 		}
 		shown := b.redactor.String(err.Error())
 		refresh := b.as.lastTokenForm().Get("refresh_token")
-		if !strings.Contains(shown, "invalid_grant: Token has been expired or revoked: "+harness.RedactedText) || refresh == "" || strings.Contains(shown, refresh) {
+		if !strings.Contains(shown, "invalid_grant: Token has been expired or revoked: "+secrets.RedactedText) || refresh == "" || strings.Contains(shown, refresh) {
 			t.Errorf("%s: the error reads %q", contentType, shown)
 		}
 	}
@@ -721,7 +721,7 @@ func TestRejectedTokenRefreshedOnce(t *testing.T) {
 	if err != nil || fresh["Authorization"] == old["Authorization"] {
 		t.Fatalf("Refresh = %v, %v", fresh, err)
 	}
-	if tok, _ := strings.CutPrefix(fresh["Authorization"], "Bearer "); tok == "" || b.redactor.String(tok) != harness.RedactedText {
+	if tok, _ := strings.CutPrefix(fresh["Authorization"], "Bearer "); tok == "" || b.redactor.String(tok) != secrets.RedactedText {
 		t.Error("the refreshed token is not registered for redaction")
 	}
 	other, _ := b.replica(t)

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // fakeSecrets is a secret store whose values a test changes.
@@ -28,7 +28,7 @@ func (f *fakeSecrets) Resolve(_ context.Context, name string) (string, error) {
 	defer f.mu.Unlock()
 	v, ok := f.values[name]
 	if !ok {
-		return "", harness.ErrSecretNotFound
+		return "", secrets.ErrSecretNotFound
 	}
 	return v, nil
 }
@@ -67,13 +67,13 @@ func TestSecretHeadersResolvePerCall(t *testing.T) {
 		mu.Unlock()
 	}))
 	t.Cleanup(ts.Close)
-	secrets := &fakeSecrets{values: map[string]string{"api.token": "first-token-123"}}
+	fake := &fakeSecrets{values: map[string]string{"api.token": "first-token-123"}}
 	red := &fakeRedactor{}
 	spec := config.OpenAPI{URL: ts.URL + "/openapi.json", Headers: map[string]string{"Authorization": "Bearer ${secret:api.token}"}}
 	if s := Secrets(spec); len(s) != 0 {
 		t.Fatalf("Secrets = %q: a reference is no secret", s)
 	}
-	c, err := New("api", spec, &Options{Secrets: secrets, Redactor: red}).Connect(context.Background())
+	c, err := New("api", spec, &Options{Secrets: fake, Redactor: red}).Connect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,14 +84,14 @@ func TestSecretHeadersResolvePerCall(t *testing.T) {
 	if err := call(); err != nil {
 		t.Fatal(err)
 	}
-	secrets.set("api.token", "second-token-456")
+	fake.set("api.token", "second-token-456")
 	if err := call(); err != nil {
 		t.Fatal(err)
 	}
-	secrets.set("api.token", "")
-	delete(secrets.values, "api.token")
+	fake.set("api.token", "")
+	delete(fake.values, "api.token")
 	err = call()
-	if !errors.Is(err, harness.ErrSecretNotFound) || !strings.Contains(err.Error(), "api.token") {
+	if !errors.Is(err, secrets.ErrSecretNotFound) || !strings.Contains(err.Error(), "api.token") {
 		t.Fatalf("missing secret: err = %v", err)
 	}
 	mu.Lock()

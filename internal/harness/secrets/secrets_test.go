@@ -1,4 +1,4 @@
-package harness_test
+package secrets_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -37,7 +37,7 @@ func TestValidSecretName(t *testing.T) {
 		{"a:b", false},
 	}
 	for _, tt := range tests {
-		if got := harness.ValidSecretName(tt.name); got != tt.ok {
+		if got := secrets.ValidSecretName(tt.name); got != tt.ok {
 			t.Errorf("ValidSecretName(%q) = %v, want %v", tt.name, got, tt.ok)
 		}
 	}
@@ -50,7 +50,7 @@ func TestSecretEnvVar(t *testing.T) {
 		"linear-token": "PATCHBAY_SECRET_LINEAR_TOKEN",
 		"a_b.C-9":      "PATCHBAY_SECRET_A_B_C_9",
 	} {
-		if got := harness.SecretEnvVar(name); got != want {
+		if got := secrets.SecretEnvVar(name); got != want {
 			t.Errorf("SecretEnvVar(%q) = %q, want %q", name, got, want)
 		}
 	}
@@ -59,7 +59,7 @@ func TestSecretEnvVar(t *testing.T) {
 func TestEnvSecrets(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"PATCHBAY_SECRET_APP_PASSWORD": "hunter2-long"}
-	s := harness.NewEnvSecrets(func(k string) string { return env[k] })
+	s := secrets.NewEnvSecrets(func(k string) string { return env[k] })
 	tests := []struct {
 		name string
 		want string
@@ -67,8 +67,8 @@ func TestEnvSecrets(t *testing.T) {
 	}{
 		{"app.password", "hunter2-long", nil},
 		{"app_password", "hunter2-long", nil},
-		{"app.token", "", harness.ErrSecretNotFound},
-		{"../x", "", harness.ErrSecretName},
+		{"app.token", "", secrets.ErrSecretNotFound},
+		{"../x", "", secrets.ErrSecretName},
 	}
 	for _, tt := range tests {
 		got, err := s.Resolve(t.Context(), tt.name)
@@ -95,7 +95,7 @@ func TestFileSecrets(t *testing.T) {
 	write(filepath.Join(dir, "crlf"), "line one\r\n")
 	write(filepath.Join(dir, "inner.space"), " keep  spaces \n\n")
 	write(filepath.Join(dir, "empty"), "\n")
-	write(filepath.Join(dir, "big"), strings.Repeat("x", harness.MaxSecretSize+1))
+	write(filepath.Join(dir, "big"), strings.Repeat("x", secrets.MaxSecretSize+1))
 	write(filepath.Join(parent, "outside"), "must-not-be-read")
 	if err := os.Symlink(filepath.Join(parent, "outside"), filepath.Join(dir, "escape")); err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestFileSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err := harness.NewFileSecrets(dir)
+	s, err := secrets.NewFileSecrets(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,10 +122,10 @@ func TestFileSecrets(t *testing.T) {
 		{name: "crlf", want: "line one"},
 		{name: "inner.space", want: " keep  spaces "},
 		{name: "alias", want: "hunter2-long"},
-		{name: "missing", err: harness.ErrSecretNotFound},
-		{name: "empty", err: harness.ErrSecretNotFound},
-		{name: "..", err: harness.ErrSecretName},
-		{name: "../outside", err: harness.ErrSecretName},
+		{name: "missing", err: secrets.ErrSecretNotFound},
+		{name: "empty", err: secrets.ErrSecretNotFound},
+		{name: "..", err: secrets.ErrSecretName},
+		{name: "../outside", err: secrets.ErrSecretName},
 		{name: "escape", anyErr: true, noQuote: "must-not-be-read"},
 		{name: "sub", anyErr: true},
 		{name: "big", anyErr: true, noQuote: "xxxxxxxx"},
@@ -148,10 +148,10 @@ func TestFileSecrets(t *testing.T) {
 		})
 	}
 
-	if _, err := harness.NewFileSecrets(filepath.Join(parent, "nope")); err == nil {
+	if _, err := secrets.NewFileSecrets(filepath.Join(parent, "nope")); err == nil {
 		t.Error("NewFileSecrets(missing dir) succeeded")
 	}
-	if _, err := harness.NewFileSecrets(filepath.Join(parent, "outside")); err == nil {
+	if _, err := secrets.NewFileSecrets(filepath.Join(parent, "outside")); err == nil {
 		t.Error("NewFileSecrets(file) succeeded")
 	}
 }
@@ -169,7 +169,7 @@ func (f mapSecrets) Resolve(_ context.Context, name string) (string, error) {
 	if v, ok := f.values[name]; ok {
 		return v, nil
 	}
-	return "", harness.ErrSecretNotFound
+	return "", secrets.ErrSecretNotFound
 }
 
 func TestChainSecrets(t *testing.T) {
@@ -180,24 +180,24 @@ func TestChainSecrets(t *testing.T) {
 	broken := mapSecrets{err: outage}
 	tests := []struct {
 		name   string
-		stores []harness.SecretStore
+		stores []secrets.SecretStore
 		secret string
 		want   string
 		err    error
 	}{
-		{"first wins", []harness.SecretStore{first, second}, "a", "from-first", nil},
-		{"falls through", []harness.SecretStore{first, second}, "b", "from-second", nil},
-		{"nowhere", []harness.SecretStore{first, second}, "c", "", harness.ErrSecretNotFound},
-		{"error stops", []harness.SecretStore{first, broken, second}, "b", "", outage},
-		{"error after a hit is not reached", []harness.SecretStore{first, broken}, "a", "from-first", nil},
-		{"nil skipped", []harness.SecretStore{nil, second}, "b", "from-second", nil},
-		{"empty chain", nil, "a", "", harness.ErrSecretNotFound},
-		{"bad name", []harness.SecretStore{first}, "a/b", "", harness.ErrSecretName},
+		{"first wins", []secrets.SecretStore{first, second}, "a", "from-first", nil},
+		{"falls through", []secrets.SecretStore{first, second}, "b", "from-second", nil},
+		{"nowhere", []secrets.SecretStore{first, second}, "c", "", secrets.ErrSecretNotFound},
+		{"error stops", []secrets.SecretStore{first, broken, second}, "b", "", outage},
+		{"error after a hit is not reached", []secrets.SecretStore{first, broken}, "a", "from-first", nil},
+		{"nil skipped", []secrets.SecretStore{nil, second}, "b", "from-second", nil},
+		{"empty chain", nil, "a", "", secrets.ErrSecretNotFound},
+		{"bad name", []secrets.SecretStore{first}, "a/b", "", secrets.ErrSecretName},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := harness.ChainSecrets(tt.stores...).Resolve(t.Context(), tt.secret)
+			got, err := secrets.ChainSecrets(tt.stores...).Resolve(t.Context(), tt.secret)
 			if got != tt.want || !errors.Is(err, tt.err) {
 				t.Fatalf("Resolve = %q, %v; want %q, %v", got, err, tt.want, tt.err)
 			}
@@ -240,7 +240,7 @@ func TestParseKeyring(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			kr, err := harness.ParseKeyring(tt.value)
+			kr, err := secrets.ParseKeyring(tt.value)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("err = %v, want …%s…", err, tt.err)
@@ -266,25 +266,25 @@ func TestParseKeyringPassphraseKnownAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	st := storetest.NewEmbedded(t)
-	derived, err := harness.ParseKeyring("correct horse battery staple")
+	derived, err := secrets.ParseKeyring("correct horse battery staple")
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed, err := harness.ParseKeyring("k1:BQPzv/un7elBIK6gTWFZ4+TO/delsLZn43LafC2pV5M=")
+	listed, err := secrets.ParseKeyring("k1:BQPzv/un7elBIK6gTWFZ4+TO/delsLZn43LafC2pV5M=")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := harness.NewRedisSecrets(st, derived).Put(ctx, "app.token", "tok-123456"); err != nil {
+	if err := secrets.NewRedisSecrets(st, derived).Put(ctx, "app.token", "tok-123456"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := harness.NewRedisSecrets(st, listed).Resolve(ctx, "app.token"); err != nil || got != "tok-123456" {
+	if got, err := secrets.NewRedisSecrets(st, listed).Resolve(ctx, "app.token"); err != nil || got != "tok-123456" {
 		t.Fatalf("Resolve with the listed key = %q, %v", got, err)
 	}
 }
 
-func testKeyring(t testing.TB, keys ...harness.KeyringKey) harness.Keyring {
+func testKeyring(t testing.TB, keys ...secrets.KeyringKey) secrets.Keyring {
 	t.Helper()
-	kr, err := harness.NewKeyring(keys...)
+	kr, err := secrets.NewKeyring(keys...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,12 +296,12 @@ func TestRedisSecrets(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
 		ctx := t.Context()
-		old := harness.KeyringKey{ID: "k1", Key: randomSecretKey(t)}
-		fresh := harness.KeyringKey{ID: "k2", Key: randomSecretKey(t)}
-		v1 := harness.NewRedisSecrets(st, testKeyring(t, old))
+		old := secrets.KeyringKey{ID: "k1", Key: randomSecretKey(t)}
+		fresh := secrets.KeyringKey{ID: "k2", Key: randomSecretKey(t)}
+		v1 := secrets.NewRedisSecrets(st, testKeyring(t, old))
 		const value = "s3cr3t-value/with+stuff"
 
-		if _, err := v1.Resolve(ctx, "app.password"); !errors.Is(err, harness.ErrSecretNotFound) {
+		if _, err := v1.Resolve(ctx, "app.password"); !errors.Is(err, secrets.ErrSecretNotFound) {
 			t.Fatalf("Resolve before Put: %v", err)
 		}
 		if err := v1.Put(ctx, "app.password", value); err != nil {
@@ -339,13 +339,13 @@ func TestRedisSecrets(t *testing.T) {
 		}
 
 		// A different key under the same id fails, without quoting anything.
-		impostor := harness.NewRedisSecrets(st, testKeyring(t, harness.KeyringKey{ID: "k1", Key: randomSecretKey(t)}))
+		impostor := secrets.NewRedisSecrets(st, testKeyring(t, secrets.KeyringKey{ID: "k1", Key: randomSecretKey(t)}))
 		if got, err := impostor.Resolve(ctx, "app.password"); err == nil || got != "" {
 			t.Fatalf("Resolve under a wrong key = %q, %v", got, err)
 		}
 
 		// Rotation: k2 in front; old values still open, new ones use k2.
-		v2 := harness.NewRedisSecrets(st, testKeyring(t, fresh, old))
+		v2 := secrets.NewRedisSecrets(st, testKeyring(t, fresh, old))
 		if got, err := v2.Resolve(ctx, "app.password"); err != nil || got != value {
 			t.Fatalf("Resolve after rotation = %q, %v", got, err)
 		}
@@ -355,8 +355,8 @@ func TestRedisSecrets(t *testing.T) {
 		if s, _ := st.Client.HGet(ctx, st.Key("secrets"), "app.token").Result(); !strings.HasPrefix(s, "v1:k2:") {
 			t.Fatalf("new value stored as %q", s)
 		}
-		onlyNew := harness.NewRedisSecrets(st, testKeyring(t, fresh))
-		if _, err := onlyNew.Resolve(ctx, "app.password"); !errors.Is(err, harness.ErrSecretKeyUnknown) {
+		onlyNew := secrets.NewRedisSecrets(st, testKeyring(t, fresh))
+		if _, err := onlyNew.Resolve(ctx, "app.password"); !errors.Is(err, secrets.ErrSecretKeyUnknown) {
 			t.Fatalf("Resolve without the old key: %v", err)
 		}
 		n, err := v2.Rekey(ctx)
@@ -373,13 +373,13 @@ func TestRedisSecrets(t *testing.T) {
 		}
 
 		// Bad input.
-		if err := v2.Put(ctx, "bad/name", "x-value"); !errors.Is(err, harness.ErrSecretName) {
+		if err := v2.Put(ctx, "bad/name", "x-value"); !errors.Is(err, secrets.ErrSecretName) {
 			t.Fatalf("Put(bad name) = %v", err)
 		}
 		if err := v2.Put(ctx, "empty", ""); err == nil {
 			t.Fatal("Put(empty value) succeeded")
 		}
-		if err := harness.NewRedisSecrets(st, harness.Keyring{}).Put(ctx, "x", "value"); err == nil {
+		if err := secrets.NewRedisSecrets(st, secrets.Keyring{}).Put(ctx, "x", "value"); err == nil {
 			t.Fatal("Put without a key succeeded")
 		}
 	})
@@ -389,7 +389,7 @@ func TestRedisSecretsConcurrentPut(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
-		s := harness.NewRedisSecrets(st, testKeyring(t, harness.KeyringKey{ID: "k1", Key: randomSecretKey(t)}))
+		s := secrets.NewRedisSecrets(st, testKeyring(t, secrets.KeyringKey{ID: "k1", Key: randomSecretKey(t)}))
 		var wg sync.WaitGroup
 		for i := range 8 {
 			wg.Go(func() {

@@ -1,4 +1,10 @@
-package harness
+// Package secrets owns secret values: where they come from (the
+// environment, files, Redis sealed under a Keyring; ChainSecrets tries them
+// in order), the rules for their names and sizes, and the Redactor that
+// scrubs every value patchbay has resolved from what it stores, shows and
+// logs. Gate 6 resolves through a SecretStore at the last moment; the
+// providers and the OAuth sign-ins use the same stores and redactor.
+package secrets
 
 import (
 	"bytes"

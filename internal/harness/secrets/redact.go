@@ -1,4 +1,4 @@
-package harness
+package secrets
 
 import (
 	"bytes"
@@ -189,10 +189,10 @@ func (r *SecretRedactor) Bytes(b []byte) []byte {
 
 // Error returns an error whose message is err's, redacted; errors.Is and
 // errors.As still see err. Nil stays nil.
-func (r *SecretRedactor) Error(err error) error { return redactError(r, err) }
+func (r *SecretRedactor) Error(err error) error { return RedactError(r, err) }
 
 // redactError is SecretRedactor.Error for any Redactor.
-func redactError(r Redactor, err error) error {
+func RedactError(r Redactor, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -228,10 +228,10 @@ func (r *SecretRedactor) Value(v any) any {
 
 // maxRedactDepth bounds recursion; deeper values are replaced whole rather
 // than risk a stack overflow on a hostile, deeply nested result.
-const maxRedactDepth = 512
+const MaxRedactDepth = 512
 
 func redactValue(rep *strings.Replacer, v any, depth int) any {
-	if depth > maxRedactDepth {
+	if depth > MaxRedactDepth {
 		return RedactedText
 	}
 	str := func(s string) string {
@@ -404,4 +404,11 @@ func redactAttr(st *redactState, a slog.Attr) slog.Attr {
 		a.Value = v
 	}
 	return a
+}
+
+// Redactor registers secret values and scrubs them from text and values.
+type Redactor interface {
+	Add(values ...string)
+	String(s string) string
+	Value(v any) any
 }

@@ -1,4 +1,4 @@
-package harness_test
+package secrets_test
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"testing"
 	"testing/quick"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 )
 
 // leakForms are the forms a secret must never survive in, computed here
@@ -48,7 +48,7 @@ func jsonForms(secret string) []string {
 // redaction by overlapping the marker itself ("dact", "d>xy"), which the
 // secrets of these tests never do (they hold no '<', '>' or NUL).
 func unmark(out string) string {
-	return strings.NewReplacer(harness.RedactedText, "\x00", `\u003credacted\u003e`, "\x00").Replace(out)
+	return strings.NewReplacer(secrets.RedactedText, "\x00", `\u003credacted\u003e`, "\x00").Replace(out)
 }
 
 // survivor returns the first of forms found in out, or "".
@@ -65,7 +65,7 @@ func survivor(out string, forms []string) string {
 func TestRedactorForms(t *testing.T) {
 	t.Parallel()
 	const secret = "p@ss w/rd+=?&é"
-	r := harness.NewSecretRedactor()
+	r := secrets.NewSecretRedactor()
 	r.Add(secret)
 	for i, form := range jsonForms(secret) {
 		in := "before " + form + " after"
@@ -76,7 +76,7 @@ func TestRedactorForms(t *testing.T) {
 	// Inside a longer base64 text, at each byte offset: a Basic header.
 	for _, user := range []string{"", "u", "us", "user:"} {
 		enc := base64.StdEncoding.EncodeToString([]byte(user + secret + "\x01tail"))
-		if got := r.String("Basic " + enc); !strings.Contains(got, harness.RedactedText) {
+		if got := r.String("Basic " + enc); !strings.Contains(got, secrets.RedactedText) {
 			t.Errorf("base64 of %q+secret not redacted: %q", user, got)
 		}
 	}
@@ -84,7 +84,7 @@ func TestRedactorForms(t *testing.T) {
 
 func TestRedactorIgnoresShortValues(t *testing.T) {
 	t.Parallel()
-	r := harness.NewSecretRedactor()
+	r := secrets.NewSecretRedactor()
 	r.Add("", "a", "abc")
 	if got := r.String("abc a abcd"); got != "abc a abcd" {
 		t.Errorf("String = %q", got)
@@ -97,7 +97,7 @@ func TestRedactorIgnoresShortValues(t *testing.T) {
 
 func TestRedactorLongestFirst(t *testing.T) {
 	t.Parallel()
-	r := harness.NewSecretRedactor()
+	r := secrets.NewSecretRedactor()
 	r.Add("abcd", "abcdefgh", "fghij")
 	tests := map[string]string{
 		"xabcdefghx":  "x<redacted>x",
@@ -114,7 +114,7 @@ func TestRedactorLongestFirst(t *testing.T) {
 
 func TestRedactorZeroAndNil(t *testing.T) {
 	t.Parallel()
-	var zero harness.SecretRedactor
+	var zero secrets.SecretRedactor
 	if zero.String("hunter22") != "hunter22" || string(zero.Bytes([]byte("x"))) != "x" {
 		t.Error("zero SecretRedactor changed text")
 	}
@@ -122,7 +122,7 @@ func TestRedactorZeroAndNil(t *testing.T) {
 	if zero.String("hunter22") != "<redacted>" {
 		t.Error("zero SecretRedactor is not usable")
 	}
-	var nilR *harness.SecretRedactor
+	var nilR *secrets.SecretRedactor
 	if nilR.String("a") != "a" || nilR.Error(nil) != nil {
 		t.Error("nil SecretRedactor")
 	}
@@ -135,7 +135,7 @@ type tokenHolder struct {
 
 func TestRedactorValue(t *testing.T) {
 	t.Parallel()
-	r := harness.NewSecretRedactor()
+	r := secrets.NewSecretRedactor()
 	const s = "tok-secret-1"
 	r.Add(s)
 	in := map[string]any{
@@ -184,7 +184,7 @@ func TestRedactorValue(t *testing.T) {
 		t.Errorf("colliding keys = %v", collide)
 	}
 	// Nothing registered: still a deep copy.
-	empty := harness.NewSecretRedactor()
+	empty := secrets.NewSecretRedactor()
 	m := map[string]any{"a": []any{"b"}}
 	c := empty.Value(m).(map[string]any)
 	c["a"].([]any)[0] = "x"
@@ -195,7 +195,7 @@ func TestRedactorValue(t *testing.T) {
 
 func TestRedactorError(t *testing.T) {
 	t.Parallel()
-	r := harness.NewSecretRedactor()
+	r := secrets.NewSecretRedactor()
 	r.Add("hunter22")
 	base := errors.New("login failed")
 	err := r.Error(fmt.Errorf("password hunter22: %w", base))
@@ -220,7 +220,7 @@ func TestRedactorHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := harness.NewSecretRedactor()
+			r := secrets.NewSecretRedactor()
 			var buf bytes.Buffer
 			logger := slog.New(r.Handler(tt.new(&buf)))
 			// Made before the secret is known; must not leak it later.
@@ -254,7 +254,7 @@ func TestRedactorHandler(t *testing.T) {
 
 func TestRedactorConcurrent(t *testing.T) {
 	t.Parallel()
-	r := harness.NewSecretRedactor()
+	r := secrets.NewSecretRedactor()
 	var buf lockedBuffer
 	logger := slog.New(r.Handler(slog.NewJSONHandler(&buf, nil))).With("k", "v")
 	var wg sync.WaitGroup
@@ -338,7 +338,7 @@ func (redactCase) Generate(r *rand.Rand, _ int) reflect.Value {
 func TestRedactProperty(t *testing.T) {
 	t.Parallel()
 	check := func(c redactCase) bool {
-		r := harness.NewSecretRedactor()
+		r := secrets.NewSecretRedactor()
 		r.Add(c.Others...)
 		r.Add(c.Secret)
 		forms := jsonForms(c.Secret)
@@ -369,7 +369,7 @@ func TestRedactProperty(t *testing.T) {
 		}
 		if len(c.Secret) >= 7 {
 			enc := base64.StdEncoding.EncodeToString([]byte(c.Before + c.Secret + c.After))
-			if out := r.String(enc); !strings.Contains(out, harness.RedactedText) {
+			if out := r.String(enc); !strings.Contains(out, secrets.RedactedText) {
 				t.Errorf("secret %q inside base64 %q not redacted", c.Secret, enc)
 				ok = false
 			}
@@ -408,9 +408,9 @@ func FuzzRedactorString(f *testing.F) {
 		f.Add(seed[0], seed[1], seed[2])
 	}
 	f.Fuzz(func(t *testing.T, secret, before, after string) {
-		r := harness.NewSecretRedactor()
+		r := secrets.NewSecretRedactor()
 		r.Add(secret)
-		checkable := len(secret) >= harness.MinRedactLen && !strings.ContainsAny(secret, "<>\x00")
+		checkable := len(secret) >= secrets.MinRedactLen && !strings.ContainsAny(secret, "<>\x00")
 		for _, form := range leakForms(secret) {
 			out := r.String(before + form + after)
 			if !checkable {
