@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/redis/go-redis/v9"
@@ -183,7 +184,7 @@ type ExecutionsOptions struct {
 	Redactor secrets.Redactor
 	// Sealer seals the refs calls return and opens them at gate 3; nil:
 	// one over the same store.
-	Sealer *Sealer
+	Sealer *refs.Sealer
 	// Attacher connects the MCP servers documents bring themselves; nil:
 	// such documents fail at their first call.
 	Attacher Attacher
@@ -231,7 +232,7 @@ type Executions struct {
 	repairEvery time.Duration
 	repairGrace time.Duration
 	secrets     secrets.SecretStore
-	sealer      *Sealer
+	sealer      *refs.Sealer
 	attacher    Attacher
 	redactor    secrets.Redactor
 	allowlists  *Allowlists
@@ -281,7 +282,7 @@ func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Exe
 		o.Redactor = secrets.NewSecretRedactor()
 	}
 	if o.Sealer == nil {
-		o.Sealer = NewSealer(st)
+		o.Sealer = refs.NewSealer(st)
 	}
 	e := &Executions{
 		store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,

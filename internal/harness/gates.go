@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -183,7 +184,7 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, gua
 	if !ok {
 		return 0, nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s has no operation %q", conn.Name(), op))
 	}
-	rc := RefContext{Thread: thread, Identity: conn.Identity(), Lease: leaseOf(conn)}
+	rc := refs.RefContext{Thread: thread, Identity: conn.Identity(), Lease: leaseOf(conn)}
 	opened, refErr := e.openRefs(ctx, args, "", rc, conn.Name())
 	if refErr == nil {
 		sch, err := e.schemas.get(ctx, conn.Name(), conn.Identity().Instance, operation)
@@ -224,19 +225,19 @@ func (e *Executions) gates(ctx context.Context, conn *Connection, op string, gua
 // refusing refs that are forged, from another thread, stale, or issued by
 // a connection other than the one called. Secret placeholders are kept for
 // gate 6.
-func (e *Executions) openRefs(ctx context.Context, v any, path string, rc RefContext, conn string) (any, error) {
+func (e *Executions) openRefs(ctx context.Context, v any, path string, rc refs.RefContext, conn string) (any, error) {
 	switch x := v.(type) {
 	case map[string]any:
-		if token, ok := x["$ref"].(string); ok && (IsSealedRef(token) || refOnlyKeys(x, "$ref", "kind")) {
-			if !IsSealedRef(token) {
-				return nil, &RefError{Err: ErrRefForged, Path: refPathOrRoot(path)}
+		if token, ok := x["$ref"].(string); ok && (refs.IsSealedRef(token) || refs.RefOnlyKeys(x, "$ref", "kind")) {
+			if !refs.IsSealedRef(token) {
+				return nil, &refs.RefError{Err: refs.ErrRefForged, Path: refs.RefPathOrRoot(path)}
 			}
 			ref, err := e.sealer.Open(ctx, token, rc)
 			if err != nil {
-				return nil, fmt.Errorf("ref at %s: %w", refPathOrRoot(path), err)
+				return nil, fmt.Errorf("ref at %s: %w", refs.RefPathOrRoot(path), err)
 			}
 			if ref.Connection != conn {
-				return nil, fmt.Errorf("ref at %s was issued by %s, not %s: %w", refPathOrRoot(path), ref.Connection, conn, ErrRefRoute)
+				return nil, fmt.Errorf("ref at %s was issued by %s, not %s: %w", refs.RefPathOrRoot(path), ref.Connection, conn, refs.ErrRefRoute)
 			}
 			return ref.Raw, nil
 		}
@@ -266,11 +267,11 @@ func (e *Executions) openRefs(ctx context.Context, v any, path string, rc RefCon
 // present prepares a call's result to be stored and shown: refs sealed to
 // this thread and connection, sensitive blobs withheld, secrets redacted.
 func (e *Executions) present(ctx context.Context, out any, conn *Connection, thread string) (any, error) {
-	sealed, err := e.sealer.SealRefs(ctx, out, RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity(), Lease: leaseOf(conn)})
+	sealed, err := e.sealer.SealRefs(ctx, out, refs.RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity(), Lease: leaseOf(conn)})
 	if err != nil {
 		return nil, err
 	}
-	return e.redact(WithholdSensitive(sealed)), nil
+	return e.redact(refs.WithholdSensitive(sealed)), nil
 }
 
 // jsonValue turns evaluated arguments into what the schema validator reads:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -191,7 +192,7 @@ func TestSealedRefs(t *testing.T) {
 	}
 	sealed := ex.Steps[0].Output.(map[string]any)["button"].(map[string]any)
 	token, _ := sealed["$ref"].(string)
-	if !harness.IsSealedRef(token) || strings.Contains(token, "el-a") {
+	if !refs.IsSealedRef(token) || strings.Contains(token, "el-a") {
 		t.Fatalf("ref not sealed: %v", sealed)
 	}
 	if got := ex.Output.(map[string]any)["target"]; got != "el-a" {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -327,7 +328,7 @@ func withholdFields(v any, ptrs []string) any {
 	for _, p := range ptrs {
 		field := strings.NewReplacer("~1", "/", "~0", "~").Replace(strings.TrimPrefix(p, "/"))
 		if _, ok := out[field]; ok {
-			out[field] = sensitiveBlob
+			out[field] = refs.SensitiveBlob
 		}
 	}
 	return out

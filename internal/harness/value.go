@@ -12,6 +12,7 @@ import (
 	"github.com/expr-lang/expr/types"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
@@ -183,7 +184,7 @@ func (p *parser) expression(v any, path string) value {
 		p.fail(path, fault.CodeExpressionInvalid, "is longer than %d characters", maxExprLen)
 		return literal{nil}
 	}
-	prog, err := sandbox.Compile(src, scopeTypes, expr.Function("$refId", refID))
+	prog, err := sandbox.Compile(src, scopeTypes, expr.Function("$refId", refs.RefID))
 	if limit := (*sandbox.LimitError)(nil); errors.As(err, &limit) {
 		p.fail(path, fault.CodeExpressionInvalid, "%v", err)
 		return literal{nil}

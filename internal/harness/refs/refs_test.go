@@ -1,4 +1,4 @@
-package harness_test
+package refs_test
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
-var baseRC = harness.RefContext{
+var baseRC = refs.RefContext{
 	Thread:     "th_1",
 	Connection: "app",
 	Identity:   connect.Identity{Surface: "web", Instance: "browser-1", Epoch: 1},
@@ -51,7 +51,7 @@ func reforge(t *testing.T, token string, edit func(map[string]any)) string {
 	return "pbr1." + base64.RawURLEncoding.EncodeToString(data) + "." + mac
 }
 
-func sealRef(t *testing.T, s *harness.Sealer, raw, kind string, volatile bool, rc harness.RefContext) string {
+func sealRef(t *testing.T, s *refs.Sealer, raw, kind string, volatile bool, rc refs.RefContext) string {
 	t.Helper()
 	tok, err := s.Seal(t.Context(), raw, kind, volatile, rc)
 	if err != nil {
@@ -64,7 +64,7 @@ func TestSealOpen(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
-		s := harness.NewSealer(st)
+		s := refs.NewSealer(st)
 		leased := baseRC
 		leased.Lease = "lease-1"
 		element := sealRef(t, s, "e12", "element", true, baseRC)
@@ -72,14 +72,14 @@ func TestSealOpen(t *testing.T) {
 		onLease := sealRef(t, s, "e7", "element", true, leased)
 
 		// A token from another deployment (its own keys, same key id).
-		other := harness.NewSealer(storetest.NewEmbedded(t))
+		other := refs.NewSealer(storetest.NewEmbedded(t))
 		foreign := sealRef(t, other, "e12", "element", true, baseRC)
 		if _, err := other.Rotate(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		foreignK2 := sealRef(t, other, "e12", "element", true, baseRC)
 
-		with := func(edit func(*harness.RefContext)) harness.RefContext {
+		with := func(edit func(*refs.RefContext)) refs.RefContext {
 			rc := baseRC
 			edit(&rc)
 			return rc
@@ -87,44 +87,44 @@ func TestSealOpen(t *testing.T) {
 		tests := []struct {
 			name  string
 			token string
-			rc    harness.RefContext
+			rc    refs.RefContext
 			raw   string
 			err   error
 		}{
 			{name: "same context", token: element, rc: baseRC, raw: "e12"},
-			{name: "epoch change keeps volatile refs", token: element, rc: with(func(rc *harness.RefContext) { rc.Identity.Epoch = 9 }), raw: "e12"},
-			{name: "routing left to caller", token: element, rc: with(func(rc *harness.RefContext) { rc.Connection = "" }), raw: "e12"},
-			{name: "instance replaced, volatile", token: element, rc: with(func(rc *harness.RefContext) { rc.Identity.Instance = "browser-2" }), err: harness.ErrRefStale},
-			{name: "surface changed, volatile", token: element, rc: with(func(rc *harness.RefContext) { rc.Identity.Surface = "ios" }), err: harness.ErrRefStale},
-			{name: "instance replaced, not volatile", token: thread, rc: with(func(rc *harness.RefContext) { rc.Identity.Instance = "browser-2" }), raw: "C0123"},
-			{name: "other thread", token: element, rc: with(func(rc *harness.RefContext) { rc.Thread = "th_2" }), err: harness.ErrRefThread},
-			{name: "other thread, not volatile", token: thread, rc: with(func(rc *harness.RefContext) { rc.Thread = "" }), err: harness.ErrRefThread},
-			{name: "other connection", token: thread, rc: with(func(rc *harness.RefContext) { rc.Connection = "chat" }), err: harness.ErrRefRoute},
+			{name: "epoch change keeps volatile refs", token: element, rc: with(func(rc *refs.RefContext) { rc.Identity.Epoch = 9 }), raw: "e12"},
+			{name: "routing left to caller", token: element, rc: with(func(rc *refs.RefContext) { rc.Connection = "" }), raw: "e12"},
+			{name: "instance replaced, volatile", token: element, rc: with(func(rc *refs.RefContext) { rc.Identity.Instance = "browser-2" }), err: refs.ErrRefStale},
+			{name: "surface changed, volatile", token: element, rc: with(func(rc *refs.RefContext) { rc.Identity.Surface = "ios" }), err: refs.ErrRefStale},
+			{name: "instance replaced, not volatile", token: thread, rc: with(func(rc *refs.RefContext) { rc.Identity.Instance = "browser-2" }), raw: "C0123"},
+			{name: "other thread", token: element, rc: with(func(rc *refs.RefContext) { rc.Thread = "th_2" }), err: refs.ErrRefThread},
+			{name: "other thread, not volatile", token: thread, rc: with(func(rc *refs.RefContext) { rc.Thread = "" }), err: refs.ErrRefThread},
+			{name: "other connection", token: thread, rc: with(func(rc *refs.RefContext) { rc.Connection = "chat" }), err: refs.ErrRefRoute},
 			{name: "same lease", token: onLease, rc: leased, raw: "e7"},
-			{name: "other lease", token: onLease, rc: with(func(rc *harness.RefContext) { rc.Lease = "lease-2" }), err: harness.ErrRefLease},
-			{name: "leased ref without lease", token: onLease, rc: baseRC, err: harness.ErrRefLease},
-			{name: "unleased ref on a lease", token: element, rc: leased, err: harness.ErrRefLease},
-			{name: "raw id changed", token: reforge(t, element, func(m map[string]any) { m["r"] = "e13" }), rc: baseRC, err: harness.ErrRefForged},
-			{name: "connection changed", token: reforge(t, thread, func(m map[string]any) { m["c"] = "chat" }), rc: with(func(rc *harness.RefContext) { rc.Connection = "chat" }), err: harness.ErrRefForged},
-			{name: "volatile flag dropped", token: reforge(t, element, func(m map[string]any) { delete(m, "v"); delete(m, "i") }), rc: baseRC, err: harness.ErrRefForged},
-			{name: "thread digest swapped", token: reforge(t, element, func(m map[string]any) { m["t"] = tokenPayload(t, thread)["t"].(string) + "x" }), rc: baseRC, err: harness.ErrRefForged},
-			{name: "mac changed", token: element[:len(element)-2] + "AA", rc: baseRC, err: harness.ErrRefForged},
-			{name: "mac missing", token: element[:strings.LastIndex(element, ".")], rc: baseRC, err: harness.ErrRefForged},
-			{name: "no prefix", token: strings.TrimPrefix(element, "pbr1."), rc: baseRC, err: harness.ErrRefForged},
-			{name: "raw id as token", token: "e12", rc: baseRC, err: harness.ErrRefForged},
-			{name: "empty", token: "", rc: baseRC, err: harness.ErrRefForged},
-			{name: "garbage", token: "pbr1.!!!.???", rc: baseRC, err: harness.ErrRefForged},
-			{name: "payload not an object", token: "pbr1." + base64.RawURLEncoding.EncodeToString([]byte(`[1]`)) + ".AAAA", rc: baseRC, err: harness.ErrRefForged},
-			{name: "huge", token: "pbr1." + strings.Repeat("A", 1<<16) + ".AAAA", rc: baseRC, err: harness.ErrRefForged},
-			{name: "other deployment, same key id", token: foreign, rc: baseRC, err: harness.ErrRefForged},
-			{name: "unknown key id", token: foreignK2, rc: baseRC, err: harness.ErrRefKeyUnknown},
+			{name: "other lease", token: onLease, rc: with(func(rc *refs.RefContext) { rc.Lease = "lease-2" }), err: refs.ErrRefLease},
+			{name: "leased ref without lease", token: onLease, rc: baseRC, err: refs.ErrRefLease},
+			{name: "unleased ref on a lease", token: element, rc: leased, err: refs.ErrRefLease},
+			{name: "raw id changed", token: reforge(t, element, func(m map[string]any) { m["r"] = "e13" }), rc: baseRC, err: refs.ErrRefForged},
+			{name: "connection changed", token: reforge(t, thread, func(m map[string]any) { m["c"] = "chat" }), rc: with(func(rc *refs.RefContext) { rc.Connection = "chat" }), err: refs.ErrRefForged},
+			{name: "volatile flag dropped", token: reforge(t, element, func(m map[string]any) { delete(m, "v"); delete(m, "i") }), rc: baseRC, err: refs.ErrRefForged},
+			{name: "thread digest swapped", token: reforge(t, element, func(m map[string]any) { m["t"] = tokenPayload(t, thread)["t"].(string) + "x" }), rc: baseRC, err: refs.ErrRefForged},
+			{name: "mac changed", token: element[:len(element)-2] + "AA", rc: baseRC, err: refs.ErrRefForged},
+			{name: "mac missing", token: element[:strings.LastIndex(element, ".")], rc: baseRC, err: refs.ErrRefForged},
+			{name: "no prefix", token: strings.TrimPrefix(element, "pbr1."), rc: baseRC, err: refs.ErrRefForged},
+			{name: "raw id as token", token: "e12", rc: baseRC, err: refs.ErrRefForged},
+			{name: "empty", token: "", rc: baseRC, err: refs.ErrRefForged},
+			{name: "garbage", token: "pbr1.!!!.???", rc: baseRC, err: refs.ErrRefForged},
+			{name: "payload not an object", token: "pbr1." + base64.RawURLEncoding.EncodeToString([]byte(`[1]`)) + ".AAAA", rc: baseRC, err: refs.ErrRefForged},
+			{name: "huge", token: "pbr1." + strings.Repeat("A", 1<<16) + ".AAAA", rc: baseRC, err: refs.ErrRefForged},
+			{name: "other deployment, same key id", token: foreign, rc: baseRC, err: refs.ErrRefForged},
+			{name: "unknown key id", token: foreignK2, rc: baseRC, err: refs.ErrRefKeyUnknown},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 				ref, err := s.Open(t.Context(), tt.token, tt.rc)
 				if tt.err != nil {
-					var re *harness.RefError
+					var re *refs.RefError
 					if !errors.Is(err, tt.err) || !errors.As(err, &re) {
 						t.Fatalf("Open = %+v, %v; want %v", ref, err, tt.err)
 					}
@@ -140,8 +140,8 @@ func TestSealOpen(t *testing.T) {
 		if err != nil || !ref.Volatile || ref.Kind != "element" {
 			t.Errorf("Open = %+v, %v", ref, err)
 		}
-		var re *harness.RefError
-		if _, err := s.Open(t.Context(), thread, with(func(rc *harness.RefContext) { rc.Connection = "chat" })); !errors.As(err, &re) || re.Connection != "app" || !strings.Contains(err.Error(), "(app)") {
+		var re *refs.RefError
+		if _, err := s.Open(t.Context(), thread, with(func(rc *refs.RefContext) { rc.Connection = "chat" })); !errors.As(err, &re) || re.Connection != "app" || !strings.Contains(err.Error(), "(app)") {
 			t.Errorf("routing refusal = %v", err)
 		}
 
@@ -159,14 +159,14 @@ func TestSealOpen(t *testing.T) {
 
 func TestSealBadInput(t *testing.T) {
 	t.Parallel()
-	s := harness.NewSealer(storetest.NewEmbedded(t))
+	s := refs.NewSealer(storetest.NewEmbedded(t))
 	noConn := baseRC
 	noConn.Connection = ""
 	for name, call := range map[string]func() (string, error){
 		"empty ref":     func() (string, error) { return s.Seal(t.Context(), "", "element", false, baseRC) },
 		"no connection": func() (string, error) { return s.Seal(t.Context(), "e1", "element", false, noConn) },
 		"too long": func() (string, error) {
-			return s.Seal(t.Context(), strings.Repeat("e", harness.MaxRawRefLen+1), "x", false, baseRC)
+			return s.Seal(t.Context(), strings.Repeat("e", refs.MaxRawRefLen+1), "x", false, baseRC)
 		},
 	} {
 		if tok, err := call(); err == nil {
@@ -174,7 +174,7 @@ func TestSealBadInput(t *testing.T) {
 		}
 	}
 	// The longest raw id still opens.
-	long := strings.Repeat("é", harness.MaxRawRefLen/2)
+	long := strings.Repeat("é", refs.MaxRawRefLen/2)
 	tok := sealRef(t, s, long, "url", false, baseRC)
 	if ref, err := s.Open(t.Context(), tok, baseRC); err != nil || ref.Raw != long {
 		t.Errorf("Open(long) = %v", err)
@@ -188,10 +188,10 @@ func TestSealerReplicasAgree(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
 		const n = 8
-		sealers := make([]*harness.Sealer, n)
+		sealers := make([]*refs.Sealer, n)
 		tokens := make([]string, n)
 		for i := range sealers {
-			sealers[i] = harness.NewSealer(st)
+			sealers[i] = refs.NewSealer(st)
 		}
 		var wg sync.WaitGroup
 		for i, s := range sealers {
@@ -224,7 +224,7 @@ func TestSealerKeysSurviveRestart(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
-		tok := sealRef(t, harness.NewSealer(st), "e1", "element", true, baseRC)
+		tok := sealRef(t, refs.NewSealer(st), "e1", "element", true, baseRC)
 
 		again := st
 		if !st.Embedded() {
@@ -235,7 +235,7 @@ func TestSealerKeysSurviveRestart(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = again.Close() })
 		}
-		if ref, err := harness.NewSealer(again).Open(t.Context(), tok, baseRC); err != nil || ref.Raw != "e1" {
+		if ref, err := refs.NewSealer(again).Open(t.Context(), tok, baseRC); err != nil || ref.Raw != "e1" {
 			t.Fatalf("after restart: %+v, %v", ref, err)
 		}
 	})
@@ -246,7 +246,7 @@ func TestSealerRotate(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
 		ctx := t.Context()
-		a, b := harness.NewSealer(st), harness.NewSealer(st)
+		a, b := refs.NewSealer(st), refs.NewSealer(st)
 		old := sealRef(t, a, "e1", "element", false, baseRC)
 		if _, err := b.Open(ctx, old, baseRC); err != nil { // b has loaded k1
 			t.Fatal(err)
@@ -267,10 +267,10 @@ func TestSealerRotate(t *testing.T) {
 		}
 		// Replicas rotating at once lose no key: each ends on a key that
 		// is (or was) current, and the last one is current everywhere.
-		c, d := harness.NewSealer(st), harness.NewSealer(st)
+		c, d := refs.NewSealer(st), refs.NewSealer(st)
 		ids := make([]string, 2)
 		var wg sync.WaitGroup
-		for i, s := range []*harness.Sealer{c, d} {
+		for i, s := range []*refs.Sealer{c, d} {
 			wg.Go(func() {
 				id, err := s.Rotate(ctx)
 				if err != nil {
@@ -301,7 +301,7 @@ func TestSealRefsAndOpenRefs(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
 		ctx := t.Context()
-		s := harness.NewSealer(st)
+		s := refs.NewSealer(st)
 		result := map[string]any{
 			"snapshot": []any{
 				map[string]any{"$ref": "e1", "kind": "element", "volatile": true, "role": "button", "name": "Submit"},
@@ -325,7 +325,7 @@ func TestSealRefsAndOpenRefs(t *testing.T) {
 		w1 := sealed["window"].(map[string]any)
 		for _, ref := range []map[string]any{e1, e2, w1} {
 			tok, _ := ref["$ref"].(string)
-			if !harness.IsSealedRef(tok) || ref["volatile"] != nil || ref["kind"] == nil {
+			if !refs.IsSealedRef(tok) || ref["volatile"] != nil || ref["kind"] == nil {
 				t.Fatalf("sealed ref = %v", ref)
 			}
 		}
@@ -344,7 +344,7 @@ func TestSealRefsAndOpenRefs(t *testing.T) {
 			"schema":  map[string]any{"$ref": "#/defs/y", "type": "object"},
 			"text":    "hello",
 		}
-		opened, refs, err := s.OpenRefs(ctx, args, baseRC)
+		opened, got, err := s.OpenRefs(ctx, args, baseRC)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +359,7 @@ func TestSealRefsAndOpenRefs(t *testing.T) {
 			t.Fatalf("OpenRefs = %v, want %v", opened, want)
 		}
 		var raws []string
-		for _, r := range refs {
+		for _, r := range got {
 			if r.Connection != "app" {
 				t.Errorf("ref %+v not from app", r)
 			}
@@ -375,24 +375,24 @@ func TestSealRefsAndOpenRefs(t *testing.T) {
 		tests := []struct {
 			name string
 			args any
-			rc   harness.RefContext
+			rc   refs.RefContext
 			err  error
 			path string
 		}{
-			{"raw id in a ref object", map[string]any{"a": []any{map[string]any{"$ref": "e1"}}}, baseRC, harness.ErrRefForged, "/a/0"},
-			{"raw id with kind", map[string]any{"x/y": map[string]any{"$ref": "e1", "kind": "element"}}, baseRC, harness.ErrRefForged, "/x~1y"},
-			{"forged token", map[string]any{"el": map[string]any{"$ref": "pbr1.abc.def"}}, baseRC, harness.ErrRefForged, "/el"},
-			{"other thread", map[string]any{"el": e1}, otherThread, harness.ErrRefThread, "/el"},
-			{"other connection", []any{e2}, harness.RefContext{Thread: "th_1", Connection: "chat"}, harness.ErrRefRoute, "/0"},
-			{"at the root", map[string]any{"$ref": "e1"}, baseRC, harness.ErrRefForged, "/"},
+			{"raw id in a ref object", map[string]any{"a": []any{map[string]any{"$ref": "e1"}}}, baseRC, refs.ErrRefForged, "/a/0"},
+			{"raw id with kind", map[string]any{"x/y": map[string]any{"$ref": "e1", "kind": "element"}}, baseRC, refs.ErrRefForged, "/x~1y"},
+			{"forged token", map[string]any{"el": map[string]any{"$ref": "pbr1.abc.def"}}, baseRC, refs.ErrRefForged, "/el"},
+			{"other thread", map[string]any{"el": e1}, otherThread, refs.ErrRefThread, "/el"},
+			{"other connection", []any{e2}, refs.RefContext{Thread: "th_1", Connection: "chat"}, refs.ErrRefRoute, "/0"},
+			{"at the root", map[string]any{"$ref": "e1"}, baseRC, refs.ErrRefForged, "/"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				out, refs, err := s.OpenRefs(t.Context(), tt.args, tt.rc)
-				var re *harness.RefError
-				if !errors.Is(err, tt.err) || !errors.As(err, &re) || re.Path != tt.path || out != nil || refs != nil {
-					t.Fatalf("OpenRefs = %v, %v, %v; want %v at %s", out, refs, err, tt.err, tt.path)
+				out, got, err := s.OpenRefs(t.Context(), tt.args, tt.rc)
+				var re *refs.RefError
+				if !errors.Is(err, tt.err) || !errors.As(err, &re) || re.Path != tt.path || out != nil || got != nil {
+					t.Fatalf("OpenRefs = %v, %v, %v; want %v at %s", out, got, err, tt.err, tt.path)
 				}
 				if !strings.Contains(err.Error(), tt.path) {
 					t.Errorf("message %q lacks the path", err)
@@ -406,7 +406,7 @@ func TestSealRefsAndOpenRefs(t *testing.T) {
 			Kind string `json:"kind"`
 		}
 		typed, err := s.SealRefs(ctx, []elem{{"e9", "element"}}, baseRC)
-		if err != nil || !harness.IsSealedRef(typed.([]any)[0].(map[string]any)["$ref"].(string)) {
+		if err != nil || !refs.IsSealedRef(typed.([]any)[0].(map[string]any)["$ref"].(string)) {
 			t.Errorf("typed SealRefs = %v, %v", typed, err)
 		}
 		if _, err := s.SealRefs(ctx, map[string]any{"x": map[string]any{"$ref": "e1", "kind": "k", "volatile": "yes"}}, baseRC); err == nil || !strings.Contains(err.Error(), "/x") {
@@ -436,7 +436,7 @@ func TestWithholdSensitive(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := harness.WithholdSensitive(tt.in); !reflect.DeepEqual(got, tt.want) {
+			if got := refs.WithholdSensitive(tt.in); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("WithholdSensitive = %#v, want %#v", got, tt.want)
 			}
 		})

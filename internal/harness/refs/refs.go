@@ -1,3 +1,9 @@
+// Package refs seals the handles connections return (gate 3 opens them):
+// refs are bound to their thread, connection, lease and identity, signed
+// with keys kept in Redis, and sensitive blobs are withheld from what
+// models and people see. The engine seals every result it stores and opens
+// every argument it sends.
+//
 // # Sealed refs
 //
 // A connection result may contain ref objects: handles on things the
@@ -39,7 +45,7 @@
 // profile marks sensitive (a stored session); WithholdSensitive renders
 // each as the string "[sensitive blob withheld]" wherever a value is shown
 // to a model or a person.
-package harness
+package refs
 
 import (
 	"bytes"
@@ -133,7 +139,7 @@ const (
 	refKeyBytes   = 32
 	refDigestLen  = 16
 	refKeysTTL    = 30 * time.Second
-	sensitiveBlob = "[sensitive blob withheld]"
+	SensitiveBlob = "[sensitive blob withheld]"
 	withheldValue = "[value withheld: not inspectable]"
 	refKeyCurrent = "current"
 )
@@ -408,13 +414,13 @@ func (s *Sealer) SealRefs(ctx context.Context, v any, rc RefContext) (any, error
 		if vol, present := m["volatile"]; present {
 			b, ok := vol.(bool)
 			if !ok {
-				return nil, false, fmt.Errorf("refs: ref at %s: volatile must be a boolean", refPathOrRoot(path))
+				return nil, false, fmt.Errorf("refs: ref at %s: volatile must be a boolean", RefPathOrRoot(path))
 			}
 			volatile = b
 		}
 		token, err := s.Seal(ctx, raw, kind, volatile, rc)
 		if err != nil {
-			return nil, false, fmt.Errorf("%w (at %s)", err, refPathOrRoot(path))
+			return nil, false, fmt.Errorf("%w (at %s)", err, RefPathOrRoot(path))
 		}
 		out := make(map[string]any, len(m))
 		for k, item := range m {
@@ -447,8 +453,8 @@ func (s *Sealer) OpenRefs(ctx context.Context, v any, rc RefContext) (any, []Ref
 			return nil, false, nil
 		}
 		if !IsSealedRef(token) {
-			if refOnlyKeys(m, "$ref", "kind") {
-				return nil, false, &RefError{Err: ErrRefForged, Path: refPathOrRoot(path)}
+			if RefOnlyKeys(m, "$ref", "kind") {
+				return nil, false, &RefError{Err: ErrRefForged, Path: RefPathOrRoot(path)}
 			}
 			return nil, false, nil
 		}
@@ -456,7 +462,7 @@ func (s *Sealer) OpenRefs(ctx context.Context, v any, rc RefContext) (any, []Ref
 		if err != nil {
 			var re *RefError
 			if errors.As(err, &re) {
-				re.Path = refPathOrRoot(path)
+				re.Path = RefPathOrRoot(path)
 			}
 			return nil, false, err
 		}
@@ -471,7 +477,7 @@ func (s *Sealer) OpenRefs(ctx context.Context, v any, rc RefContext) (any, []Ref
 
 var refPointerEscape = strings.NewReplacer("~", "~0", "/", "~1")
 
-func refOnlyKeys(m map[string]any, keys ...string) bool {
+func RefOnlyKeys(m map[string]any, keys ...string) bool {
 	for k := range m {
 		if !slices.Contains(keys, k) {
 			return false
@@ -480,7 +486,7 @@ func refOnlyKeys(m map[string]any, keys ...string) bool {
 	return true
 }
 
-func refPathOrRoot(path string) string {
+func RefPathOrRoot(path string) string {
 	if path == "" {
 		return "/"
 	}
@@ -494,7 +500,7 @@ func WithholdSensitive(v any) any {
 	out, err := rewriteJSON(v, "", func(m map[string]any, _ string) (any, bool, error) {
 		_, blob := m["$blob"]
 		if sensitive, _ := m["sensitive"].(bool); blob && sensitive {
-			return sensitiveBlob, true, nil
+			return SensitiveBlob, true, nil
 		}
 		return nil, false, nil
 	})
@@ -515,7 +521,7 @@ func rewriteJSON(v any, path string, visit func(m map[string]any, path string) (
 
 func rewriteJSONDepth(v any, path string, visit func(map[string]any, string) (any, bool, error), depth int) (any, error) {
 	if depth > secrets.MaxRedactDepth {
-		return nil, fmt.Errorf("refs: value nested deeper than %d at %s", secrets.MaxRedactDepth, refPathOrRoot(path))
+		return nil, fmt.Errorf("refs: value nested deeper than %d at %s", secrets.MaxRedactDepth, RefPathOrRoot(path))
 	}
 	switch x := v.(type) {
 	case nil, bool, string, float64, float32, int, int8, int16, int32, int64,
@@ -547,12 +553,12 @@ func rewriteJSONDepth(v any, path string, visit func(map[string]any, string) (an
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("refs: value at %s is not JSON: %w", refPathOrRoot(path), err)
+		return nil, fmt.Errorf("refs: value at %s is not JSON: %w", RefPathOrRoot(path), err)
 	}
 	var plain any
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&plain); err != nil {
-		return nil, fmt.Errorf("refs: value at %s is not JSON: %w", refPathOrRoot(path), err)
+		return nil, fmt.Errorf("refs: value at %s is not JSON: %w", RefPathOrRoot(path), err)
 	}
 	return rewriteJSONDepth(plain, path, visit, depth+1)
 }
@@ -560,7 +566,7 @@ func rewriteJSONDepth(v any, path string, visit func(map[string]any, string) (an
 // refID is $refId(x) in expressions: the raw id of a ref object (sealed or
 // not), or of a token string, so documents can compare refs. Reading an id
 // grants nothing: a ref is verified when a call passes it, at gate 3.
-func refID(params ...any) (any, error) {
+func RefID(params ...any) (any, error) {
 	if len(params) != 1 {
 		return nil, fmt.Errorf("$refId takes one ref")
 	}
