@@ -13,7 +13,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/drive/drivetest"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 )
 
 // TestDriveConnection runs Google Drive connections end to end through
@@ -244,7 +244,7 @@ func TestDriveAccess(t *testing.T) {
 	t.Parallel()
 	perUser := config.Connection{Drive: &config.Drive{}, Auth: &config.Auth{OAuth: &config.OAuth{}, PerUser: true}}
 	robot := config.Connection{Drive: &config.Drive{}, Auth: &config.Auth{ServiceAccount: &config.ServiceAccount{Key: "${secret:k}"}}}
-	if a := access(perUser); !a.ActsAsUser() || !a.RequiresPrincipal || a.SignIn != harness.SignInPerUser {
+	if a := access(perUser); !a.ActsAsUser() || !a.RequiresPrincipal || a.SignIn != registry.SignInPerUser {
 		t.Fatalf("per-user drive access = %+v", a)
 	}
 	if a := access(robot); a.ActsAsUser() || a.SignIn != "" {

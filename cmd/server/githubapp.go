@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
@@ -107,12 +108,12 @@ func usesGitHubApp(spec config.Connection) bool {
 
 // gitHubAppAuth is how the entry authenticates with a GitHub App, for its
 // status, or nil: the App and the scope as configured, never the key.
-func gitHubAppAuth(spec config.Connection) *harness.GitHubAppAuth {
+func gitHubAppAuth(spec config.Connection) *registry.GitHubAppAuth {
 	if !usesGitHubApp(spec) {
 		return nil
 	}
 	g := spec.Auth.GitHubApp
-	a := &harness.GitHubAppAuth{AppID: g.AppID, APIBaseURL: apiBaseURL(g.APIBaseURL)}
+	a := &registry.GitHubAppAuth{AppID: g.AppID, APIBaseURL: apiBaseURL(g.APIBaseURL)}
 	if spec.MCP == nil && spec.OpenAPI == nil {
 		return a // a provider's code names each token's scope
 	}
@@ -122,7 +123,7 @@ func gitHubAppAuth(spec config.Connection) *harness.GitHubAppAuth {
 		a.Permissions = g.Permissions
 	}
 	d := g.DiscoveryScope()
-	a.Discovery = &harness.GitHubAppScope{Owner: d.Owner, Repo: d.Repo, Permissions: d.Permissions}
+	a.Discovery = &registry.GitHubAppScope{Owner: d.Owner, Repo: d.Repo, Permissions: d.Permissions}
 	return a
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
@@ -196,7 +197,7 @@ func TestGitHubAppProviderSource(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	reg := harness.NewRegistry(logger)
+	reg := registry.NewRegistry(logger)
 	mustDo(t, reg.Add("tool", p))
 	mustDo(t, reg.SetAccess("tool", access(spec)))
 	mustDo(t, reg.Start(context.Background()))

@@ -25,6 +25,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/demo"
 	"github.com/patchbay-dev/patchbay/internal/githubapp/githubapptest"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -187,9 +188,9 @@ func TestGitHubAppOpenAPI(t *testing.T) {
 				"REDIS_URL":           redisURL, "PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
 			})
 			var conn struct {
-				State     string                 `json:"state"`
-				Tools     []string               `json:"tools"`
-				GitHubApp *harness.GitHubAppAuth `json:"githubApp"`
+				State     string                  `json:"state"`
+				Tools     []string                `json:"tools"`
+				GitHubApp *registry.GitHubAppAuth `json:"githubApp"`
 			}
 			getJSONAs(t, srv.url+"/v1/connections/gh", "k-alice", &conn)
 			if conn.State != "ready" || strings.Join(conn.Tools, " ") != "gh_issues_create gh_issues_get" {

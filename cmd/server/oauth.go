@@ -9,10 +9,10 @@ import (
 	"slices"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/web"
@@ -112,12 +112,12 @@ func credentials(svc *oauth.Service) connect.Credentials {
 }
 
 // access is whom a configured connection acts for.
-func access(spec config.Connection) harness.Access {
-	a := harness.Access{RequiresPrincipal: spec.RequiresPrincipal, GitHubApp: gitHubAppAuth(spec)}
+func access(spec config.Connection) registry.Access {
+	a := registry.Access{RequiresPrincipal: spec.RequiresPrincipal, GitHubApp: gitHubAppAuth(spec)}
 	if usesOAuth(spec) {
-		a.SignIn = harness.SignInShared
+		a.SignIn = registry.SignInShared
 		if spec.Auth.PerUser {
-			a.SignIn = harness.SignInPerUser
+			a.SignIn = registry.SignInPerUser
 			// A per-user Drive is the caller's own: it must never be
 			// reached without a caller.
 			a.RequiresPrincipal = a.RequiresPrincipal || spec.Drive != nil

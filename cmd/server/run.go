@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/redis/go-redis/v9"
@@ -102,7 +103,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	reg := harness.NewRegistry(logger)
+	reg := registry.NewRegistry(logger)
 	catalog, err := profileCatalog(cfg.ProfilesDir)
 	if err != nil {
 		return err
@@ -149,7 +150,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err := reg.Add(name, p); err != nil {
 			return err
 		}
-		pol := harness.Policy{Determinism: spec.Determinism}
+		pol := registry.Policy{Determinism: spec.Determinism}
 		if p := spec.Policy; p != nil {
 			pol.Approve, pol.Deny, pol.Allow, pol.Approvers = p.Approve, p.Deny, p.Allow, p.Approvers
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -23,7 +24,7 @@ const (
 // newTriggers builds the sources, cron, triggers and the webhook receiver
 // of the config file. It starts nothing: run starts triggers after the
 // connections (unless PATCHBAY_START_TRIGGERS=false).
-func newTriggers(st *store.Store, execs *harness.Executions, reg *harness.Registry, cfg *config.Config, logger *slog.Logger, obs triggers.Observer) (*triggers.Service, *webhooks.Receiver, error) {
+func newTriggers(st *store.Store, execs *harness.Executions, reg *registry.Registry, cfg *config.Config, logger *slog.Logger, obs triggers.Observer) (*triggers.Service, *webhooks.Receiver, error) {
 	box, err := hookSeal(cfg, st, logger)
 	if err != nil {
 		return nil, nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
@@ -48,7 +49,7 @@ func setupAgents(t *testing.T) *bundle {
 		Fn: func(_ context.Context, a map[string]any) (any, error) {
 			return map[string]any{"sum": a["a"].(float64) + a["b"].(float64)}, nil
 		}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", mem))
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)

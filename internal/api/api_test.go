@@ -15,6 +15,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -94,7 +95,7 @@ func setup(t testing.TB, opts ...func(*api.Options)) *bundle {
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "guarded"}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func setup(t testing.TB, opts ...func(*api.Options)) *bundle {
 	if _, err := als.Put(context.Background(), al, "setup"); err != nil {
 		t.Fatal(err)
 	}
-	must(t, reg.SetPolicy("mem", harness.Policy{Approve: []string{"guarded"}}))
+	must(t, reg.SetPolicy("mem", registry.Policy{Approve: []string{"guarded"}}))
 	metrics := api.NewMetrics()
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Observer: metrics, Allowlists: als})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -19,6 +19,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -229,11 +230,11 @@ func setupFiles(t *testing.T, base, key string) *bundle {
 	secrets := secrets.NewEnvSecrets(func(name string) string {
 		return map[string]string{secrets.SecretEnvVar("files.key"): key}[name]
 	})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	headers := map[string]string{"X-Key": "${secret:files.key}"}
 	must(t, reg.Add("files", openapi.New("files", config.OpenAPI{URL: base + "/openapi.json", Headers: headers}, &openapi.Options{Secrets: secrets})))
 	must(t, reg.Add("far", openapi.New("far", config.OpenAPI{URL: base + "/far.json", Headers: headers}, &openapi.Options{Secrets: secrets})))
-	must(t, reg.SetPolicy("files", harness.Policy{Deny: []string{"adminOp"}}))
+	must(t, reg.SetPolicy("files", registry.Policy{Deny: []string{"adminOp"}}))
 	if err := reg.Start(context.Background()); err == nil {
 		t.Fatal("far started")
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/labstack/echo/v4"
 
@@ -16,7 +17,7 @@ import (
 )
 
 type connectionList struct {
-	Items []harness.Status `json:"items"`
+	Items []registry.Status `json:"items"`
 }
 
 // A connection's detail carries its operations' input schemas while they
@@ -38,7 +39,7 @@ type operationSummary struct {
 }
 
 type connectionDetail struct {
-	harness.Status
+	registry.Status
 	Operations []operationSummary `json:"operations"`
 	// Events are the event types the server offers (MCP events/list),
 	// which triggers and wait nodes may name.
@@ -68,7 +69,7 @@ func (h *handlers) listConnections(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := connectionList{Items: []harness.Status{}}
+	out := connectionList{Items: []registry.Status{}}
 	for _, conn := range h.Registry.List() {
 		if sees(conn.Name()) {
 			out.Items = append(out.Items, h.statusFor(c, conn))
@@ -79,7 +80,7 @@ func (h *handlers) listConnections(c echo.Context) error {
 
 // statusFor is conn's status as the request's key may see it: a pool's
 // leases held by others' executions without their holders.
-func (h *handlers) statusFor(c echo.Context, conn *harness.Connection) harness.Status {
+func (h *handlers) statusFor(c echo.Context, conn *registry.Connection) registry.Status {
 	st := conn.Status()
 	st.Pool = h.Executions.PoolStatusFor(c.Request().Context(), st.Pool, principal(c))
 	return st
@@ -87,7 +88,7 @@ func (h *handlers) statusFor(c echo.Context, conn *harness.Connection) harness.S
 
 // visibleConnection is the connection the path names, when the request's
 // key may see it; CONNECTION_UNKNOWN otherwise, as if it did not exist.
-func (h *handlers) visibleConnection(c echo.Context) (*harness.Connection, error) {
+func (h *handlers) visibleConnection(c echo.Context) (*registry.Connection, error) {
 	sees, err := h.connectionFilter(c)
 	if err != nil {
 		return nil, err

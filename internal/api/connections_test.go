@@ -10,9 +10,9 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // bigSchema is an input schema of about n bytes.
@@ -32,7 +32,7 @@ func TestConnectionDetailStaysSmall(t *testing.T) {
 		ops = append(ops, connecttest.MemoryOp{Operation: connect.Operation{Name: fmt.Sprintf("mid/%d", i), InputSchema: bigSchema(60 << 10)}})
 	}
 	ops = append(ops, connecttest.MemoryOp{Operation: connect.Operation{Name: "small", InputSchema: json.RawMessage(`{"type":"object"}`)}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("wide", connecttest.NewMemory(ops...)))
 	must(t, reg.Start(context.Background()))
 	b := setup(t, func(o *api.Options) { o.Registry = reg })

@@ -12,6 +12,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 )
 
 // streamEvents serves an execution's events as Server-Sent Events. A client
@@ -54,7 +55,7 @@ func (h *handlers) resumeExecution(c echo.Context) error {
 		}
 	}
 	for i, name := range req.Rerun {
-		if !harness.ValidName(name) {
+		if !registry.ValidName(name) {
 			return fieldProblem(fault.CodeValidationFailed, fmt.Sprintf("/rerun/%d", i), "must be a connection name")
 		}
 	}

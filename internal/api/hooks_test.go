@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
@@ -26,7 +27,7 @@ const hookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // echoes on mem (and fails to build its input for service "poison", to
 // make a dead letter); and an MCP connection "tickets" whose server would
 // deliver its events to /hooks/tickets by webhook (never started here).
-func triggerParts(t testing.TB, st *store.Store, execs *harness.Executions, reg *harness.Registry) (*triggers.Service, *webhooks.Receiver) {
+func triggerParts(t testing.TB, st *store.Store, execs *harness.Executions, reg *registry.Registry) (*triggers.Service, *webhooks.Receiver) {
 	t.Helper()
 	f := &config.File{
 		Connections: map[string]config.Connection{

@@ -16,6 +16,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/getkin/kin-openapi/routers/gorillamux"
@@ -238,7 +239,7 @@ func refusingStore(t *testing.T) *store.Store {
 // downSetup serves the API over st, whose Redis is out of reach.
 func downSetup(t *testing.T, st *store.Store) *bundle {
 	t.Helper()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "add"}}, connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})))
 	must(t, reg.Start(context.Background()))
 	als := harness.NewAllowlists(st)

@@ -19,6 +19,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
@@ -29,7 +30,7 @@ import (
 // Options wire the API to the rest of patchbay.
 type Options struct {
 	Executions *harness.Executions
-	Registry   *harness.Registry
+	Registry   *registry.Registry
 	// APIKeys are the accepted bearer keys.
 	APIKeys []Key
 	// Allowlists is the allowlist store managed under /v1/allowlists.

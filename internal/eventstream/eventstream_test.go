@@ -15,6 +15,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -142,7 +143,7 @@ func setup(t *testing.T, st *store.Store, o *eventstream.Options) bundle {
 		}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/redis/go-redis/v9"
@@ -70,7 +71,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 	bad := func(p, format string, args ...any) {
 		problems = append(problems, fault.FieldError{Path: p, Code: fault.CodeValidationFailed, Message: fmt.Sprintf(format, args...)})
 	}
-	if !ValidName(name) {
+	if !registry.ValidName(name) {
 		bad("name", "an allowlist name is a letter followed by letters, digits, '_' or '-' (at most 64)")
 	}
 	var body struct {
@@ -85,7 +86,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 	}
 	for _, conn := range sortedKeys(body.Connections) {
 		g, at := body.Connections[conn], "/connections/"+fault.Escape(conn)
-		if !ValidName(conn) {
+		if !registry.ValidName(conn) {
 			bad(at, "%q is not a valid connection name", conn)
 		}
 		checkGlobs(at+"/ops", g.Ops, bad)
@@ -105,7 +106,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 	}
 	for i, g := range body.MCP {
 		at := fmt.Sprintf("/mcp/%d", i)
-		if !ValidName(g.Name) {
+		if !registry.ValidName(g.Name) {
 			bad(at+"/name", "%q is not a valid connection name", g.Name)
 		}
 		if (g.URL == "") == (g.Command == "") {
@@ -496,7 +497,7 @@ func (a *Allowlists) History(ctx context.Context, name string) ([]Change, error)
 
 // Describe lists what a planner may use under al: each granted connection's
 // granted operations with their argument schemas.
-func Describe(reg *Registry, al *Allowlist) map[string][]connect.Operation {
+func Describe(reg *registry.Registry, al *Allowlist) map[string][]connect.Operation {
 	out := map[string][]connect.Operation{}
 	for _, conn := range sortedKeys(al.Connections) {
 		c, err := reg.Get(conn)

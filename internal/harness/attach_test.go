@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -44,7 +45,7 @@ const attachingDoc = `{"version":1,"connections":{"linear":{"mcp":{"name":"linea
 
 func TestDocumentBringsItsOwnServer(t *testing.T) {
 	t.Parallel()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Start(context.Background()))
 	att := &fakeAttacher{}
 	secrets := &fakeSecrets{values: map[string]string{"linear.token": "Bearer lin-secret-123456"}}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -77,9 +78,9 @@ func TestPolicyApprovers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "deploy"}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("prod", mem))
-	must(t, reg.SetPolicy("prod", harness.Policy{Approve: []string{"deploy"}, Approvers: []string{"sam", "role:oncall"}}))
+	must(t, reg.SetPolicy("prod", registry.Policy{Approve: []string{"deploy"}, Approvers: []string{"sam", "role:oncall"}}))
 	must(t, reg.Start(ctx))
 	execs := startWorkers(t, storetest.New(t), reg, 1, "ops", `{"connections":{"prod":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 	ex, err := execs.Submit(ctx, harness.Request{Workflow: json.RawMessage(`{"version":1,"connections":{"prod":{}},"root":{"kind":"call","id":"d","connection":"prod","op":"deploy"}}`), Principal: "alice", Allowlist: "ops"})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -179,7 +180,7 @@ func guardedRefusal(err error) bool {
 }
 
 // answered checks and presents a call's answer.
-func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id connect.Identity, out any, err error) (any, connect.Identity, error) {
+func (r *run) answered(ctx context.Context, n *Node, conn *registry.Connection, id connect.Identity, out any, err error) (any, connect.Identity, error) {
 	if err != nil {
 		return nil, id, err
 	}
@@ -192,7 +193,7 @@ func (r *run) answered(ctx context.Context, n *Node, conn *Connection, id connec
 
 // deliver sends req with the principal's credentials (gate 6's last
 // part), replacing them once when the server rejects them.
-func (r *run) deliver(ctx context.Context, conn *Connection, req connect.CallRequest) (any, error) {
+func (r *run) deliver(ctx context.Context, conn *registry.Connection, req connect.CallRequest) (any, error) {
 	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
 	if err != nil {
 		return nil, err
@@ -206,10 +207,10 @@ func (r *run) deliver(ctx context.Context, conn *Connection, req connect.CallReq
 			req.Headers = fresh
 			out, err = conn.Call(ctx, req)
 		}
-		if errors.Is(err, connect.ErrNeedsSignIn) && conn.Access().SignIn == SignInShared {
+		if errors.Is(err, connect.ErrNeedsSignIn) && conn.Access().SignIn == registry.SignInShared {
 			// The shared token is refused even fresh: everyone's sign-in
 			// is gone, so the connection says so until someone signs in.
-			conn.needSignIn(r.e.redactor.String(err.Error()))
+			conn.NeedSignIn(r.e.redactor.String(err.Error()))
 		}
 	}
 	return out, err
@@ -217,7 +218,7 @@ func (r *run) deliver(ctx context.Context, conn *Connection, req connect.CallReq
 
 // conn returns the named connection: a server the document brought
 // (attached on first use), else the host's.
-func (r *run) conn(ctx context.Context, name string) (*Connection, error) {
+func (r *run) conn(ctx context.Context, name string) (*registry.Connection, error) {
 	r.mu.Lock()
 	step, ok := r.attached[name] // a server the document or a model node attached
 	r.mu.Unlock()
@@ -238,7 +239,7 @@ func (r *run) conn(ctx context.Context, name string) (*Connection, error) {
 // use. It joins the run's attached servers (so calls find it by name) and
 // is closed when the run ends. The lock is not held while connecting; two
 // paths that attach the same server at once keep the first.
-func (r *run) attach(ctx context.Context, spec AttachSpec) (*Connection, error) {
+func (r *run) attach(ctx context.Context, spec AttachSpec) (*registry.Connection, error) {
 	r.mu.Lock()
 	c, ok := r.attached[spec.Name]
 	r.mu.Unlock()
@@ -264,15 +265,15 @@ func (r *run) attach(ctx context.Context, spec AttachSpec) (*Connection, error) 
 	if err != nil {
 		return nil, fmt.Errorf("attach %s: %s", spec.Name, r.e.redactor.String(err.Error()))
 	}
-	c = &Connection{name: spec.Name, conn: conn, manifest: conn.Manifest(), state: connect.StateReady, since: time.Now()}
+	c = registry.NewAttached(spec.Name, conn)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if prev, ok := r.attached[spec.Name]; ok { // attached meanwhile by a parallel path
-		_ = c.close()
+		_ = c.Close()
 		return prev, nil
 	}
 	if r.attached == nil {
-		r.attached = map[string]*Connection{}
+		r.attached = map[string]*registry.Connection{}
 	}
 	r.attached[spec.Name] = c
 	return c, nil
@@ -283,7 +284,7 @@ func (r *run) detach() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, c := range r.attached {
-		if err := c.close(); err != nil {
+		if err := c.Close(); err != nil {
 			r.e.logger.Warn("closing an attached server", "execution", r.rec.ID, "connection", name, "err", err)
 		}
 	}

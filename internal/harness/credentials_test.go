@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -40,13 +41,13 @@ func (f *fakeCredentials) Headers(_ context.Context, connection, principal strin
 type credBundle struct {
 	execs *harness.Executions
 	mem   *connecttest.Memory
-	reg   *harness.Registry
+	reg   *registry.Registry
 }
 
-func setupCredentials(t *testing.T, st *store.Store, access harness.Access, creds connect.Credentials) credBundle {
+func setupCredentials(t *testing.T, st *store.Store, access registry.Access, creds connect.Credentials) credBundle {
 	t.Helper()
 	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "whoami"}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
 	must(t, reg.SetAccess("svc", access))
 	must(t, reg.Start(context.Background()))
@@ -78,7 +79,7 @@ func TestCallsCarryTheirPrincipalsCredentials(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		creds := &fakeCredentials{tokens: map[string]string{"alice": "tok-alice-0123456789", "bob": "tok-bob-0123456789"}}
-		b := setupCredentials(t, st, harness.Access{SignIn: harness.SignInPerUser}, creds)
+		b := setupCredentials(t, st, registry.Access{SignIn: registry.SignInPerUser}, creds)
 		for _, who := range []string{"alice", "bob", "alice"} {
 			if ex := b.run(t, who); ex.Status != harness.ExecSucceeded {
 				t.Fatalf("%s: %s %+v", who, ex.Status, ex.Error)
@@ -109,7 +110,7 @@ func TestCallsCarryTheirPrincipalsCredentials(t *testing.T) {
 func TestActsAsUserNeedsAPrincipal(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		for _, access := range []harness.Access{{RequiresPrincipal: true}, {SignIn: harness.SignInPerUser}} {
+		for _, access := range []registry.Access{{RequiresPrincipal: true}, {SignIn: registry.SignInPerUser}} {
 			creds := &fakeCredentials{tokens: map[string]string{"": "tok-nobody-0123456789"}}
 			b := setupCredentials(t, st, access, creds)
 			ex := b.run(t, "")
@@ -145,16 +146,16 @@ func (n *needsSignIn) Connect(ctx context.Context) (connect.Conn, error) {
 func TestNeedsSignInThenKick(t *testing.T) {
 	t.Parallel()
 	p := &needsSignIn{mem: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "x"}})}
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("remote", p))
-	must(t, reg.SetAccess("remote", harness.Access{SignIn: harness.SignInShared}))
+	must(t, reg.SetAccess("remote", registry.Access{SignIn: registry.SignInShared}))
 	t.Cleanup(func() { _ = reg.Close() })
 	if err := reg.Start(context.Background()); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Fatalf("Start = %v", err)
 	}
 	c, err := reg.Get("remote")
 	must(t, err)
-	if st := c.Status(); st.State != connect.StateNeedsSignIn || st.SignIn != harness.SignInShared {
+	if st := c.Status(); st.State != connect.StateNeedsSignIn || st.SignIn != registry.SignInShared {
 		t.Fatalf("status %+v, want needs_sign_in (shared)", st)
 	}
 	// Let the backoff grow past anything the test would wait for.
@@ -177,11 +178,11 @@ func TestNeedsSignInThenKick(t *testing.T) {
 // missing sign-in on a per-user connection does not.
 func TestRefusedSharedSignInNeedsSignIn(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{harness.SignInShared, harness.SignInPerUser} {
+	for _, kind := range []string{registry.SignInShared, registry.SignInPerUser} {
 		// A store each: workers of one registry must not take the other's work.
 		storetest.Each(t, func(t *testing.T, st *store.Store) {
 			creds := &fakeCredentials{tokens: map[string]string{}} // every sign-in gone
-			b := setupCredentials(t, st, harness.Access{SignIn: kind}, creds)
+			b := setupCredentials(t, st, registry.Access{SignIn: kind}, creds)
 			ex := b.run(t, "alice")
 			if ex.Status != harness.ExecFailed || ex.Error.Gate != fault.GateSecrets {
 				t.Fatalf("%s: %s %+v, want refused at gate 6", kind, ex.Status, ex.Error)
@@ -190,7 +191,7 @@ func TestRefusedSharedSignInNeedsSignIn(t *testing.T) {
 			must(t, err)
 			s := c.Status()
 			want := connect.StateReady
-			if kind == harness.SignInShared {
+			if kind == registry.SignInShared {
 				want = connect.StateNeedsSignIn
 			}
 			if s.State != want || s.SignInURL != "/oauth/svc/start" {
@@ -233,9 +234,9 @@ func TestRejectedCredentialsReplacedOnce(t *testing.T) {
 	st := storetest.New(t)
 	creds := &rotating{fakeCredentials: fakeCredentials{tokens: map[string]string{"alice": "tok-1-0123456789"}}}
 	mem := strict{connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "whoami"}})}
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
-	must(t, reg.SetAccess("svc", harness.Access{SignIn: harness.SignInPerUser}))
+	must(t, reg.SetAccess("svc", registry.Access{SignIn: registry.SignInPerUser}))
 	must(t, reg.Start(context.Background()))
 	execs := startWorkers(t, st, reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Credentials: creds})
 	ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(callDoc("whoami", `{}`)), Principal: "alice", Allowlist: "ops"})
@@ -277,15 +278,15 @@ func (r *refusing) Call(context.Context, connect.CallRequest) (any, error) {
 // connection to needs_sign_in, on a per-user one only that call fails.
 func TestRefusedCallNeedsSignIn(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{harness.SignInShared, harness.SignInPerUser} {
+	for _, kind := range []string{registry.SignInShared, registry.SignInPerUser} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			st := storetest.New(t)
 			creds := &fakeCredentials{tokens: map[string]string{"alice": "tok-alice-0123456789"}}
 			srv := &refusing{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "whoami"}})}
-			reg := harness.NewRegistry(nil)
+			reg := registry.NewRegistry(nil)
 			must(t, reg.Add("svc", srv))
-			must(t, reg.SetAccess("svc", harness.Access{SignIn: kind}))
+			must(t, reg.SetAccess("svc", registry.Access{SignIn: kind}))
 			must(t, reg.Start(context.Background()))
 			t.Cleanup(func() { _ = reg.Close() })
 			execs := startWorkers(t, st, reg, 1, "ops", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Credentials: creds})
@@ -299,7 +300,7 @@ func TestRefusedCallNeedsSignIn(t *testing.T) {
 			c, err := reg.Get("svc")
 			must(t, err)
 			want := connect.StateReady
-			if kind == harness.SignInShared {
+			if kind == registry.SignInShared {
 				want = connect.StateNeedsSignIn
 			}
 			if s := c.Status(); s.State != want {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -116,7 +117,7 @@ func (d *Document) walk(fn func(*Node)) {
 // the connections of reg. Every problem is reported, as a *ValidationError
 // whose paths are JSON Pointers prefixed with base (the document's place in
 // the request body, e.g. "/workflow").
-func ParseDocument(raw []byte, reg *Registry, base string) (*Document, error) {
+func ParseDocument(raw []byte, reg *registry.Registry, base string) (*Document, error) {
 	var doc any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&doc); err != nil {
@@ -131,7 +132,7 @@ func ParseDocument(raw []byte, reg *Registry, base string) (*Document, error) {
 }
 
 type parser struct {
-	reg      *Registry
+	reg      *registry.Registry
 	declared map[string]bool
 	ids      map[string]string // step id → path where first seen
 	done     map[string]bool   // ids whose output is available to later steps
@@ -205,7 +206,7 @@ func (p *parser) connections(v any, path string) []string {
 		_, attaches := entry["mcp"]
 		_, leases := entry["from"] // a handle: its pool is checked by handle
 		switch _, err := p.reg.Get(name); {
-		case !ValidName(name):
+		case !registry.ValidName(name):
 			p.fail(at, fault.CodeConnectionInvalid, "%q is not a valid connection name", name)
 		case err != nil && !attaches && !leases:
 			p.fail(at, fault.CodeConnectionUnknown, "no connection named %q", name)
@@ -362,7 +363,7 @@ func (p *parser) target(n *Node, obj map[string]any, path string) {
 		return
 	}
 	if st := conn.State(); st != connect.StateReady {
-		p.fail(path+"/op", notReadyCode(st), "connection %q is %s, so operation %q cannot be checked", n.Connection, st, n.Op)
+		p.fail(path+"/op", registry.NotReadyCode(st), "connection %q is %s, so operation %q cannot be checked", n.Connection, st, n.Op)
 		return
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {

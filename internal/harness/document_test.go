@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -19,7 +20,7 @@ import (
 // testRegistry has a ready "mem" connection with add and echo, and a
 // "down" connection that failed to start, and a "starting" one not yet
 // connected.
-func testRegistry(t testing.TB) (*Registry, *connecttest.Memory) {
+func testRegistry(t testing.TB) (*registry.Registry, *connecttest.Memory) {
 	t.Helper()
 	mem := connecttest.NewMemory(
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "add"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
@@ -32,7 +33,7 @@ func testRegistry(t testing.TB) (*Registry, *connecttest.Memory) {
 			return nil, &connect.CallError{Op: "fail", Message: "always fails"}
 		}},
 	)
-	reg := NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", mem))
 	must(t, reg.Add("down", failing{connectErr: errors.New("refused")}))
 	_ = reg.Start(context.Background())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -44,7 +45,7 @@ func (p *replaceable) Connect(context.Context) (connect.Conn, error) {
 }
 
 // Replace drops the current instance and waits for the reconnect.
-func (p *replaceable) Replace(t *testing.T, c *harness.Connection) {
+func (p *replaceable) Replace(t *testing.T, c *registry.Connection) {
 	t.Helper()
 	before := c.Identity().Instance
 	p.mu.Lock()
@@ -70,8 +71,8 @@ func TestResumeAfterIdentityChange(t *testing.T) {
 	}{
 		{"unsafe refuses", "", nil, harness.ExecFailed, 1, 2},
 		{"unsafe with rerun runs live", "", []string{"x"}, harness.ExecSucceeded, 2, 2},
-		{"replayable keeps results", harness.Replayable, nil, harness.ExecSucceeded, 1, 2},
-		{"costly resets and runs live", harness.Costly, nil, harness.ExecSucceeded, 2, 3},
+		{"replayable keeps results", registry.Replayable, nil, harness.ExecSucceeded, 1, 2},
+		{"costly resets and runs live", registry.Costly, nil, harness.ExecSucceeded, 2, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,9 +91,9 @@ func TestResumeAfterIdentityChange(t *testing.T) {
 					return "ok", nil
 				}},
 			}}
-			reg := harness.NewRegistry(nil)
+			reg := registry.NewRegistry(nil)
 			must(t, reg.Add("x", prov))
-			must(t, reg.SetPolicy("x", harness.Policy{Determinism: tt.determinism}))
+			must(t, reg.SetPolicy("x", registry.Policy{Determinism: tt.determinism}))
 			must(t, reg.Start(context.Background()))
 			t.Cleanup(func() { _ = reg.Close() })
 			st := storetest.New(t)
@@ -152,7 +153,7 @@ func TestCancelStopsTheExpressionInFlight(t *testing.T) {
 		called.Store(true)
 		return nil, nil
 	}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("x", mem))
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
@@ -223,7 +224,7 @@ func TestCancelStopsTheCallInFlight(t *testing.T) {
 		sawCancel.Store(true)
 		return nil, ctx.Err()
 	}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("x", mem))
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/redis/go-redis/v9"
@@ -221,7 +222,7 @@ type Attacher interface {
 // work items from a Redis stream shared by every replica.
 type Executions struct {
 	store       *store.Store
-	reg         *Registry
+	reg         *registry.Registry
 	retention   time.Duration
 	consumer    string
 	logger      *slog.Logger
@@ -252,7 +253,7 @@ type Executions struct {
 const workGroup = "workers"
 
 // NewExecutions returns the execution service over st and reg.
-func NewExecutions(st *store.Store, reg *Registry, opts *ExecutionsOptions) *Executions {
+func NewExecutions(st *store.Store, reg *registry.Registry, opts *ExecutionsOptions) *Executions {
 	var o ExecutionsOptions
 	if opts != nil {
 		o = *opts

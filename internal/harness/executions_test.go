@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -19,7 +20,7 @@ import (
 type bundle struct {
 	execs *harness.Executions
 	mem   *connecttest.Memory
-	reg   *harness.Registry
+	reg   *registry.Registry
 }
 
 // submit sends doc under the "test" allowlist, which grants every
@@ -40,7 +41,7 @@ func setup(t *testing.T, st *store.Store) bundle {
 			return nil, &connect.CallError{Op: "fail", Message: "always fails"}
 		}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestListPagesNewestFirstAndFilters(t *testing.T) {
 // startWorkers returns executions over reg on st, with the allowlist name
 // (body as PUT /v1/allowlists takes it) and n workers running until the
 // test ends.
-func startWorkers(t *testing.T, st *store.Store, reg *harness.Registry, n int, name, body string, opts harness.ExecutionsOptions) *harness.Executions {
+func startWorkers(t *testing.T, st *store.Store, reg *registry.Registry, n int, name, body string, opts harness.ExecutionsOptions) *harness.Executions {
 	t.Helper()
 	opts.Allowlists = harness.NewAllowlists(st)
 	al, err := harness.ParseAllowlist(name, []byte(body))

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -15,7 +16,7 @@ import (
 
 func browserProfile(t testing.TB) *profiles.Profile {
 	t.Helper()
-	p, ok := builtinProfiles().Match("browser", nil)
+	p, ok := registry.BuiltinProfiles().Match("browser", nil)
 	if !ok {
 		t.Fatal("browser@1 is not built in")
 	}

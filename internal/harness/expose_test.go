@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -64,9 +65,9 @@ func TestExposeCallPassesTheSameGates(t *testing.T) {
 	}
 	run := func(t *testing.T, expose string) ([]outcome, []string, *scriptModels) {
 		mem := bigServer()
-		reg := harness.NewRegistry(nil)
+		reg := registry.NewRegistry(nil)
 		must(t, reg.Add("big", mem))
-		must(t, reg.SetPolicy("big", harness.Policy{Deny: []string{"op08"}, Approve: []string{"op09"}}))
+		must(t, reg.SetPolicy("big", registry.Policy{Deny: []string{"op08"}, Approve: []string{"op09"}}))
 		must(t, reg.Start(context.Background()))
 		var round []harness.ModelToolCall
 		if expose == harness.ExposeCall {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -87,7 +88,7 @@ func setupHold(t *testing.T, st *store.Store) holdBundle {
 		}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
 		t.Fatal(err)
 	}

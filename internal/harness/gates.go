@@ -12,37 +12,11 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/sync/singleflight"
-)
-
-// Policy is a connection's call policy from the host's config.
-type Policy struct {
-	// Deny globs refuse matching operations at gate 4.
-	Deny []string
-	// Approve globs send matching operations to the approver (gate 5).
-	Approve []string
-	// Allow globs let matching operations a profile marks guarded run
-	// without approval; nothing else needs allowing.
-	Allow []string
-	// Approvers, when set, are the only ones who may decide this
-	// connection's approvals: principal names or "role:<role>".
-	Approvers []string
-	// Determinism says what a resumed run does with results recorded
-	// against a connection whose identity has since been replaced:
-	// replayable keeps them; costly runs live again from the first
-	// affected entry; unsafe (the default) refuses to resume unless the
-	// resume names the connection in rerun.
-	Determinism string
-}
-
-// Determinism values.
-const (
-	Replayable = "replayable"
-	Costly     = "costly"
-	Unsafe     = "unsafe"
 )
 
 // verdict is what gates 1–4 decide about a call.
@@ -179,12 +153,12 @@ func (s *schemas) compile(conn string, op connect.Operation) (c compiled) {
 //
 // A guarded operation (a profile's mark) needs approval unless the policy
 // allows it by name.
-func (e *Executions) gates(ctx context.Context, conn *Connection, op string, guarded bool, args map[string]any, thread string) (verdict, map[string]any, error) {
+func (e *Executions) gates(ctx context.Context, conn *registry.Connection, op string, guarded bool, args map[string]any, thread string) (verdict, map[string]any, error) {
 	operation, ok := conn.Manifest().Operation(op)
 	if !ok {
 		return 0, nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s has no operation %q", conn.Name(), op))
 	}
-	rc := refs.RefContext{Thread: thread, Identity: conn.Identity(), Lease: leaseOf(conn)}
+	rc := refs.RefContext{Thread: thread, Identity: conn.Identity(), Lease: registry.LeaseOf(conn)}
 	opened, refErr := e.openRefs(ctx, args, "", rc, conn.Name())
 	if refErr == nil {
 		sch, err := e.schemas.get(ctx, conn.Name(), conn.Identity().Instance, operation)
@@ -266,8 +240,8 @@ func (e *Executions) openRefs(ctx context.Context, v any, path string, rc refs.R
 
 // present prepares a call's result to be stored and shown: refs sealed to
 // this thread and connection, sensitive blobs withheld, secrets redacted.
-func (e *Executions) present(ctx context.Context, out any, conn *Connection, thread string) (any, error) {
-	sealed, err := e.sealer.SealRefs(ctx, out, refs.RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity(), Lease: leaseOf(conn)})
+func (e *Executions) present(ctx context.Context, out any, conn *registry.Connection, thread string) (any, error) {
+	sealed, err := e.sealer.SealRefs(ctx, out, refs.RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity(), Lease: registry.LeaseOf(conn)})
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +267,7 @@ func jsonValue(v any) any {
 // callerHeaders resolves the principal's own credentials for connection,
 // part of gate 6; every value is registered for redaction before it is
 // used.
-func (e *Executions) callerHeaders(ctx context.Context, conn *Connection, principal string) (map[string]string, error) {
+func (e *Executions) callerHeaders(ctx context.Context, conn *registry.Connection, principal string) (map[string]string, error) {
 	if e.credentials == nil {
 		return nil, nil
 	}
@@ -301,9 +275,9 @@ func (e *Executions) callerHeaders(ctx context.Context, conn *Connection, princi
 	h, ok, err := e.credentials.Headers(ctx, connection, principal)
 	if err != nil {
 		if errors.Is(err, connect.ErrNeedsSignIn) {
-			if conn.Access().SignIn == SignInShared {
+			if conn.Access().SignIn == registry.SignInShared {
 				// Everyone's sign-in is gone, not one user's.
-				conn.needSignIn(e.redactor.String(err.Error()))
+				conn.NeedSignIn(e.redactor.String(err.Error()))
 			}
 			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("connection %s needs a sign-in for %q: %v", connection, principal, e.redactor.String(err.Error())))
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -55,9 +56,9 @@ func setupGates(t *testing.T, st *store.Store) gateBundle {
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "fetch", HTTP: &connect.HTTPRoute{Method: "GET", Path: "/files/{dir}/{name}"},
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"dir":{"type":"string"},"name":{}},"required":["dir","name"]}`)}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
-	must(t, reg.SetPolicy("svc", harness.Policy{Deny: []string{"drop*"}, Approve: []string{"send"}}))
+	must(t, reg.SetPolicy("svc", registry.Policy{Deny: []string{"drop*"}, Approve: []string{"send"}}))
 	must(t, reg.Start(context.Background()))
 	secrets := &fakeSecrets{values: map[string]string{"svc.token": "tok-very-secret-value"}}
 	execs := startWorkers(t, st, reg, 2, "ops", `{"connections":{"svc":{"ops":["*"],"secrets":{"svc.token":"send.auth"}}}}`, harness.ExecutionsOptions{Secrets: secrets})

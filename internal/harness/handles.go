@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/expr-lang/expr/ast"
@@ -57,7 +58,7 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 	pool := name
 	if hasFrom {
 		s, ok := from.(string)
-		if !ok || !ValidName(s) {
+		if !ok || !registry.ValidName(s) {
 			p.fail(at+"/from", fault.CodeValidationFailed, "must name a pool connection")
 			return
 		}
@@ -112,7 +113,7 @@ func (p *parser) handle(name string, e map[string]any, at string) {
 		}
 		h.Setup = setup
 	}
-	if l, ok := conn.leaser(); ok && len(h.exprs) == 0 {
+	if l, ok := conn.Leaser(); ok && len(h.exprs) == 0 {
 		// With expressions the values are known, and checked, at submit.
 		if err := l.CheckSetup(h.Setup); err != nil {
 			p.fail(at+"/setup", fault.CodeValidationFailed, "%v", err)
@@ -166,7 +167,7 @@ func (v *inputOnly) Visit(n *ast.Node) {
 // input, in place, and checks the values against each pool's setup schema.
 // It runs at submit (so the allowlist judges the values a run will use)
 // and again in each run (the same input gives the same values).
-func resolveSetups(doc *Document, reg *Registry, input any, base string) []fault.FieldError {
+func resolveSetups(doc *Document, reg *registry.Registry, input any, base string) []fault.FieldError {
 	var problems []fault.FieldError
 	for _, name := range sortedKeys(doc.Handles) {
 		h := doc.Handles[name]
@@ -184,7 +185,7 @@ func resolveSetups(doc *Document, reg *Registry, input any, base string) []fault
 			setup[k] = v
 		}
 		if conn, err := reg.Get(h.Pool); err == nil {
-			if l, ok := conn.leaser(); ok {
+			if l, ok := conn.Leaser(); ok {
 				if err := l.CheckSetup(setup); err != nil {
 					problems = append(problems, fault.FieldError{Path: at, Code: fault.CodeValidationFailed, Message: err.Error()})
 				}
@@ -228,7 +229,7 @@ func (p *parser) handleTarget(n *Node, path string) bool {
 		return true // reported on the entry
 	}
 	if st := conn.State(); st != connect.StateReady {
-		p.fail(path+"/op", notReadyCode(st), "pool %q is %s, so operation %q cannot be checked", h.Pool, st, n.Op)
+		p.fail(path+"/op", registry.NotReadyCode(st), "pool %q is %s, so operation %q cannot be checked", h.Pool, st, n.Op)
 		return true
 	}
 	if _, ok := conn.Manifest().Operation(n.Op); !ok {
@@ -288,7 +289,7 @@ type heldLease struct {
 	handle Handle
 	rec    connect.LeaseRecord
 	lease  connect.Lease
-	conn   *Connection
+	conn   *registry.Connection
 	stop   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -348,9 +349,9 @@ func (r *run) recheckHandle(ctx context.Context, f *frame, name, key string) err
 		return nil // discarded meanwhile: runs live
 	}
 	switch {
-	case mode == Replayable:
+	case mode == registry.Replayable:
 		return nil
-	case mode == Costly || slices.Contains(r.rec.Rerun, name) || slices.Contains(r.rec.Rerun, h.Pool):
+	case mode == registry.Costly || slices.Contains(r.rec.Rerun, name) || slices.Contains(r.rec.Rerun, h.Pool):
 		r.truncate(i) // from here on, live on the new connection
 		return nil
 	}
@@ -361,7 +362,7 @@ func (r *run) recheckHandle(ctx context.Context, f *frame, name, key string) err
 
 // connFor returns the connection a call on name uses: a handle's leased
 // connection (acquired on first use in its scope), else r.conn's.
-func (r *run) connFor(ctx context.Context, f *frame, step, name string) (*Connection, error) {
+func (r *run) connFor(ctx context.Context, f *frame, step, name string) (*registry.Connection, error) {
 	var h Handle
 	ok := false
 	if r.doc != nil {
@@ -407,13 +408,13 @@ func (r *run) connFor(ctx context.Context, f *frame, step, name string) (*Connec
 
 // acquire takes a lease for holder (back, when the record has one), records
 // it and starts renewing it.
-func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (*Connection, error) {
+func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (*registry.Connection, error) {
 	h := hl.handle
 	pc, err := r.e.reg.Get(h.Pool)
 	if err != nil {
 		return nil, err
 	}
-	leaser, ok := pc.leaser()
+	leaser, ok := pc.Leaser()
 	if !ok {
 		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s is not a pool", h.Pool))
 	}
@@ -448,13 +449,12 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	// The lease's server speaks what the pool speaks: bound by the pool's
 	// binding (its reads too), or checked against what it declares, as at
 	// connect.
-	conn, spoken, err := pc.speak(lease.Conn())
+	conn, spoken, err := pc.Speak(lease.Conn())
 	if err != nil {
 		_ = lease.Release(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("lease from pool %s: %w", h.Pool, secrets.RedactError(r.e.redactor, err))
 	}
-	c := &Connection{name: h.Name, conn: &leasedConn{Conn: conn, lease: rec.ID}, manifest: conn.Manifest(),
-		state: connect.StateReady, since: time.Now(), policy: pc.Policy(), binding: pc.bindingOf(), spoken: spoken}
+	c := pc.LeasedFrom(h.Name, conn, rec.ID, spoken)
 	hl.rec, hl.lease = rec, lease
 	r.mu.Lock()
 	r.rec.Leases = append(slices.DeleteFunc(r.rec.Leases, func(l connect.LeaseRecord) bool { return l.Holder == holder }), rec)

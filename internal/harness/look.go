@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -212,7 +213,7 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 // speaks (a handle: its pool, so naming reads takes no lease), and the
 // name and server its allowlist grant is under (a server the node
 // attaches for itself its toolSet has attached already).
-func (r *run) lookConn(ctx context.Context, name string) (*Connection, string, *AttachSpec, error) {
+func (r *run) lookConn(ctx context.Context, name string) (*registry.Connection, string, *AttachSpec, error) {
 	if _, ok := r.doc.Handles[name]; ok {
 		grant, conn, err := r.e.toolConn(r.doc, name)
 		return conn, grant, nil, err

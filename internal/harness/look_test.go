@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -199,7 +200,7 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 		ctx := context.Background()
 		page := newPage()
 		reg := startRegistry(t, map[string]connect.Provider{"web": pageServer(page)}, nil)
-		must(t, reg.SetPolicy("web", harness.Policy{Approve: []string{"ui.click"}}))
+		must(t, reg.SetPolicy("web", registry.Policy{Approve: []string{"ui.click"}}))
 		models := &scriptModels{rounds: []harness.ModelResponse{
 			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
 			{Text: "Done."},

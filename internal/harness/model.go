@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -228,7 +229,7 @@ func (p *parser) model(obj map[string]any, at string) *Node {
 	spec := &modelSpec{}
 	spec.Ref, _ = obj["model"].(string)
 	provider, name, ok := strings.Cut(spec.Ref, "/")
-	if !ok || !ValidName(provider) || name == "" || len(spec.Ref) > maxModelRefLen {
+	if !ok || !registry.ValidName(provider) || name == "" || len(spec.Ref) > maxModelRefLen {
 		p.fail(at+"/model", fault.CodeValidationFailed, "is required and must be \"<provider>/<model>\" with a provider from the config file's models, e.g. \"anthropic/claude-sonnet-4-5\" or \"local/llama3\"")
 	}
 	if v, ok := obj["instructions"]; ok {
@@ -481,7 +482,7 @@ func (p *parser) pick(m map[string]any, at string) (toolPick, bool) {
 	_, handle := p.handles[name]
 	_, err := p.reg.Get(name)
 	switch {
-	case !ValidName(name):
+	case !registry.ValidName(name):
 		p.fail(at+"/connection", fault.CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
 		return pick, false
 	case !attached && !handle && err != nil:
@@ -518,7 +519,7 @@ func (p *parser) pick(m map[string]any, at string) (toolPick, bool) {
 func (p *parser) stepServer(v any, at string) (toolPick, bool) {
 	m, _ := v.(map[string]any)
 	name, _ := m["name"].(string)
-	if !ValidName(name) {
+	if !registry.ValidName(name) {
 		p.fail(at+"/mcp/name", fault.CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
 		return toolPick{}, false
 	}
@@ -706,7 +707,7 @@ func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted 
 // for a handle, its pool, whose manifest (read from a probe at start) is
 // what every lease offers. Naming tools takes no lease; the first call
 // through the handle does, as a call step's would.
-func (e *Executions) toolConn(doc *Document, name string) (grantName string, conn *Connection, err error) {
+func (e *Executions) toolConn(doc *Document, name string) (grantName string, conn *registry.Connection, err error) {
 	if h, ok := doc.Handles[name]; ok {
 		conn, err = e.reg.Get(h.Pool)
 		return h.Pool, conn, err

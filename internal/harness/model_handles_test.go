@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -24,7 +25,7 @@ func agentPool(t *testing.T, st *store.Store, models harness.Models) poolBundle 
 	f := &fakeBrowsers{release: make(chan struct{})}
 	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: 5 * time.Second, Provision: f.provision, RefreshEvery: 50 * time.Millisecond})
 	must(t, err)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("browsers", prov))
 	must(t, reg.Start(context.Background()))
 	t.Cleanup(func() { _ = reg.Close() })

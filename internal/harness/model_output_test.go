@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -28,7 +29,7 @@ func outputSetup(t *testing.T, models harness.Models) (*harness.Executions, *con
 	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 		return a, nil
 	}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
 	must(t, reg.Start(context.Background()))
 	return startWorkers(t, storetest.New(t), reg, 1, "out", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: models}), mem

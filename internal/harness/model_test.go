@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -94,9 +95,9 @@ func TestModelLoopWaitsForApproval(t *testing.T) {
 				}},
 			connecttest.MemoryOp{Operation: connect.Operation{Name: "send", InputSchema: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"}},"required":["to"]}`)}},
 		)
-		reg := harness.NewRegistry(nil)
+		reg := registry.NewRegistry(nil)
 		must(t, reg.Add("svc", mem))
-		must(t, reg.SetPolicy("svc", harness.Policy{Approve: []string{"send"}}))
+		must(t, reg.SetPolicy("svc", registry.Policy{Approve: []string{"send"}}))
 		must(t, reg.Start(ctx))
 		models := &scriptModels{rounds: []harness.ModelResponse{
 			{Text: "Looking it up.", ToolCalls: []harness.ModelToolCall{toolCall("c1", "svc_lookup", `{"q":"pb"}`)}, Usage: harness.ModelUsage{InputTokens: 10, OutputTokens: 5}},
@@ -213,7 +214,7 @@ func devices(t *testing.T, models harness.Models) (*harness.Executions, map[stri
 		"android": connecttest.NewMemory(connecttest.MemoryOp{Operation: tap}, connecttest.MemoryOp{Operation: connect.Operation{Name: "apps.list"}}),
 		"web":     connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "ui.tap", InputSchema: json.RawMessage(`{"type":"object"}`)}}),
 	}
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	for name, m := range mems {
 		must(t, reg.Add(name, m))
 	}
@@ -333,7 +334,7 @@ func TestModelNodeValidation(t *testing.T) {
 // attached first builds its tool set at run time, and fails there.
 func TestToolChoiceCheckedWhenAttached(t *testing.T) {
 	t.Parallel()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Start(context.Background()))
 	models := &scriptModels{rounds: []harness.ModelResponse{{Text: "never"}}}
 	execs := startWorkers(t, storetest.New(t), reg, 1, "docs", `{"mcp":[{"name":"linear","url":"https://mcp.linear.test/mcp","ops":["issues.*"]}]}`,
@@ -379,7 +380,7 @@ func TestToolChoiceCheckedWhenAttached(t *testing.T) {
 // fails the step the same way. Neither tool is renamed or dropped.
 func TestToolIDCollisionAcrossConnections(t *testing.T) {
 	t.Parallel()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("gh", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "issues/list"}})))
 	must(t, reg.Add("gh_issues", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "list"}})))
 	must(t, reg.Start(context.Background()))

@@ -12,6 +12,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -23,7 +24,7 @@ import (
 // (answers how often it was called) and "fail".
 func setupNodes(t *testing.T) *harness.Executions {
 	t.Helper()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	for _, name := range []string{"a", "b"} {
 		var n atomic.Int64
 		mem := connecttest.NewMemory(

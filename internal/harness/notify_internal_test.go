@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -159,7 +160,7 @@ func BenchmarkFeedFanOut(b *testing.B) {
 			} else {
 				st = storetest.NewEmbedded(b)
 			}
-			e := NewExecutions(st, NewRegistry(nil), nil)
+			e := NewExecutions(st, registry.NewRegistry(nil), nil)
 			ctx := context.Background()
 			const id = "ex_bench"
 			if err := st.Client.Set(ctx, e.recordKey(id), `{"status":"running"}`, time.Hour).Err(); err != nil {

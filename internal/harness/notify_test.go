@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -28,7 +29,7 @@ func TestCancelReachesARunInAnotherInstance(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}})
-		reg := harness.NewRegistry(nil)
+		reg := registry.NewRegistry(nil)
 		must(t, reg.Add("x", mem))
 		must(t, reg.Start(context.Background()))
 		runner := startWorkers(t, st, reg, 3, "all", `{"connections":{"x":{"ops":["*"]}}}`, harness.ExecutionsOptions{})

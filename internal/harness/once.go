@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/redis/go-redis/v9"
 
@@ -43,7 +44,7 @@ type onceOutcome struct {
 // profileOp is the profile operation a call runs: the typed step's, else
 // the one of that name in a profile the connection speaks (a model's
 // tool call, an untyped step on a declaring server).
-func profileOp(n *Node, conn *Connection) *profiles.Operation {
+func profileOp(n *Node, conn *registry.Connection) *profiles.Operation {
 	if n.ProfileOp != nil {
 		return n.ProfileOp
 	}
@@ -61,7 +62,7 @@ func profileOp(n *Node, conn *Connection) *profiles.Operation {
 // onceKey names a once-operation's record: by the connection's identity
 // instance (a replaced server did not see the first call), the operation
 // and the call's idempotency key. Hashed, so the key's length is fixed.
-func (e *Executions) onceKey(conn *Connection, op, idemKey string) string {
+func (e *Executions) onceKey(conn *registry.Connection, op, idemKey string) string {
 	h := sha256.Sum256([]byte(conn.Name() + "\x00" + conn.Identity().Instance + "\x00" + op + "\x00" + idemKey))
 	return e.store.Key("once", hex.EncodeToString(h[:]))
 }

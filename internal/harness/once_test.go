@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -129,7 +130,7 @@ func (g *guarding) Call(ctx context.Context, req connect.CallRequest) (any, erro
 	return map[string]any{}, nil
 }
 
-func guardedSetup(t *testing.T, st *store.Store, pol harness.Policy) (*harness.Executions, *guarding) {
+func guardedSetup(t *testing.T, st *store.Store, pol registry.Policy) (*harness.Executions, *guarding) {
 	t.Helper()
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "vault.yaml"), []byte(vaultProfile), 0o600))
@@ -139,7 +140,7 @@ func guardedSetup(t *testing.T, st *store.Store, pol harness.Policy) (*harness.E
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "vault.erase"}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "vault.put"}},
 	)}
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	reg.SetProfiles(cat)
 	must(t, reg.Add("vault", srv))
 	must(t, reg.SetPolicy("vault", pol))
@@ -155,13 +156,13 @@ func TestGuardedWaitsForApproval(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, op, key string
-		policy        harness.Policy
+		policy        registry.Policy
 		approvals     int
 	}{
-		{"marked guarded", "vault.erase", "a", harness.Policy{}, 1},
-		{"allowed by the policy", "vault.erase", "a", harness.Policy{Allow: []string{"vault.erase"}}, 0},
-		{"refused as guarded by the server", "vault.put", "root", harness.Policy{}, 1},
-		{"not guarded", "vault.put", "a", harness.Policy{}, 0},
+		{"marked guarded", "vault.erase", "a", registry.Policy{}, 1},
+		{"allowed by the policy", "vault.erase", "a", registry.Policy{Allow: []string{"vault.erase"}}, 0},
+		{"refused as guarded by the server", "vault.put", "root", registry.Policy{}, 1},
+		{"not guarded", "vault.put", "a", registry.Policy{}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,7 +195,7 @@ func TestGuardedWaitsForApproval(t *testing.T) {
 func TestServerGuardedCallIsSentAgainOnceWithTheApproval(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		execs, srv := guardedSetup(t, st, harness.Policy{})
+		execs, srv := guardedSetup(t, st, registry.Policy{})
 		doc := `{"version":1,"connections":{"vault":{"profile":"vault@^1"}},"root":{"kind":"call","id":"v","connection":"vault","op":"vault.put","args":{"key":"root"}}}`
 		id := submitAs(t, execs, "test", doc)
 		aps := parked(t, execs, id, 1)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/pools"
@@ -36,7 +37,7 @@ const bothApprovalsDoc = `{"version":1,"connections":{"svc":{}},"root":{"kind":"
 	[{"kind":"call","id":"b","connection":"svc","op":"send","args":{"to":"b"}},{"kind":"call","id":"b2","connection":"svc","op":"read"}]]}}`
 
 // parkRegistry has a connection "svc" whose "send" needs approval.
-func parkRegistry(t *testing.T) (*harness.Registry, *connecttest.Memory) {
+func parkRegistry(t *testing.T) (*registry.Registry, *connecttest.Memory) {
 	t.Helper()
 	mem := connecttest.NewMemory(
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "send"}},
@@ -50,9 +51,9 @@ func parkRegistry(t *testing.T) (*harness.Registry, *connecttest.Memory) {
 			}
 		}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
-	must(t, reg.SetPolicy("svc", harness.Policy{Approve: []string{"send"}}))
+	must(t, reg.SetPolicy("svc", registry.Policy{Approve: []string{"send"}}))
 	must(t, reg.Start(context.Background()))
 	t.Cleanup(func() { _ = reg.Close() })
 	return reg, mem
@@ -340,7 +341,7 @@ func allowlistsWith(t *testing.T, st *store.Store, name, grant string) *harness.
 
 // startInstance runs executions over st and reg as one process would;
 // stop ends its workers, as the process ending would.
-func startInstance(t *testing.T, st *store.Store, reg *harness.Registry, als *harness.Allowlists, consumer string) (*harness.Executions, func()) {
+func startInstance(t *testing.T, st *store.Store, reg *registry.Registry, als *harness.Allowlists, consumer string) (*harness.Executions, func()) {
 	t.Helper()
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als, Consumer: consumer})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -371,10 +372,10 @@ func parkPoolRegistry(t *testing.T, st *store.Store, opts *pools.Options) poolBu
 	f := &fakeBrowsers{release: make(chan struct{})}
 	prov, err := pools.NewProvider(pool, pools.ProviderOptions{Wait: 5 * time.Second, Provision: f.provision, RefreshEvery: 50 * time.Millisecond})
 	must(t, err)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("browsers", prov))
 	must(t, reg.Add("src", connecttest.NewMemory()))
-	must(t, reg.SetPolicy("browsers", harness.Policy{Approve: []string{"click"}}))
+	must(t, reg.SetPolicy("browsers", registry.Policy{Approve: []string{"click"}}))
 	must(t, reg.Start(context.Background()))
 	t.Cleanup(func() { _ = reg.Close() })
 	return poolBundle{reg: reg, fake: f, pool: pool}
@@ -504,7 +505,7 @@ func TestParkingParallelShapes(t *testing.T) {
 				reg, mem := parkRegistry(t)
 				svc2 := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "send"}})
 				must(t, reg.Add("svc2", svc2))
-				must(t, reg.SetPolicy("svc2", harness.Policy{Approve: []string{"send"}}))
+				must(t, reg.SetPolicy("svc2", registry.Policy{Approve: []string{"send"}}))
 				must(t, reg.Start(context.Background()))
 				execs := startWorkers(t, st, reg, 2, "park", `{"connections":{"svc":{"ops":["*"],"events":["deploy.*"]},"svc2":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 				id := submitAs(t, execs, "park", `{"version":1,"connections":{"svc":{"events":["deploy.done"]},"svc2":{}},"root":`+tt.root+`}`)

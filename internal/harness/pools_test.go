@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -74,7 +75,7 @@ func (f *fakeBrowsers) provision(_ context.Context, setup map[string]any) (conne
 
 type poolBundle struct {
 	execs *harness.Executions
-	reg   *harness.Registry
+	reg   *registry.Registry
 	fake  *fakeBrowsers
 	pool  *pools.Pool
 }
@@ -101,7 +102,7 @@ func poolSetup(t *testing.T, st *store.Store, max int, wait time.Duration, opts 
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("browsers", prov); err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +421,7 @@ func TestPoolLeaseSurvivesAnApprovalWait(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
 	b := poolSetup(t, st, 1, time.Second, &pools.Options{ReclaimAfter: 600 * time.Millisecond})
-	if err := b.reg.SetPolicy("browsers", harness.Policy{Approve: []string{"click"}}); err != nil {
+	if err := b.reg.SetPolicy("browsers", registry.Policy{Approve: []string{"click"}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -55,9 +56,9 @@ func posted(_ context.Context, a map[string]any) (any, error) {
 	return map[string]any{"message": "m1", "thread": a["channel"].(string) + "/m1"}, nil
 }
 
-func startRegistry(t *testing.T, conns map[string]connect.Provider, bindings map[string]*profiles.Binding) *harness.Registry {
+func startRegistry(t *testing.T, conns map[string]connect.Provider, bindings map[string]*profiles.Binding) *registry.Registry {
 	t.Helper()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	for name, p := range conns {
 		if err := reg.Add(name, p); err != nil {
 			t.Fatal(err)
@@ -252,7 +253,7 @@ func TestBindingToAMissingToolIsUnavailable(t *testing.T) {
 // memoPool is a pool "chats" whose leases are fresh Memory servers with
 // the tool "send" (memo-chat binds chat@1 onto it); each lease's server is
 // kept in servers.
-func memoPool(t *testing.T, st *store.Store, servers *[]*connecttest.Memory) *harness.Registry {
+func memoPool(t *testing.T, st *store.Store, servers *[]*connecttest.Memory) *registry.Registry {
 	t.Helper()
 	pool, err := pools.New(st, "chats", 2, nil)
 	if err != nil {

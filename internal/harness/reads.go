@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -81,8 +82,8 @@ type readSource struct {
 
 // readsOf lists, by read name, the reads of every profile conn speaks
 // with a definition (the first profile wins a name two of them define).
-func readsOf(conn *Connection) map[string]readSource {
-	b := conn.bindingOf()
+func readsOf(conn *registry.Connection) map[string]readSource {
+	b := conn.Binding()
 	out := map[string]readSource{}
 	for _, sp := range conn.Profiles() {
 		if sp.Profile == nil {
@@ -105,7 +106,7 @@ func readsOf(conn *Connection) map[string]readSource {
 
 // findRead is gate 1 of a read: the read is in a profile conn speaks and
 // conn has a way to take it.
-func findRead(conn *Connection, name string) (readSource, error) {
+func findRead(conn *registry.Connection, name string) (readSource, error) {
 	src, ok := readsOf(conn)[name]
 	if !ok {
 		var speaks []string
@@ -171,7 +172,7 @@ func (r *run) takeRead(ctx context.Context, f *frame, step, name, read string) (
 
 // readTool takes a read through a tool: the bound one, or the one named
 // after the read. Gates 1–4 run on the tool as on any call.
-func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, read string) (any, error) {
+func (r *run) readTool(ctx context.Context, conn *registry.Connection, src readSource, read string) (any, error) {
 	op, args := read, map[string]any{}
 	if src.bound != nil {
 		var err error
@@ -193,7 +194,7 @@ func (r *run) readTool(ctx context.Context, conn *Connection, src readSource, re
 
 // readResource takes a bound read from a resource, when the connection's
 // provider can read resources.
-func (r *run) readResource(ctx context.Context, conn *Connection, uri string) (any, error) {
+func (r *run) readResource(ctx context.Context, conn *registry.Connection, uri string) (any, error) {
 	rr, ok := resourceReader(conn)
 	if !ok {
 		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s cannot read resources (its binding reads %s)", conn.Name(), uri))
@@ -207,18 +208,16 @@ func (r *run) readResource(ctx context.Context, conn *Connection, uri string) (a
 
 // resourceReader finds a ResourceReader under the wrappers the harness
 // puts around a provider's Conn.
-func resourceReader(c *Connection) (ResourceReader, bool) {
-	c.mu.RLock()
-	conn := c.conn
-	c.mu.RUnlock()
+func resourceReader(c *registry.Connection) (ResourceReader, bool) {
+	conn := c.Live()
 	for conn != nil {
 		if rr, ok := conn.(ResourceReader); ok {
 			return rr, true
 		}
 		switch w := conn.(type) {
-		case *boundConn:
+		case *registry.BoundConn:
 			conn = w.Conn
-		case *leasedConn:
+		case *registry.LeasedConn:
 			conn = w.Conn
 		default:
 			return nil, false
@@ -230,7 +229,7 @@ func resourceReader(c *Connection) (ResourceReader, bool) {
 // readPolicy is gate 4 for the read's own name (its tool's name passes
 // the gates as a call's): a deny refuses, and so does an approve, since
 // nothing that looks can wait for a person.
-func readPolicy(conn *Connection, read string) error {
+func readPolicy(conn *registry.Connection, read string) error {
 	pol := conn.Policy()
 	switch {
 	case matchOp(pol.Deny, read):
@@ -285,7 +284,7 @@ func attachSpecOf(doc *Document, name string) *AttachSpec {
 }
 
 // reading checks a read's value against the profile and presents it.
-func (r *run) reading(ctx context.Context, conn *Connection, src readSource, read string, id connect.Identity, out any) (*Reading, error) {
+func (r *run) reading(ctx context.Context, conn *registry.Connection, src readSource, read string, id connect.Identity, out any) (*Reading, error) {
 	if err := src.read.CheckOutput(jsonValue(out)); err != nil {
 		return nil, fmt.Errorf("read %s of %s contradicts %s: %s", read, conn.Name(), src.profile.ID(), oneLine(err))
 	}
@@ -306,7 +305,7 @@ func (r *run) reading(ctx context.Context, conn *Connection, src readSource, rea
 // when the call is a declaring server's tool for a read (screen.current
 // called as a tool by a step or a model): the read's marks hold however
 // it is taken.
-func withholdReadTool(conn *Connection, op string, out any) any {
+func withholdReadTool(conn *registry.Connection, op string, out any) any {
 	if src, ok := readsOf(conn)[op]; ok && src.binding == "" {
 		return withholdFields(out, src.read.Sensitive)
 	}

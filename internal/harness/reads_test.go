@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -213,10 +214,10 @@ func TestReadGoesThroughTheBindingAndThePolicy(t *testing.T) {
 		)
 		b := loadBinding(t, snapBinding)
 		reg := startRegistry(t, map[string]connect.Provider{"web": mem, "locked": mem, "held": mem}, map[string]*profiles.Binding{"web": b, "locked": b, "held": b})
-		if err := reg.SetPolicy("locked", harness.Policy{Deny: []string{"snapshot"}}); err != nil {
+		if err := reg.SetPolicy("locked", registry.Policy{Deny: []string{"snapshot"}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := reg.SetPolicy("held", harness.Policy{Approve: []string{"browser.*"}}); err != nil {
+		if err := reg.SetPolicy("held", registry.Policy{Approve: []string{"browser.*"}}); err != nil {
 			t.Fatal(err)
 		}
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"web":{"ops":["*"]},"locked":{"ops":["*"]},"held":{"ops":["*"]}}}`, harness.ExecutionsOptions{})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -31,7 +32,7 @@ func TestRegistryAdd(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			reg := NewRegistry(nil)
+			reg := registry.NewRegistry(nil)
 			if err := reg.Add("taken", connecttest.NewMemory()); err != nil {
 				t.Fatal(err)
 			}
@@ -45,7 +46,7 @@ func TestRegistryAdd(t *testing.T) {
 
 func TestRegistryGetUnknown(t *testing.T) {
 	t.Parallel()
-	_, err := NewRegistry(nil).Get("nope")
+	_, err := registry.NewRegistry(nil).Get("nope")
 	if codeOf(err) != fault.CodeConnectionUnknown {
 		t.Fatalf("Get = %v, want CONNECTION_UNKNOWN", err)
 	}
@@ -53,7 +54,7 @@ func TestRegistryGetUnknown(t *testing.T) {
 
 func TestRegistryNilProvider(t *testing.T) {
 	t.Parallel()
-	if err := NewRegistry(nil).Add("x", nil); codeOf(err) != fault.CodeConnectionInvalid {
+	if err := registry.NewRegistry(nil).Add("x", nil); codeOf(err) != fault.CodeConnectionInvalid {
 		t.Fatalf("Add(nil) = %v", err)
 	}
 }
@@ -83,7 +84,7 @@ func TestStartAndCloseContinuePastFailures(t *testing.T) {
 	t.Parallel()
 	boom, bang := errors.New("boom"), errors.New("bang")
 	var closed atomic.Int32
-	reg := NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("a", failing{closeErr: bang, closed: &closed}))
 	must(t, reg.Add("b", failing{connectErr: boom, closed: &closed}))
 	must(t, reg.Add("c", failing{closed: &closed}))
@@ -124,7 +125,7 @@ func TestStartAndCloseContinuePastFailures(t *testing.T) {
 func TestMemoryRecordsCalls(t *testing.T) {
 	t.Parallel()
 	m := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})
-	reg := NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", m))
 	must(t, reg.Start(context.Background()))
 	c, _ := reg.Get("mem")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -16,7 +17,7 @@ import (
 // one that failed to connect reports no tools and its error.
 func TestStatusReports(t *testing.T) {
 	t.Parallel()
-	reg := NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	ok := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "issues/list"}}, connecttest.MemoryOp{Operation: connect.Operation{Name: "get"}})
 	for name, p := range map[string]connect.Provider{"gh": ok, "down": failing{connectErr: errors.New("no document")}} {
 		if err := reg.Add(name, p); err != nil {

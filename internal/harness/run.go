@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -85,7 +86,7 @@ type run struct {
 	// doc is the document being run; attached are the servers it brought,
 	// connected on first use and closed when the run ends.
 	doc      *Document
-	attached map[string]*Connection
+	attached map[string]*registry.Connection
 	// leases are the pool leases the run holds (see handles.go).
 	leases leaseSet
 	// parking: the run ends waiting for a person, so its kept leases are
@@ -316,13 +317,13 @@ func (r *run) checkIdentity(i int) error {
 	}
 	mode := conn.Policy().Determinism
 	switch {
-	case mode == Replayable:
+	case mode == registry.Replayable:
 		return nil
-	case mode == Costly || slices.Contains(r.rec.Rerun, st.Connection):
+	case mode == registry.Costly || slices.Contains(r.rec.Rerun, st.Connection):
 		// Everything from the first affected entry on runs live; a costly
 		// connection is reset first, so it starts from a clean world.
 		r.truncate(i)
-		if mode == Costly {
+		if mode == registry.Costly {
 			if r.resets == nil {
 				r.resets = map[string]bool{}
 			}

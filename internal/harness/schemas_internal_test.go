@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -90,7 +91,7 @@ func TestSchemaWaitIsBounded(t *testing.T) {
 func TestCancelStopsAGate2Wait(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
-	reg := NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)}})); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -60,7 +61,7 @@ func TestGate2HostileSchemas(t *testing.T) {
 			connecttest.MemoryOp{Operation: connect.Operation{Name: "fan", InputSchema: fanOutSchema(3, 40)}},
 			connecttest.MemoryOp{Operation: connect.Operation{Name: "flat", InputSchema: flatSchema(harness.DefaultSchemaMaxNodes)}},
 		)
-		reg := harness.NewRegistry(nil)
+		reg := registry.NewRegistry(nil)
 		must(t, reg.Add("svc", mem))
 		must(t, reg.Start(context.Background()))
 		execs := startWorkers(t, st, reg, 2, "ops", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,7 +25,7 @@ const echoDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id
 // connection "mem", with no workers running.
 func newSubmitExecutions(t *testing.T, st *store.Store) *Executions {
 	t.Helper()
-	reg := NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})); err != nil {
 		t.Fatal(err)
 	}

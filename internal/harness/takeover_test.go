@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,7 +37,7 @@ func TestWorkItemSurvivesAFailedClaim(t *testing.T) {
 		}
 		return map[string]any{"ok": true}, nil
 	}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
 	must(t, reg.Start(context.Background()))
 	const visibility = 300 * time.Millisecond
@@ -80,7 +81,7 @@ func TestTakeoverWhenTheDeadRunnersClaimLapses(t *testing.T) {
 		started.CompareAndSwap(0, time.Now().UnixNano())
 		return map[string]any{"ok": true}, nil
 	}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
 	must(t, reg.Start(context.Background()))
 	const visibility = 3 * time.Second

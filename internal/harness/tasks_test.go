@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -59,7 +60,7 @@ func TestTaskRecordedAndCancelled(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		conn := &taskConn{release: make(chan struct{}), cancels: make(chan bool, 1)}
-		reg := harness.NewRegistry(nil)
+		reg := registry.NewRegistry(nil)
 		must(t, reg.Add("svc", conn))
 		must(t, reg.Start(ctx))
 		execs := startWorkers(t, st, reg, 1, "jobs", `{"connections":{"svc":{"ops":["*"]}}}`, harness.ExecutionsOptions{})

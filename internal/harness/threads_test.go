@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -166,7 +167,7 @@ func TestOneTurnPerThreadAtATime(t *testing.T) {
 // starting entry never wrote.
 func TestEndTurnOnItsOwn(t *testing.T) {
 	t.Parallel()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("app", connecttest.NewMemory()))
 	must(t, reg.Start(context.Background()))
 	execs := harness.NewExecutions(storetest.New(t), reg, nil) // no workers: turns stay queued

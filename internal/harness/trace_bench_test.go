@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -45,7 +46,7 @@ func BenchmarkTracedExecution(b *testing.B) {
 				}},
 				connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
 			)
-			reg := harness.NewRegistry(nil)
+			reg := registry.NewRegistry(nil)
 			must(b, reg.Add("mem", mem))
 			must(b, reg.Start(context.Background()))
 			als := harness.NewAllowlists(st)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -106,15 +107,15 @@ func submitSpan(t *testing.T) (context.Context, trace.SpanContext) {
 
 // tracedSvc is a connection with a read and a guarded send, and a model
 // that answers in one round.
-func tracedSvc(t *testing.T) (*harness.Registry, *scriptModels) {
+func tracedSvc(t *testing.T) (*registry.Registry, *scriptModels) {
 	t.Helper()
 	mem := connecttest.NewMemory(
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "lookup"}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "send"}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
-	must(t, reg.SetPolicy("svc", harness.Policy{Approve: []string{"send"}}))
+	must(t, reg.SetPolicy("svc", registry.Policy{Approve: []string{"send"}}))
 	must(t, reg.Start(context.Background()))
 	models := &scriptModels{rounds: []harness.ModelResponse{{Text: "ok, send it.", StopReason: "end_turn", Usage: harness.ModelUsage{InputTokens: 12, OutputTokens: 4}}}}
 	return reg, models
@@ -217,7 +218,7 @@ func waitSpan(t *testing.T, r *recorder, name string) tracetest.SpanStub {
 
 // startReplica runs workers until stop (or the end of the test); stop
 // returns once they have.
-func startReplica(t *testing.T, st *store.Store, reg *harness.Registry, allow string, opts harness.ExecutionsOptions) (execs *harness.Executions, stop func()) {
+func startReplica(t *testing.T, st *store.Store, reg *registry.Registry, allow string, opts harness.ExecutionsOptions) (execs *harness.Executions, stop func()) {
 	t.Helper()
 	opts.Allowlists = harness.NewAllowlists(st)
 	al, err := harness.ParseAllowlist("ops", []byte(allow))
@@ -244,7 +245,7 @@ func TestSpansNeverCarryASecret(t *testing.T) {
 		mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "leak"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 			return nil, &connect.CallError{Op: "leak", Message: "refused token " + a["auth"].(string)}
 		}})
-		reg := harness.NewRegistry(nil)
+		reg := registry.NewRegistry(nil)
 		must(t, reg.Add("svc", mem))
 		must(t, reg.Start(context.Background()))
 		red := secrets.NewSecretRedactor()
@@ -371,9 +372,9 @@ func TestGateEventsPerGate(t *testing.T) {
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "lookup", InputSchema: obj("q")}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "drop"}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("svc", mem))
-	must(t, reg.SetPolicy("svc", harness.Policy{Deny: []string{"drop"}}))
+	must(t, reg.SetPolicy("svc", registry.Policy{Deny: []string{"drop"}}))
 	must(t, reg.Start(context.Background()))
 	for _, tc := range []struct {
 		name, call string

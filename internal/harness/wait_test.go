@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -27,7 +28,7 @@ func setupWait(t *testing.T) *harness.Executions {
 		err := execs.AppendEvent(ctx, harness.ConnEvent{Connection: "app", Type: "deploy.done", ID: "ev-" + svc, Payload: map[string]any{"service": svc}, ReceivedAt: time.Now()})
 		return map[string]any{"shipped": svc}, err
 	}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("app", mem))
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)

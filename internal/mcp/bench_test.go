@@ -5,12 +5,12 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -20,7 +20,7 @@ import (
 // (BenchmarkCallRaw). Compare their ns/op from one run.
 
 func BenchmarkCallHarness(b *testing.B) {
-	reg := harness.NewRegistry(slog.New(slog.DiscardHandler))
+	reg := registry.NewRegistry(slog.New(slog.DiscardHandler))
 	if err := reg.Add("demo", pbmcp.New("demo", config.MCP{Command: demoBin}, &pbmcp.Options{Logger: slog.New(slog.DiscardHandler)})); err != nil {
 		b.Fatal(err)
 	}

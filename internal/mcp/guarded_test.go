@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -66,7 +67,7 @@ func TestServerGuardedCallIsSentAgainOnceWithTheApproval(t *testing.T) {
 	s.AddTool(mcp.NewTool("publish", mcp.WithString("text")), g.publish)
 	url := serve(t, s)
 
-	reg := harness.NewRegistry(slog.New(slog.DiscardHandler))
+	reg := registry.NewRegistry(slog.New(slog.DiscardHandler))
 	if err := reg.Add("news", pbmcp.New("news", config.MCP{URL: url}, nil)); err != nil {
 		t.Fatal(err)
 	}

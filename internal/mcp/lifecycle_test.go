@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -19,7 +19,7 @@ import (
 // reconnects it, with a new identity instance.
 func TestReconnect(t *testing.T) {
 	t.Parallel()
-	reg := harness.NewRegistry(slog.New(slog.DiscardHandler))
+	reg := registry.NewRegistry(slog.New(slog.DiscardHandler))
 	for _, name := range []string{"flaky", "steady"} {
 		if err := reg.Add(name, pbmcp.New(name, config.MCP{Command: demoBin}, nil)); err != nil {
 			t.Fatal(err)

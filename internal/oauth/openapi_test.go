@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -95,9 +96,9 @@ func TestOpenAPIPerUserTokens(t *testing.T) {
 
 	spec := config.OpenAPI{URL: api.srv.URL + "/api/openapi.json", BaseURL: api.srv.URL + "/api"}
 	provider := openapi.New(connName, spec, &openapi.Options{Shared: b.svc, Redactor: b.redactor})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add(connName, provider))
-	must(t, reg.SetAccess(connName, harness.Access{SignIn: harness.SignInPerUser}))
+	must(t, reg.SetAccess(connName, registry.Access{SignIn: registry.SignInPerUser}))
 	must(t, reg.Start(t.Context()))
 	t.Cleanup(func() { _ = reg.Close() })
 	execs := runExecutions(t, b, reg)
@@ -169,7 +170,7 @@ func TestOpenAPIPerUserTokens(t *testing.T) {
 // runExecutions starts workers with the sign-in service as the
 // executions' per-call credentials and an allowlist "ops" with every
 // operation.
-func runExecutions(t *testing.T, b *bundle, reg *harness.Registry) *harness.Executions {
+func runExecutions(t *testing.T, b *bundle, reg *registry.Registry) *harness.Executions {
 	t.Helper()
 	als := harness.NewAllowlists(b.st)
 	al, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"`+connName+`":{"ops":["*"]}}}`))

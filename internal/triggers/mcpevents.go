@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -258,7 +259,7 @@ const relistEvery = 30 * time.Second
 // from them, at most every relistEvery: a stateless (2026-07-28) session
 // hears no list_changed, so this is how a type the server adds later is
 // found.
-func (s *Service) relistMissing(ctx context.Context, c *harness.Connection, sb *subscription) {
+func (s *Service) relistMissing(ctx context.Context, c *registry.Connection, sb *subscription) {
 	listed := slices.ContainsFunc(c.EventTypes(), func(t connect.EventType) bool { return t.Name == sb.event })
 	if listed || time.Since(sb.relisted) < relistEvery {
 		return
@@ -271,7 +272,7 @@ func (s *Service) relistMissing(ctx context.Context, c *harness.Connection, sb *
 
 // pollOnce sends one events/poll and ingests its batch. It returns how
 // long to wait before the next.
-func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *harness.Connection) (time.Duration, error) {
+func (s *Service) pollOnce(ctx context.Context, sb *subscription, c *registry.Connection) (time.Duration, error) {
 	retry := max(s.pollFloor, time.Second)
 	cursor, err := s.cursorOf(ctx, sb)
 	if err != nil {

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 )
 
 // # Push delivery of MCP server events
@@ -43,7 +42,7 @@ var errHeartbeatTimeout = errors.New("no event or heartbeat within inbox.heartbe
 // streamOnce holds one push stream of sb until it ends, ingesting its
 // messages. It returns how long to wait before reopening it, and why it
 // ended.
-func (s *Service) streamOnce(ctx context.Context, sb *subscription, c *harness.Connection) (time.Duration, error) {
+func (s *Service) streamOnce(ctx context.Context, sb *subscription, c *registry.Connection) (time.Duration, error) {
 	cursor, err := s.cursorOf(ctx, sb)
 	if err != nil {
 		return max(s.pollFloor, time.Second), err

@@ -12,10 +12,9 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // # Webhook delivery of server events
@@ -98,7 +97,7 @@ func lapsed(v string, now time.Time) bool {
 
 // subscribeOnce creates or refreshes sb's webhook subscription and returns
 // how long to wait before the next refresh.
-func (s *Service) subscribeOnce(ctx context.Context, sb *subscription, c *harness.Connection) (time.Duration, error) {
+func (s *Service) subscribeOnce(ctx context.Context, sb *subscription, c *registry.Connection) (time.Duration, error) {
 	retry := max(s.pollFloor, time.Second)
 	st, err := s.st.Client.HGetAll(ctx, sb.key()).Result()
 	if err != nil {
@@ -210,7 +209,7 @@ func (s *Service) recordSubscribed(ctx context.Context, sb *subscription, oldID,
 // dropWebhook ends sb's webhook subscription when another mode was chosen
 // (PATCHBAY_PUBLIC_URL removed, the server stopped offering webhook). A
 // server that cannot be told lets it lapse at its expiry.
-func (s *Service) dropWebhook(ctx context.Context, sb *subscription, c *harness.Connection) {
+func (s *Service) dropWebhook(ctx context.Context, sb *subscription, c *registry.Connection) {
 	st, err := s.st.Client.HMGet(ctx, sb.key(), "hookId", "hookUrl").Result()
 	if err != nil || st[0] == nil {
 		return

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -30,7 +31,7 @@ import (
 type Options struct {
 	Store      *store.Store
 	Executions *harness.Executions
-	Registry   *harness.Registry
+	Registry   *registry.Registry
 	// File is the config file: its connections with source, cron or
 	// webhooks, its triggers and its inbox settings.
 	File *config.File
@@ -75,7 +76,7 @@ func (nopObserver) Started(string, string, time.Duration) {}
 type Service struct {
 	st       *store.Store
 	execs    *harness.Executions
-	reg      *harness.Registry
+	reg      *registry.Registry
 	consumer string
 	now      func(ctx context.Context) (time.Time, error)
 	logger   *slog.Logger
@@ -462,10 +463,10 @@ type InboxStatus struct {
 
 // Status is the harness as GET /v1/harness/status shows it.
 type Status struct {
-	Started     bool             `json:"started"`
-	Connections []harness.Status `json:"connections"`
-	Triggers    []TriggerStatus  `json:"triggers"`
-	Inboxes     []InboxStatus    `json:"inboxes"`
+	Started     bool              `json:"started"`
+	Connections []registry.Status `json:"connections"`
+	Triggers    []TriggerStatus   `json:"triggers"`
+	Inboxes     []InboxStatus     `json:"inboxes"`
 	// Subscriptions are the MCP event subscriptions.
 	Subscriptions []SubscriptionStatus `json:"subscriptions"`
 	LastEventAt   *time.Time           `json:"lastEventAt,omitempty"`
@@ -473,7 +474,7 @@ type Status struct {
 
 // Status reads the figures of every source and trigger.
 func (s *Service) Status(ctx context.Context) (*Status, error) {
-	out := &Status{Started: s.Started(), Connections: []harness.Status{}, Triggers: []TriggerStatus{}, Inboxes: []InboxStatus{}}
+	out := &Status{Started: s.Started(), Connections: []registry.Status{}, Triggers: []TriggerStatus{}, Inboxes: []InboxStatus{}}
 	if s.reg != nil {
 		for _, c := range s.reg.List() {
 			out.Connections = append(out.Connections, c.Status())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -34,7 +35,7 @@ const threadTurn = `{"version":1,"connections":{"chat":{"events":["chat.message.
 // (the chat server, and "slow" whose pause takes 100 ms), executions with workers workers, and trigger service.
 func replicaOn(t *testing.T, st *store.Store, f *config.File, workers int) *bundle {
 	t.Helper()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	server := chatServer{connecttest.NewMemory(
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.post"}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.reply"}},

@@ -6,6 +6,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -22,7 +23,7 @@ func TestEventTraceContinuesIntoItsTurn(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
 	f := baseFile()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})))
 	for name, c := range f.Connections {
 		must(t, reg.Add(name, triggers.NewProvider(name, c)))

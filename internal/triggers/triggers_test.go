@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -24,7 +25,7 @@ const echoWorkflow = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call
 
 type bundle struct {
 	st    *store.Store
-	reg   *harness.Registry
+	reg   *registry.Registry
 	execs *harness.Executions
 	svc   *triggers.Service
 	mem   *connecttest.Memory
@@ -64,7 +65,7 @@ func setupWith(t *testing.T, st *store.Store, f *config.File, now func(context.C
 		st = storetest.New(t)
 	}
 	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
@@ -31,9 +32,9 @@ func TestAdminAuthorizationMatrix(t *testing.T) {
 	// With a sign-in service, so the OAuth routes are mounted and covered;
 	// "shared" is signed in to by operators for everyone.
 	signIns := &fakeSignIns{states: map[string][3]string{}, accounts: map[string]oauth.Account{}}
-	b := setupConns(t, func(o *web.Options) { o.SignIns = signIns }, func(reg *harness.Registry) {
+	b := setupConns(t, func(o *web.Options) { o.SignIns = signIns }, func(reg *registry.Registry) {
 		must(t, reg.Add("shared", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "x"}})))
-		must(t, reg.SetAccess("shared", harness.Access{SignIn: harness.SignInShared}))
+		must(t, reg.SetAccess("shared", registry.Access{SignIn: registry.SignInShared}))
 	}, roleUsers()...)
 	ctx := context.Background()
 	var n atomic.Int64

@@ -6,14 +6,14 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 )
 
 // The connection page of a Drive connection shows where its calls go,
 // its root folder and whom it acts as; other kinds have no Drive panel.
 func TestDriveConnectionPage(t *testing.T) {
 	t.Parallel()
-	b := setupConns(t, nil, func(reg *harness.Registry) {
+	b := setupConns(t, nil, func(reg *registry.Registry) {
 		sa := &config.ServiceAccount{Key: "${secret:k}"}
 		must(t, reg.Add("team", drive.New("team", config.Drive{RootFolderID: "0AbC"}, &drive.Options{ServiceAccount: sa})))
 		must(t, reg.SetKind("team", "drive", drive.DefaultAPIBaseURL))

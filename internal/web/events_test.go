@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -52,7 +53,7 @@ func TestConnectionPageShowsServerEvents(t *testing.T) {
 		must(t, svc.Start(context.Background()))
 		t.Cleanup(svc.Close)
 		o.Triggers = svc
-	}, func(reg *harness.Registry) { must(t, reg.Add("tickets", conn)) })
+	}, func(reg *registry.Registry) { must(t, reg.Add("tickets", conn)) })
 	for deadline := time.Now().Add(15 * time.Second); conn.polls.Load() < 3; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the subscription did not poll")
@@ -98,7 +99,7 @@ func TestDeliveriesShowTheirTurns(t *testing.T) {
 		must(t, svc.Start(context.Background()))
 		t.Cleanup(svc.Close)
 		o.Triggers = svc
-	}, func(reg *harness.Registry) {
+	}, func(reg *registry.Registry) {
 		must(t, reg.Add("chat", triggers.NewProvider("chat", f.Connections["chat"])))
 	})
 	ctx := context.Background()

@@ -7,8 +7,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 )
 
 // The connection page of a connection authenticated by a GitHub App names
@@ -17,16 +16,16 @@ import (
 // other connections have no GitHub App panel.
 func TestGitHubAppConnectionPage(t *testing.T) {
 	t.Parallel()
-	b := setupConns(t, nil, func(reg *harness.Registry) {
+	b := setupConns(t, nil, func(reg *registry.Registry) {
 		must(t, reg.Add("gh", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "issues/create"}})))
 		must(t, reg.SetKind("gh", "openapi", "https://api.github.com/openapi.json"))
-		must(t, reg.SetAccess("gh", harness.Access{RequiresPrincipal: true, GitHubApp: &harness.GitHubAppAuth{
+		must(t, reg.SetAccess("gh", registry.Access{RequiresPrincipal: true, GitHubApp: &registry.GitHubAppAuth{
 			AppID: "4242", APIBaseURL: "https://ghe.example.com/api/v3",
 			OwnerExpr: "principal + '-org'", Repo: "widgets", Permissions: map[string]string{"issues": "write", "contents": "read"},
-			Discovery: &harness.GitHubAppScope{Owner: "acme", Repo: "widgets", Permissions: map[string]string{"metadata": "read"}},
+			Discovery: &registry.GitHubAppScope{Owner: "acme", Repo: "widgets", Permissions: map[string]string{"metadata": "read"}},
 		}}))
 		must(t, reg.Add("repos", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "brief"}})))
-		must(t, reg.SetAccess("repos", harness.Access{GitHubApp: &harness.GitHubAppAuth{AppID: "4242", APIBaseURL: "https://api.github.com"}}))
+		must(t, reg.SetAccess("repos", registry.Access{GitHubApp: &registry.GitHubAppAuth{AppID: "4242", APIBaseURL: "https://api.github.com"}}))
 	})
 	c := signIn(t, b)
 	tests := []struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/PuerkitoBio/goquery"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
 )
 
@@ -44,7 +44,7 @@ func TestOpenAPIConnectionPage(t *testing.T) {
 		_, _ = io.WriteString(w, openAPIDoc(n))
 	}))
 	t.Cleanup(api.Close)
-	b := setupConns(t, nil, func(reg *harness.Registry) {
+	b := setupConns(t, nil, func(reg *registry.Registry) {
 		gh := openapi.New("gh", config.OpenAPI{URL: api.URL + "/doc.json?key=s3cret", Include: []config.Include{
 			{Name: "issues/create"}, config.IncludeExpr("method == 'GET' && 'issues' in tags"), {Name: "pulls/get"},
 		}}, nil)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/labstack/echo/v4"
 
@@ -19,7 +20,7 @@ type stateCount struct {
 }
 
 type overviewData struct {
-	Connections []harness.Status
+	Connections []registry.Status
 	Executions  []stateCount
 	Pending     int
 	Triggers    *triggers.Status
@@ -64,9 +65,9 @@ func (h *handler) overview(c echo.Context) error {
 }
 
 type connectionData struct {
-	Status     harness.Status
+	Status     registry.Status
 	Operations []connect.Operation
-	Policy     harness.Policy
+	Policy     registry.Policy
 	Deliveries []triggers.Receipt
 	HasSource  bool
 	// Events are the event types an MCP server offers; Subscriptions
@@ -74,7 +75,7 @@ type connectionData struct {
 	Events        []connect.EventType
 	Subscriptions []triggers.SubscriptionStatus
 	SignIn        *signInPanel
-	Profiles      []harness.SpokenProfile
+	Profiles      []registry.SpokenProfile
 }
 
 func (h *handler) connection(c echo.Context) error {

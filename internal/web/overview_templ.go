@@ -8,10 +8,10 @@ package web
 
 import (
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/a-h/templ"
 	templruntime "github.com/a-h/templ/runtime"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 )
 
@@ -166,7 +166,7 @@ func overviewPage(p page, d overviewData) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				if s.State == connect.StateNeedsSignIn || (s.SignIn == harness.SignInPerUser && s.State == connect.StateReady) {
+				if s.State == connect.StateNeedsSignIn || (s.SignIn == registry.SignInPerUser && s.State == connect.StateReady) {
 					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "<a class=\"button\" href=\"")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
@@ -1470,7 +1470,7 @@ func serverEventsSection(events []connect.EventType, subs []triggers.Subscriptio
 
 // openAPISection shows what an OpenAPI connection loaded: the document,
 // where calls go, how many operations, and which include chose them.
-func openAPISection(s harness.Status) templ.Component {
+func openAPISection(s registry.Status) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -1654,7 +1654,7 @@ func openAPISection(s harness.Status) templ.Component {
 // its paths start and whom it acts as.
 // gitHubAppSection shows which GitHub App a connection's calls carry
 // installation tokens of, and for which scope: never its key or a token.
-func gitHubAppSection(a *harness.GitHubAppAuth) templ.Component {
+func gitHubAppSection(a *registry.GitHubAppAuth) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -1798,7 +1798,7 @@ func gitHubAppSection(a *harness.GitHubAppAuth) templ.Component {
 	})
 }
 
-func driveSection(s harness.Status) templ.Component {
+func driveSection(s registry.Status) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/labstack/echo/v4"
@@ -35,7 +36,7 @@ func (f *fakePool) PoolStatus() *connect.PoolStatus { return f.usage }
 // and each lease's holder and age.
 func TestConnectionPageShowsPoolUsage(t *testing.T) {
 	t.Parallel()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	pool := &fakePool{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "browser_navigate"}}),
 		usage: &connect.PoolStatus{Max: 4, Leased: 1, Queued: 2, Leases: []connect.PoolLease{
 			{Holder: "ex_abc/app/p0", Slot: 3, AgeMs: 65_000, SinceRenewMs: 4_000}}}}
@@ -75,7 +76,7 @@ func TestConnectionPageHidesOthersLeaseHolders(t *testing.T) {
 	const holder = "ex_alices/app"
 	pool := &fakePool{Memory: connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "browser_navigate"}}),
 		usage: &connect.PoolStatus{Max: 2, Leased: 1, Leases: []connect.PoolLease{{Holder: holder, Slot: 1, AgeMs: 2_000, SinceRenewMs: 1_000}}}}
-	b := setupConns(t, nil, func(reg *harness.Registry) { must(t, reg.Add("browsers", pool)) }, roleUsers()...)
+	b := setupConns(t, nil, func(reg *registry.Registry) { must(t, reg.Add("browsers", pool)) }, roleUsers()...)
 	_, err := b.execs.Submit(context.Background(), harness.Request{ID: "ex_alices", Workflow: json.RawMessage(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"e","connection":"mem","op":"echo","args":{}}}`), Principal: "alice", Allowlist: "ops"})
 	must(t, err)
 

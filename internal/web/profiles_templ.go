@@ -6,14 +6,13 @@ package web
 
 //lint:file-ignore SA4006 This context is only used if a nested component is present.
 
-import "github.com/a-h/templ"
-import templruntime "github.com/a-h/templ/runtime"
-
 import (
 	"slices"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/a-h/templ"
+	templruntime "github.com/a-h/templ/runtime"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
@@ -21,7 +20,7 @@ import (
 // lease speaks them) speaks: declared by its server or given by a binding,
 // with the version, for a binding its name, and the profile's reads with
 // their default look timing. Nothing for a connection that speaks none.
-func profilesSection(spoken []harness.SpokenProfile) templ.Component {
+func profilesSection(spoken []registry.SpokenProfile) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {

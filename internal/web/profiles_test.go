@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/labstack/echo/v4"
@@ -34,7 +35,7 @@ func (c chatServer) Manifest() connect.Manifest {
 // and reads.
 func TestConnectionPageShowsProfiles(t *testing.T) {
 	t.Parallel()
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("chat", chatServer{connecttest.NewMemory(
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.post"}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "chat.reply"}})}))

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 )
 
@@ -44,7 +44,7 @@ const operatorPrincipal = authz.OperatorName
 // signInTarget is the connection the path names and whom this session
 // signs in for there: a shared connection is signed in to by operators for
 // everyone, a per-user one by each person for themselves.
-func (h *handler) signInTarget(c echo.Context) (*harness.Connection, string, error) {
+func (h *handler) signInTarget(c echo.Context) (*registry.Connection, string, error) {
 	conn, err := h.Registry.Get(c.Param("name"))
 	if err != nil {
 		return nil, "", &notFound{"No connection is named " + c.Param("name") + "."}
@@ -65,9 +65,9 @@ func (h *handler) signInTarget(c echo.Context) (*harness.Connection, string, err
 // for everyone on a shared one; "" when sess may not.
 func signInPrincipal(kind string, sess *Session) string {
 	switch {
-	case kind == harness.SignInPerUser:
+	case kind == registry.SignInPerUser:
 		return sess.Subject
-	case kind == harness.SignInShared && sess.Operator():
+	case kind == registry.SignInShared && sess.Operator():
 		return operatorPrincipal
 	}
 	return ""
@@ -165,7 +165,7 @@ type signInPanel struct {
 	Start     string
 }
 
-func (h *handler) signInPanel(c echo.Context, conn *harness.Connection) *signInPanel {
+func (h *handler) signInPanel(c echo.Context, conn *registry.Connection) *signInPanel {
 	kind := conn.Access().SignIn
 	if h.SignIns == nil || kind == "" {
 		return nil

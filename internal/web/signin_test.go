@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/labstack/echo/v4"
 
@@ -80,9 +81,9 @@ const aliceKey = "alice-api-key-0123456789"
 
 func setupSignIns(t *testing.T) (*bundle, *fakeSignIns) {
 	t.Helper()
-	reg := harness.NewRegistry(nil)
-	for name, access := range map[string]harness.Access{
-		"shared": {SignIn: harness.SignInShared}, "mine": {SignIn: harness.SignInPerUser}, "plain": {},
+	reg := registry.NewRegistry(nil)
+	for name, access := range map[string]registry.Access{
+		"shared": {SignIn: registry.SignInShared}, "mine": {SignIn: registry.SignInPerUser}, "plain": {},
 	} {
 		must(t, reg.Add(name, connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "x"}})))
 		must(t, reg.SetAccess(name, access))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 	"github.com/patchbay-dev/patchbay/internal/web"
@@ -32,7 +33,7 @@ func TestStoreDownPage(t *testing.T) {
 		Prefix: storetest.Prefix(),
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", connecttest.NewMemory()))
 	must(t, reg.Start(context.Background()))
 	als := harness.NewAllowlists(st)

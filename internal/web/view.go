@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"encoding/json"
 	"fmt"
@@ -60,7 +61,7 @@ func whenPtr(t *time.Time) string {
 	return when(*t)
 }
 
-func info(s harness.Status, key string) string {
+func info(s registry.Status, key string) string {
 	if v, ok := s.Info[key]; ok && v != nil && v != "" {
 		return fmt.Sprint(v)
 	}
@@ -78,7 +79,7 @@ func orDash(s string) string {
 // infoList is a list in a status's info as lines: strings as they are,
 // anything else (an include expression, {"$expr": …}) as its one key and
 // value, else its JSON.
-func infoList(s harness.Status, key string) []string {
+func infoList(s registry.Status, key string) []string {
 	v, ok := s.Info[key]
 	if !ok || v == nil {
 		return nil

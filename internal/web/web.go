@@ -58,6 +58,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/throttle"
@@ -73,7 +74,7 @@ type Options struct {
 	// Store keeps the sessions (under its key prefix).
 	Store      *store.Store
 	Executions *harness.Executions
-	Registry   *harness.Registry
+	Registry   *registry.Registry
 	Allowlists *harness.Allowlists
 	// Triggers supplies trigger and inbox figures, webhook deliveries and
 	// dead letters; nil hides those parts.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/labstack/echo/v4"
@@ -52,7 +53,7 @@ func setupWith(t testing.TB, edit func(*web.Options), users ...web.User) *bundle
 
 // setupConns is setupWith with add registering more connections beside
 // mem before the registry starts.
-func setupConns(t testing.TB, edit func(*web.Options), add func(*harness.Registry), users ...web.User) *bundle {
+func setupConns(t testing.TB, edit func(*web.Options), add func(*registry.Registry), users ...web.User) *bundle {
 	t.Helper()
 	mem := connecttest.NewMemory(
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo", Description: "answers with its arguments",
@@ -60,9 +61,9 @@ func setupConns(t testing.TB, edit func(*web.Options), add func(*harness.Registr
 			Annotations: connect.Annotations{ReadOnlyHint: ptr(true)}}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "guarded", Annotations: connect.Annotations{DestructiveHint: ptr(true)}}},
 	)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", mem))
-	must(t, reg.SetPolicy("mem", harness.Policy{Approve: []string{"guard*"}}))
+	must(t, reg.SetPolicy("mem", registry.Policy{Approve: []string{"guard*"}}))
 	if add != nil {
 		add(reg)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -44,7 +45,7 @@ func newBenchServer(b *testing.B, workers int) *benchServer {
 		b.Skip("needs a real Redis: set " + storetest.EnvURL + " (make bench does)")
 	}
 	st := storetest.New(b)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})); err != nil {
 		b.Fatal(err)
 	}

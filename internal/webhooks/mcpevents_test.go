@@ -17,6 +17,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/mark3labs/mcp-go/server"
 
@@ -38,7 +39,7 @@ const echoWorkflow = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call
 // whichever Service runs now.
 type hookEnv struct {
 	st     *store.Store
-	reg    *harness.Registry
+	reg    *registry.Registry
 	execs  *harness.Executions
 	events *demo.Events
 	box    *seal.Box
@@ -62,7 +63,7 @@ func newHookEnv(t *testing.T, ttl time.Duration) *hookEnv {
 	e.hooks = httptest.NewServer(http.HandlerFunc(e.serveHook))
 	t.Cleanup(e.hooks.Close)
 
-	e.reg = harness.NewRegistry(nil)
+	e.reg = registry.NewRegistry(nil)
 	if err := e.reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 	"github.com/patchbay-dev/patchbay/internal/webhooks"
@@ -40,7 +41,7 @@ type bundle struct {
 func setup(t *testing.T, now time.Time) *bundle {
 	t.Helper()
 	st := storetest.New(t)
-	reg := harness.NewRegistry(nil)
+	reg := registry.NewRegistry(nil)
 	execs := harness.NewExecutions(st, reg, nil)
 	conns := map[string]config.Connection{
 		"hooks": {MCP: &config.MCP{Command: "x"}, Webhooks: &config.Webhooks{Secrets: []string{otherSecret, specSecret}}},

@@ -1,4 +1,10 @@
-package harness
+// Package registry holds a deployment's named connections: each one's
+// provider, live Conn, state and status, policy (deny, approve, allow,
+// approvers, determinism), the profiles it speaks and the binding that
+// maps it onto one, and the events and leases it offers. The engine calls
+// through it; the API, the admin UI, the triggers and the server's start
+// read and change it.
+package registry
 
 import (
 	"context"
@@ -115,7 +121,7 @@ func (r *Registry) Close() error {
 	errs := make([]error, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
-		wg.Go(func() { errs[i] = c.close() })
+		wg.Go(func() { errs[i] = c.Close() })
 	}
 	wg.Wait()
 	return firstError(errs)
@@ -394,7 +400,7 @@ func (c *Connection) attempt(ctx context.Context) error {
 		c.setState(state, err.Error())
 		return fmt.Errorf("connection %s: connect: %w", c.name, err)
 	}
-	spokenConn, spoken, err := c.speak(conn)
+	spokenConn, spoken, err := c.Speak(conn)
 	if err != nil {
 		// A server contradicting a profile it speaks would fail typed
 		// steps one by one; it is unavailable instead, saying why.
@@ -455,11 +461,11 @@ func (c *Connection) takeDown(only connect.Conn, state connect.State, reason str
 	return true
 }
 
-// needSignIn marks a ready connection whose shared sign-in stopped
+// NeedSignIn marks a ready connection whose shared sign-in stopped
 // working (its refresh was refused): calls fail fast, status shows
 // needs_sign_in with the sign-in link, and it reconnects once someone signs
 // in again (Kick) or the backoff finds the server willing.
-func (c *Connection) needSignIn(reason string) {
+func (c *Connection) NeedSignIn(reason string) {
 	if !c.takeDown(nil, connect.StateNeedsSignIn, reason) {
 		return
 	}
@@ -516,7 +522,9 @@ func (c *Connection) stateIs(s connect.State) bool {
 	return c.state == s
 }
 
-func (c *Connection) close() error {
+// Close stops the connection's reconnecting and closes its live Conn; the
+// connection is closed from then on.
+func (c *Connection) Close() error {
 	if c.stop != nil {
 		c.closeOnce.Do(func() { close(c.stop) })
 	}
@@ -575,7 +583,7 @@ type Status struct {
 }
 
 // notReadyCode is the code of a refusal because a connection is in state s.
-func notReadyCode(s connect.State) fault.Code {
+func NotReadyCode(s connect.State) fault.Code {
 	switch s {
 	case connect.StateConnecting:
 		return fault.CodeConnectionStarting
@@ -585,4 +593,53 @@ func notReadyCode(s connect.State) fault.Code {
 		return fault.CodeConnectionClosed
 	}
 	return fault.CodeConnectionUnavailable
+}
+
+// Policy is a connection's call policy from the host's config.
+type Policy struct {
+	// Deny globs refuse matching operations at gate 4.
+	Deny []string
+	// Approve globs send matching operations to the approver (gate 5).
+	Approve []string
+	// Allow globs let matching operations a profile marks guarded run
+	// without approval; nothing else needs allowing.
+	Allow []string
+	// Approvers, when set, are the only ones who may decide this
+	// connection's approvals: principal names or "role:<role>".
+	Approvers []string
+	// Determinism says what a resumed run does with results recorded
+	// against a connection whose identity has since been replaced:
+	// replayable keeps them; costly runs live again from the first
+	// affected entry; unsafe (the default) refuses to resume unless the
+	// resume names the connection in rerun.
+	Determinism string
+}
+
+// Determinism values.
+const (
+	Replayable = "replayable"
+	Costly     = "costly"
+	Unsafe     = "unsafe"
+)
+
+// NewAttached is the connection to a server a document brought, ready as
+// it was attached; it belongs to its run, not to a registry.
+func NewAttached(name string, conn connect.Conn) *Connection {
+	return &Connection{name: name, conn: conn, manifest: conn.Manifest(), state: connect.StateReady, since: time.Now()}
+}
+
+// LeasedFrom is the connection a run holds on lease leaseID of the pool c:
+// conn is the lease's server as the pool speaks it (see Speak), under the
+// pool's policy and binding. It carries the lease id, which sealed refs are
+// bound to.
+func (c *Connection) LeasedFrom(name string, conn connect.Conn, leaseID string, spoken []SpokenProfile) *Connection {
+	return &Connection{name: name, conn: &LeasedConn{Conn: conn, lease: leaseID}, manifest: conn.Manifest(),
+		state: connect.StateReady, since: time.Now(), policy: c.Policy(), binding: c.Binding(), spoken: spoken}
+}
+
+// Live is the connection's Conn now: nil while it has none.
+func (c *Connection) Live() connect.Conn {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.conn
 }
