@@ -5,10 +5,10 @@ import (
 	"log/slog"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -19,7 +19,7 @@ type mcpAttacher struct {
 	redactor *secrets.SecretRedactor
 }
 
-func (a mcpAttacher) Attach(ctx context.Context, spec harness.AttachSpec, secrets map[string]string) (connect.Conn, error) {
+func (a mcpAttacher) Attach(ctx context.Context, spec document.AttachSpec, secrets map[string]string) (connect.Conn, error) {
 	cfg := config.MCP{Name: spec.Name, Type: spec.Type, URL: spec.URL, Command: spec.Command, Args: spec.Args}
 	for h, name := range spec.Headers {
 		if cfg.Headers == nil {

@@ -111,8 +111,8 @@ func gate() []any {
 	return []any{map[string]any{"kind": "call", "id": "gate", "connection": "demo", "op": "note_put", "args": map[string]any{"key": "k", "value": "v"}}}
 }
 
-// document runs paths in parallel, each with a fresh browser of its own.
-func document(scope string, paths ...[]any) map[string]any {
+// browserDocument runs paths in parallel, each with a fresh browser of its own.
+func browserDocument(scope string, paths ...[]any) map[string]any {
 	ps := make([]any, len(paths))
 	for i, p := range paths {
 		ps[i] = p
@@ -366,7 +366,7 @@ func TestParkedLeasesEndWithTheirProcesses(t *testing.T) {
 	t.Parallel()
 	rig := newBrowserRig(t)
 	srv := start(t, rig.env())
-	id := submit(t, srv.url, document("path", rig.browse("alpha"), rig.browse("bravo"), gate()))
+	id := submit(t, srv.url, browserDocument("path", rig.browse("alpha"), rig.browse("bravo"), gate()))
 	awaitStatus(t, srv.url, id, "waiting", 120*time.Second)
 	rig.watch.awaitBrowsers(t, 2)
 	parked := len(rig.watch.left())
@@ -397,8 +397,8 @@ func TestCancelledRunLeavesNoBrowser(t *testing.T) {
 	t.Parallel()
 	rig := newBrowserRig(t)
 	srv := start(t, rig.env())
-	held := submit(t, srv.url, document("path", rig.browse("alpha")))
-	parked := submit(t, srv.url, document("path", rig.browse("bravo"), gate()))
+	held := submit(t, srv.url, browserDocument("path", rig.browse("alpha")))
+	parked := submit(t, srv.url, browserDocument("path", rig.browse("bravo"), gate()))
 	awaitStatus(t, srv.url, parked, "waiting", 120*time.Second)
 	awaitStep(t, srv.url, held, "open-alpha")
 	for _, id := range []string{held, parked} {
@@ -440,7 +440,7 @@ func TestFailedRunLeavesNoBrowser(t *testing.T) {
 	t.Parallel()
 	rig := newBrowserRig(t)
 	srv := start(t, rig.env("PATCHBAY_POOL_RECLAIM_AFTER", "4s"))
-	doc := document("path", []any{
+	doc := browserDocument("path", []any{
 		map[string]any{"kind": "call", "id": "open", "connection": "browser", "op": "browser_navigate", "args": map[string]any{"url": rig.page.URL + "/path"}},
 		map[string]any{"kind": "call", "id": "open-tab", "connection": "tab", "op": "browser_navigate", "args": map[string]any{"url": rig.page.URL + "/run"}},
 		map[string]any{"kind": "call", "id": "fail", "connection": "demo", "op": "fail"},
@@ -492,7 +492,7 @@ func TestKilledHolderLeavesNoBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + rs[0].addr
-	id := submit(t, base, document("path", rig.browse("alpha")))
+	id := submit(t, base, browserDocument("path", rig.browse("alpha")))
 	awaitStep(t, base, id, "open-alpha")
 	rig.watch.awaitBrowsers(t, 2)
 	if err := rs[1].start(); err != nil {

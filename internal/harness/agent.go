@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
@@ -62,7 +63,7 @@ func (e *Executions) agentDocument(ctx context.Context, raw json.RawMessage, all
 				Message: "unknown field (allowed: model, instructions, input, tools, until, toolChoice, maxTokens, output)"}}}
 		}
 	}
-	root := map[string]any{"kind": KindModel, "id": agentNodeID}
+	root := map[string]any{"kind": document.KindModel, "id": agentNodeID}
 	for k, v := range agent {
 		root[k] = v
 	}

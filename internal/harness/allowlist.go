@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -84,17 +85,17 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 		bad("", "not a valid allowlist: %v", err)
 		return nil, &fault.ValidationError{Problems: problems}
 	}
-	for _, conn := range sortedKeys(body.Connections) {
+	for _, conn := range document.SortedKeys(body.Connections) {
 		g, at := body.Connections[conn], "/connections/"+fault.Escape(conn)
 		if !registry.ValidName(conn) {
 			bad(at, "%q is not a valid connection name", conn)
 		}
 		checkGlobs(at+"/ops", g.Ops, bad)
 		checkGlobs(at+"/events", g.Events, bad)
-		for _, field := range sortedKeys(g.Setup) {
+		for _, field := range document.SortedKeys(g.Setup) {
 			checkGlobs(at+"/setup/"+fault.Escape(field), g.Setup[field], bad)
 		}
-		for _, secret := range sortedKeys(g.Secrets) {
+		for _, secret := range document.SortedKeys(g.Secrets) {
 			p := at + "/secrets/" + fault.Escape(secret)
 			if !secrets.ValidSecretName(secret) {
 				bad(p, "%q is not a valid secret name (letters, digits, '.', '_', '-')", secret)
@@ -130,7 +131,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 
 // mcpGrant returns the grant for an attached server, if the allowlist has
 // one for exactly that URL or command line.
-func (al *Allowlist) mcpGrant(spec AttachSpec) (MCPGrant, bool) {
+func (al *Allowlist) mcpGrant(spec document.AttachSpec) (MCPGrant, bool) {
 	if al == nil {
 		return MCPGrant{}, false
 	}
@@ -160,43 +161,17 @@ func cutField(binding string) (op, field string, ok bool) {
 	return binding[:i], binding[i+1:], true
 }
 
-// matchOp matches an operation name against operation globs. Names may
-// hold '/' (OpenAPI operationIds such as issues/list-for-repo), which
-// path.Match's '*' does not cross; in an operation name '/' is an ordinary
-// character, so a deny or grant of "*" covers every operation and
-// "issues*" all of issues/…. (matchAny keeps path.Match's reading for
-// values such as URLs, where '*' must stay inside one segment.)
-func matchOp(globs []string, name string) bool {
-	const sep = "\x00"
-	name = strings.ReplaceAll(name, "/", sep)
-	for _, g := range globs {
-		if ok, _ := path.Match(strings.ReplaceAll(g, "/", sep), name); ok {
-			return true
-		}
-	}
-	return false
-}
-
-func matchAny(globs []string, name string) bool {
-	for _, g := range globs {
-		if ok, _ := path.Match(g, name); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // allows reports whether al grants op on conn.
 func (al *Allowlist) allows(conn, op string) bool {
 	if al == nil {
 		return false
 	}
 	g, ok := al.Connections[conn]
-	return ok && matchOp(g.Ops, op)
+	return ok && document.MatchOp(g.Ops, op)
 }
 
 // check reports what doc asks for beyond al.
-func (al *Allowlist) check(doc *Document, base string) []fault.FieldError {
+func (al *Allowlist) check(doc *document.Document, base string) []fault.FieldError {
 	var problems []fault.FieldError
 	deny := func(p, format string, args ...any) {
 		problems = append(problems, fault.FieldError{Path: p, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
@@ -220,7 +195,7 @@ func (al *Allowlist) check(doc *Document, base string) []fault.FieldError {
 				deny(at+"/mcp", "the allowlist grants no server %q at that exact url or command", name)
 				continue
 			}
-			for _, sec := range spec.secrets() {
+			for _, sec := range spec.Secrets() {
 				if !slices.Contains(g.Secrets, sec) {
 					deny(at+"/mcp", "the allowlist does not grant secret %q to server %q", sec, name)
 				}
@@ -231,17 +206,17 @@ func (al *Allowlist) check(doc *Document, base string) []fault.FieldError {
 			deny(at, "the allowlist grants no access to connection %q", name)
 		}
 	}
-	doc.walk(func(n *Node) {
+	doc.Walk(func(n *document.Node) {
 		if h, ok := doc.Handles[n.Connection]; ok {
 			c := *n // a call on a handle is judged by its pool's grant
 			c.Connection = h.Pool
 			n = &c
 		}
-		if n.Kind == kindRead {
+		if n.Kind == document.KindRead {
 			// A verify's profile read: its name is granted like an
 			// operation's.
 			if spec, ok := doc.Attached[n.Connection]; ok {
-				if g, ok := al.mcpGrant(spec); ok && !matchOp(g.Ops, n.Op) {
+				if g, ok := al.mcpGrant(spec); ok && !document.MatchOp(g.Ops, n.Op) {
 					deny(n.Path+"/read", "the allowlist does not grant read %q of server %q (step %s)", n.Op, n.Connection, n.ID)
 				}
 			} else if granted(n.Connection) && !al.allows(n.Connection, n.Op) {
@@ -249,8 +224,8 @@ func (al *Allowlist) check(doc *Document, base string) []fault.FieldError {
 			}
 			return
 		}
-		if spec, ok := doc.Attached[n.Connection]; ok && n.Kind == KindCall {
-			if g, ok := al.mcpGrant(spec); ok && !matchOp(g.Ops, n.Op) {
+		if spec, ok := doc.Attached[n.Connection]; ok && n.Kind == document.KindCall {
+			if g, ok := al.mcpGrant(spec); ok && !document.MatchOp(g.Ops, n.Op) {
 				deny(n.Path+"/op", "the allowlist does not grant operation %q of server %q (step %s)", n.Op, n.Connection, n.ID)
 			}
 			for _, s := range n.Secrets {
@@ -258,10 +233,10 @@ func (al *Allowlist) check(doc *Document, base string) []fault.FieldError {
 			}
 			return
 		}
-		if n.Kind == KindWait && granted(n.Connection) && !matchAny(al.Connections[n.Connection].Events, n.Event) {
+		if n.Kind == document.KindWait && granted(n.Connection) && !document.MatchAny(al.Connections[n.Connection].Events, n.Event) {
 			deny(n.Path+"/event", "the allowlist does not grant event %q of connection %q (step %s)", n.Event, n.Connection, n.ID)
 		}
-		if n.Kind != KindCall || !granted(n.Connection) {
+		if n.Kind != document.KindCall || !granted(n.Connection) {
 			return
 		}
 		if !al.allows(n.Connection, n.Op) {
@@ -499,7 +474,7 @@ func (a *Allowlists) History(ctx context.Context, name string) ([]Change, error)
 // granted operations with their argument schemas.
 func Describe(reg *registry.Registry, al *Allowlist) map[string][]connect.Operation {
 	out := map[string][]connect.Operation{}
-	for _, conn := range sortedKeys(al.Connections) {
+	for _, conn := range document.SortedKeys(al.Connections) {
 		c, err := reg.Get(conn)
 		if err != nil {
 			continue

@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -19,12 +20,12 @@ import (
 // fakeAttacher attaches a memory server and records what it was given.
 type fakeAttacher struct {
 	mu      sync.Mutex
-	specs   []harness.AttachSpec
+	specs   []document.AttachSpec
 	secrets []map[string]string
 	closed  int
 }
 
-func (f *fakeAttacher) Attach(_ context.Context, spec harness.AttachSpec, secrets map[string]string) (connect.Conn, error) {
+func (f *fakeAttacher) Attach(_ context.Context, spec document.AttachSpec, secrets map[string]string) (connect.Conn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.specs, f.secrets = append(f.specs, spec), append(f.secrets, secrets)

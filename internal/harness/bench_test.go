@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -13,7 +14,7 @@ import (
 // sent.
 func BenchmarkCallStep(b *testing.B) {
 	reg, _ := testRegistry(b)
-	doc, err := ParseDocument([]byte(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$input.x"},"b":2}}}`), reg, "")
+	doc, err := document.ParseDocument([]byte(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"add","args":{"a":{"$expr":"$input.x"},"b":2}}}`), reg, "")
 	if err != nil {
 		b.Fatal(err)
 	}

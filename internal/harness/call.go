@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -15,7 +16,7 @@ import (
 // call runs one call step through the gates, replaying the ledger: a done
 // entry returns its recorded output without calling again; a pending one is
 // re-sent with the same idempotency key; a waiting one checks its approval.
-func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
+func (r *run) call(ctx context.Context, f *frame, n *document.Node) (any, error) {
 	key := n.ID + f.suffix
 	conn := n.Connection
 	if n.ConnFromItem {
@@ -46,10 +47,10 @@ func (r *run) call(ctx context.Context, f *frame, n *Node) (any, error) {
 // ledger key, a guarded call asks for approval and the pending entry is
 // written before the call leaves; without one (a verify's read) a guarded
 // call is refused, since a check cannot wait for a person.
-func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, connect.Identity, error) {
+func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string) (any, connect.Identity, error) {
 	r.mu.Lock()
 	sc := r.scope(f)
-	v, err := object(n.Args).eval(sc)
+	v, err := document.Object(n.Args).Eval(sc)
 	r.mu.Unlock()
 	if err != nil {
 		return nil, connect.Identity{}, err
@@ -86,7 +87,7 @@ func (r *run) send(ctx context.Context, f *frame, n *Node, key *string) (any, co
 	if err != nil {
 		return nil, connect.Identity{}, err
 	}
-	if err := checkProfileArgs(n, args); err != nil {
+	if err := document.CheckProfileArgs(n, args); err != nil {
 		return nil, connect.Identity{}, err
 	}
 	approval := ""
@@ -180,11 +181,11 @@ func guardedRefusal(err error) bool {
 }
 
 // answered checks and presents a call's answer.
-func (r *run) answered(ctx context.Context, n *Node, conn *registry.Connection, id connect.Identity, out any, err error) (any, connect.Identity, error) {
+func (r *run) answered(ctx context.Context, n *document.Node, conn *registry.Connection, id connect.Identity, out any, err error) (any, connect.Identity, error) {
 	if err != nil {
 		return nil, id, err
 	}
-	if err := checkProfileResult(n, conn.Name(), out); err != nil {
+	if err := document.CheckProfileResult(n, conn.Name(), out); err != nil {
 		return nil, id, err
 	}
 	out, err = r.e.present(ctx, out, conn, r.rec.ID)
@@ -225,7 +226,7 @@ func (r *run) conn(ctx context.Context, name string) (*registry.Connection, erro
 	if ok {
 		return step, nil
 	}
-	var spec AttachSpec
+	var spec document.AttachSpec
 	if r.doc != nil {
 		spec, ok = r.doc.Attached[name]
 	}
@@ -239,7 +240,7 @@ func (r *run) conn(ctx context.Context, name string) (*registry.Connection, erro
 // use. It joins the run's attached servers (so calls find it by name) and
 // is closed when the run ends. The lock is not held while connecting; two
 // paths that attach the same server at once keep the first.
-func (r *run) attach(ctx context.Context, spec AttachSpec) (*registry.Connection, error) {
+func (r *run) attach(ctx context.Context, spec document.AttachSpec) (*registry.Connection, error) {
 	r.mu.Lock()
 	c, ok := r.attached[spec.Name]
 	r.mu.Unlock()
@@ -250,7 +251,7 @@ func (r *run) attach(ctx context.Context, spec AttachSpec) (*registry.Connection
 		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("this deployment does not attach servers that documents bring (%s)", spec.Name))
 	}
 	values := map[string]string{}
-	for _, sec := range spec.secrets() {
+	for _, sec := range spec.Secrets() {
 		if r.e.secrets == nil {
 			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", sec))
 		}
@@ -294,7 +295,7 @@ func (r *run) detach() {
 // approve is gate 5: it asks for (or finds) the step's approval. It returns
 // nil once approved, errWaiting while pending, and a refusal when denied or
 // expired.
-func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[string]any) error {
+func (r *run) approve(ctx context.Context, n *document.Node, key, conn string, args map[string]any) error {
 	now := time.Now().UTC()
 	ap, err := r.e.approvals.request(ctx, &Approval{
 		ID: approvalID(r.rec.ID, key), State: ApprovalPending, Execution: r.rec.ID, Step: n.ID,
@@ -324,7 +325,7 @@ func (r *run) approve(ctx context.Context, n *Node, key, conn string, args map[s
 // jsonValueMap shows evaluated arguments as JSON values (secrets as their
 // placeholder), for approval records.
 func jsonValueMap(args map[string]any) any {
-	v := jsonValue(args)
+	v := document.JSONValue(args)
 	if m, ok := v.(map[string]any); ok {
 		return m
 	}

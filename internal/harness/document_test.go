@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -104,7 +105,7 @@ func TestParseDocument(t *testing.T) {
 	for _, tt := range validationCases {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			doc, err := ParseDocument([]byte(tt.doc), reg, "/workflow")
+			doc, err := document.ParseDocument([]byte(tt.doc), reg, "/workflow")
 			if tt.wantCode == "" {
 				if err != nil || doc == nil {
 					t.Fatalf("ParseDocument = %v", err)
@@ -136,7 +137,7 @@ func TestValidationGolden(t *testing.T) {
 	var b strings.Builder
 	for _, tt := range validationCases {
 		fmt.Fprintf(&b, "== %s\n", tt.name)
-		_, err := ParseDocument([]byte(tt.doc), reg, "/workflow")
+		_, err := document.ParseDocument([]byte(tt.doc), reg, "/workflow")
 		var ve *fault.ValidationError
 		if errors.As(err, &ve) {
 			for _, p := range ve.Problems {
@@ -159,7 +160,7 @@ func TestValidationGolden(t *testing.T) {
 func TestParseDocumentReportsEveryProblem(t *testing.T) {
 	t.Parallel()
 	reg, _ := testRegistry(t)
-	_, err := ParseDocument([]byte(`{"version":3,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[
+	_, err := document.ParseDocument([]byte(`{"version":3,"connections":{"mem":{}},"root":{"kind":"sequence","id":"m","steps":[
 		{"kind":"call","id":"a","connection":"mem","op":"nope"},{"kind":"call","id":"a","connection":"mem","op":"add","args":{"x":{"$expr":"1 +"}}}]}}`), reg, "")
 	var ve *fault.ValidationError
 	if !errors.As(err, &ve) || len(ve.Problems) != 4 {

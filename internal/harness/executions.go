@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
@@ -215,7 +216,7 @@ type ExecutionsOptions struct {
 // Attacher connects an MCP server a document brings, for one run. secrets
 // holds the resolved values of the spec's header and env secrets.
 type Attacher interface {
-	Attach(ctx context.Context, spec AttachSpec, secrets map[string]string) (connect.Conn, error)
+	Attach(ctx context.Context, spec document.AttachSpec, secrets map[string]string) (connect.Conn, error)
 }
 
 // Executions stores executions in Redis and runs them on workers that claim
@@ -358,7 +359,7 @@ type Request struct {
 // item. A document problem is a *ValidationError with paths under
 // "/workflow".
 func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error) {
-	doc, err := ParseDocument(req.Workflow, e.reg, "/workflow")
+	doc, err := document.ParseDocument(req.Workflow, e.reg, "/workflow")
 	if err != nil {
 		return nil, err
 	}
@@ -366,7 +367,7 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 	if err != nil {
 		return nil, err
 	}
-	if problems := resolveSetups(doc, e.reg, req.Input, "/workflow"); len(problems) > 0 {
+	if problems := document.ResolveSetups(doc, e.reg, req.Input, "/workflow"); len(problems) > 0 {
 		return nil, &fault.ValidationError{Problems: problems}
 	}
 	problems := al.check(doc, "/workflow")
@@ -403,11 +404,11 @@ func (e *Executions) allowlist(ctx context.Context, name string) (*Allowlist, er
 // that dies between the two leaves a claimed key without a record; the next
 // call with that key (the event's redelivery) writes it under the claimed id.
 func (e *Executions) SubmitOnce(ctx context.Context, key string, workflow json.RawMessage, input any) (ex *Execution, created bool, err error) {
-	doc, err := ParseDocument(workflow, e.reg, "/workflow")
+	doc, err := document.ParseDocument(workflow, e.reg, "/workflow")
 	if err != nil {
 		return nil, false, err
 	}
-	if problems := resolveSetups(doc, e.reg, input, "/workflow"); len(problems) > 0 {
+	if problems := document.ResolveSetups(doc, e.reg, input, "/workflow"); len(problems) > 0 {
 		return nil, false, &fault.ValidationError{Problems: problems}
 	}
 	msgKey := e.store.Key("msg", key)

@@ -7,9 +7,9 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
-	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
 // Exposure: how a connection's operations reach a model, set by its
@@ -34,13 +34,6 @@ import (
 //     refused at gate 1, as a call of a tool not offered is. Listing is
 //     answered from the turn's tool set and is no connection call.
 
-// Exposure modes of a manifest entry.
-const (
-	ExposeEager   = "eager"
-	ExposeCall    = "call"
-	ExposeProfile = "profile"
-)
-
 // sharedPair names the _ops/_call pair that several connections share.
 const sharedPair = "connection"
 
@@ -51,47 +44,9 @@ const (
 	opsPageBytes = 24 << 10
 )
 
-// exposure is how one manifest entry's operations reach a model.
-type exposure struct {
-	Mode    string
-	Profile *profiles.Profile // the entry's profile; nil without one
-}
-
-// exposure parses an entry's "expose" (after its profile) and records it
-// when it differs from eager.
-func (p *parser) exposure(name string, e map[string]any, at string) {
-	prof := p.entryProfiles[name]
-	_, named := e["profile"]
-	mode := ExposeEager
-	if named {
-		mode = ExposeProfile
-	}
-	if v, ok := e["expose"]; ok {
-		s, _ := v.(string)
-		switch s {
-		case ExposeEager, ExposeCall:
-			mode = s
-		case ExposeProfile:
-			if !named {
-				p.fail(at+"/expose", fault.CodeValidationFailed, "\"profile\" offers the eager set of the entry's profile, and this entry names no profile; use \"eager\" or \"call\"")
-			}
-		default:
-			raw, _ := json.Marshal(v)
-			p.fail(at+"/expose", fault.CodeValidationFailed, "must be \"eager\", \"call\" or \"profile\", got %s", raw)
-		}
-	}
-	if mode == ExposeEager {
-		return
-	}
-	if p.exposures == nil {
-		p.exposures = map[string]exposure{}
-	}
-	p.exposures[name] = exposure{Mode: mode, Profile: prof}
-}
-
-// source is the tool source of the document's connection name, offering
+// sourceOf is the tool source of the document's connection name, offering
 // ops, with the exposure its entry sets.
-func (d *Document) source(name string, ops []connect.Operation) toolSource {
+func sourceOf(d *document.Document, name string, ops []connect.Operation) toolSource {
 	ex := d.Expose[name]
 	return toolSource{Name: name, Ops: ops, Expose: ex.Mode, Profile: ex.Profile}
 }
@@ -99,9 +54,9 @@ func (d *Document) source(name string, ops []connect.Operation) toolSource {
 // ownTool reports whether op is offered as a tool of its own.
 func (src toolSource) ownTool(op string) bool {
 	switch src.Expose {
-	case ExposeCall:
+	case document.ExposeCall:
 		return false
-	case ExposeProfile:
+	case document.ExposeProfile:
 		return src.Profile != nil && src.Profile.IsEager(op)
 	}
 	return true

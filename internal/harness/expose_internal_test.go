@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -48,34 +49,34 @@ func TestBuildToolSetExposure(t *testing.T) {
 	// differs, yet it is the same profile operation.
 	clickMore := `{"type":"object","required":["element"],"properties":{"element":{"type":"string"},"button":{"type":"string"}}}`
 	web := func(name, clickSchema string) toolSource {
-		return toolSource{Name: name, Expose: ExposeProfile, Profile: browser, Ops: []connect.Operation{
+		return toolSource{Name: name, Expose: document.ExposeProfile, Profile: browser, Ops: []connect.Operation{
 			op("navigate", string(browser.Operations["navigate"].Input)), op("ui.click", clickSchema),
 			op("ui.hover", string(browser.Operations["ui.hover"].Input)), op("snapshot", obj)}}
 	}
 	tests := []struct {
 		name     string
 		turn     []toolSource
-		picks    []toolPick
+		picks    []document.ToolPick
 		hasPicks bool
 		want     string
 	}{
 		{"call connection gets a pair of its own",
-			[]toolSource{{Name: "big", Expose: ExposeCall, Ops: []connect.Operation{op("a", obj), op("b", obj)}}, {Name: "small", Ops: []connect.Operation{op("x", obj)}}},
+			[]toolSource{{Name: "big", Expose: document.ExposeCall, Ops: []connect.Operation{op("a", obj), op("b", obj)}}, {Name: "small", Ops: []connect.Operation{op("x", obj)}}},
 			nil, false, "small_x:small,big_ops:big,big_call:big"},
 		{"eager is as without expose",
-			[]toolSource{{Name: "big", Expose: ExposeEager, Ops: []connect.Operation{op("a", obj), op("b", obj)}}},
+			[]toolSource{{Name: "big", Expose: document.ExposeEager, Ops: []connect.Operation{op("a", obj), op("b", obj)}}},
 			nil, false, "big_a:big,big_b:big"},
 		{"call connections share one pair",
-			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: ExposeCall, Ops: []connect.Operation{op("x", obj), op("y", obj)}}},
+			[]toolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj), op("y", obj)}}},
 			nil, false, "connection_ops:a|b,connection_call:a|b"},
 		{"a pick keeps the shared names and cuts the targets",
-			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: ExposeCall, Ops: []connect.Operation{op("y", obj)}}},
-			[]toolPick{{Connection: "b"}}, true, "connection_ops:b,connection_call:b"},
+			[]toolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: document.ExposeCall, Ops: []connect.Operation{op("y", obj)}}},
+			[]document.ToolPick{{Connection: "b"}}, true, "connection_ops:b,connection_call:b"},
 		{"ops globs that pick nothing called leave no pair",
-			[]toolSource{{Name: "a", Expose: ExposeCall, Ops: []connect.Operation{op("x", obj)}}},
-			[]toolPick{{Connection: "a", Ops: []string{"z*"}}}, true, ""},
+			[]toolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}},
+			[]document.ToolPick{{Connection: "a", Ops: []string{"z*"}}}, true, ""},
 		{"nothing granted, no pair",
-			[]toolSource{{Name: "a", Expose: ExposeCall}},
+			[]toolSource{{Name: "a", Expose: document.ExposeCall}},
 			nil, false, ""},
 		{"profile: the eager set as tools, the rest through the pair",
 			[]toolSource{web("app", click)},
@@ -90,7 +91,7 @@ func TestBuildToolSetExposure(t *testing.T) {
 			[]toolSource{{Name: "a", Ops: []connect.Operation{op("ui.click", click)}}, {Name: "b", Ops: []connect.Operation{op("ui.click", clickMore)}}},
 			nil, false, "a_ui_click:a,b_ui_click:b"},
 		{"a profile connection and a call connection share the pair",
-			[]toolSource{web("a", click), {Name: "big", Expose: ExposeCall, Ops: []connect.Operation{op("navigate", obj)}}},
+			[]toolSource{web("a", click), {Name: "big", Expose: document.ExposeCall, Ops: []connect.Operation{op("navigate", obj)}}},
 			nil, false, "a_navigate:a,a_ui_click:a,connection_ops:a|big,connection_call:a|big"},
 	}
 	for _, tt := range tests {
@@ -127,13 +128,13 @@ func TestBuildToolSetExposure(t *testing.T) {
 func TestPairNameCollides(t *testing.T) {
 	t.Parallel()
 	turn := []toolSource{
-		{Name: "a", Expose: ExposeCall, Ops: []connect.Operation{{Name: "x"}}},
+		{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{{Name: "x"}}},
 		{Name: "b", Ops: []connect.Operation{{Name: "a_call"}}},
 		{Name: "c", Ops: []connect.Operation{{Name: "a_call"}}},
 	}
 	_, err := buildToolSet(turn, nil, false)
 	var he *fault.Error
-	if !errors.As(err, &he) || he.Code != CodeToolIDCollision || !strings.Contains(err.Error(), `"a_call"`) || !strings.Contains(err.Error(), "call tool of connection a") {
+	if !errors.As(err, &he) || he.Code != document.CodeToolIDCollision || !strings.Contains(err.Error(), `"a_call"`) || !strings.Contains(err.Error(), "call tool of connection a") {
 		t.Fatalf("err = %v, want a collision on a_call", err)
 	}
 }
@@ -152,7 +153,7 @@ func fiftyOps() []connect.Operation {
 func TestOpsListing(t *testing.T) {
 	t.Parallel()
 	ops := fiftyOps()
-	ts, err := buildToolSet([]toolSource{{Name: "big", Expose: ExposeCall, Ops: ops}, {Name: "two", Expose: ExposeCall, Ops: ops[:2]}}, nil, false)
+	ts, err := buildToolSet([]toolSource{{Name: "big", Expose: document.ExposeCall, Ops: ops}, {Name: "two", Expose: document.ExposeCall, Ops: ops[:2]}}, nil, false)
 	must(t, err)
 	pair := ts.byName["connection_ops"].Pair
 	tests := []struct {
@@ -209,7 +210,7 @@ func TestOpsPageBytes(t *testing.T) {
 	for i := range ops {
 		ops[i].InputSchema = json.RawMessage(big)
 	}
-	ts, err := buildToolSet([]toolSource{{Name: "big", Expose: ExposeCall, Ops: ops}}, nil, false)
+	ts, err := buildToolSet([]toolSource{{Name: "big", Expose: document.ExposeCall, Ops: ops}}, nil, false)
 	must(t, err)
 	page, err := ts.byName["big_ops"].Pair.list(map[string]any{})
 	must(t, err)
@@ -223,8 +224,8 @@ func TestCallResolves(t *testing.T) {
 	browser := browserProfile(t)
 	ops := fiftyOps()
 	ts, err := buildToolSet([]toolSource{
-		{Name: "big", Expose: ExposeCall, Ops: ops[:10]},
-		{Name: "app", Expose: ExposeProfile, Profile: browser, Ops: []connect.Operation{{Name: "navigate", InputSchema: browser.Operations["navigate"].Input}, {Name: "snapshot"}}},
+		{Name: "big", Expose: document.ExposeCall, Ops: ops[:10]},
+		{Name: "app", Expose: document.ExposeProfile, Profile: browser, Ops: []connect.Operation{{Name: "navigate", InputSchema: browser.Operations["navigate"].Input}, {Name: "snapshot"}}},
 	}, nil, false)
 	must(t, err)
 	tests := []struct {
@@ -269,7 +270,7 @@ func TestCallResolves(t *testing.T) {
 // for a 50-operation server, eager and through _ops/_call.
 func BenchmarkToolListBytes(b *testing.B) {
 	ops := fiftyOps()
-	for _, mode := range []string{ExposeEager, ExposeCall} {
+	for _, mode := range []string{document.ExposeEager, document.ExposeCall} {
 		b.Run(mode, func(b *testing.B) {
 			var size int
 			for b.Loop() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -70,12 +71,12 @@ func TestExposeCallPassesTheSameGates(t *testing.T) {
 		must(t, reg.SetPolicy("big", registry.Policy{Deny: []string{"op08"}, Approve: []string{"op09"}}))
 		must(t, reg.Start(context.Background()))
 		var round []harness.ModelToolCall
-		if expose == harness.ExposeCall {
+		if expose == document.ExposeCall {
 			round = append(round, toolCall("list", "big_ops", `{}`), toolCall("find", "big_ops", `{"query":"op42"}`))
 		}
 		for i, c := range calls {
 			id := fmt.Sprintf("c%d", i)
-			if expose == harness.ExposeCall {
+			if expose == document.ExposeCall {
 				round = append(round, toolCall(id, "big_call", `{"op":"`+c.op+`","args":`+c.args+`}`))
 			} else {
 				round = append(round, toolCall(id, "big_"+c.op, c.args))
@@ -115,8 +116,8 @@ func TestExposeCallPassesTheSameGates(t *testing.T) {
 		}
 		return got, sent, models
 	}
-	eager, eagerSent, eagerModels := run(t, harness.ExposeEager)
-	called, calledSent, callModels := run(t, harness.ExposeCall)
+	eager, eagerSent, eagerModels := run(t, document.ExposeEager)
+	called, calledSent, callModels := run(t, document.ExposeCall)
 
 	want := []outcome{{harness.StepDone, "", 0}, {harness.StepFailed, "steering_denied", 1}, {harness.StepFailed, "steering_denied", 2},
 		{harness.StepFailed, "steering_denied", 4}, {harness.StepDone, "", 0}}

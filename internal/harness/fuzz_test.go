@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
 
@@ -24,7 +25,7 @@ func FuzzParseDocument(f *testing.F) {
 	reg, _ := testRegistry(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		start := time.Now()
-		doc, err := ParseDocument(data, reg, "")
+		doc, err := document.ParseDocument(data, reg, "")
 		if err == nil && doc == nil {
 			t.Fatal("nil document without an error")
 		}
@@ -54,7 +55,7 @@ func FuzzExpression(f *testing.F) {
 	reg, _ := testRegistry(f)
 	f.Fuzz(func(t *testing.T, src, input string) {
 		doc := []byte(`{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"a","connection":"mem","op":"echo","args":{"v":{"$expr":` + quote(src) + `}}}}`)
-		parsed, err := ParseDocument(doc, reg, "")
+		parsed, err := document.ParseDocument(doc, reg, "")
 		if err != nil {
 			return
 		}
@@ -67,7 +68,7 @@ func FuzzExpression(f *testing.F) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, _ = object(parsed.Root.Args).eval(r.scope(&frame{steps: map[string]any{"a": map[string]any{"tags": []any{"x"}}}}))
+			_, _ = document.Object(parsed.Root.Args).Eval(r.scope(&frame{steps: map[string]any{"a": map[string]any{"tags": []any{"x"}}}}))
 		}()
 		select {
 		case <-done:

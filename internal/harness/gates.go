@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
@@ -170,7 +170,7 @@ func (e *Executions) gates(ctx context.Context, conn *registry.Connection, op st
 			return 0, nil, fault.Deny(fault.GateSchema, err.Error())
 		}
 		if sch != nil {
-			if err := sch.Validate(jsonValue(opened)); err != nil {
+			if err := sch.Validate(document.JSONValue(opened)); err != nil {
 				return 0, nil, fault.Deny(fault.GateSchema, "arguments do not match the schema of "+op+": "+err.Error())
 			}
 		}
@@ -186,10 +186,10 @@ func (e *Executions) gates(ctx context.Context, conn *registry.Connection, op st
 	}
 	args = opened.(map[string]any)
 	pol := conn.Policy()
-	if matchOp(pol.Deny, op) {
+	if document.MatchOp(pol.Deny, op) {
 		return 0, nil, fault.Deny(fault.GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), op))
 	}
-	if matchOp(pol.Approve, op) || (guarded && !matchOp(pol.Allow, op)) {
+	if document.MatchOp(pol.Approve, op) || (guarded && !document.MatchOp(pol.Allow, op)) {
 		return needsApproval, args, nil
 	}
 	return allow, args, nil
@@ -248,20 +248,6 @@ func (e *Executions) present(ctx context.Context, out any, conn *registry.Connec
 	return e.redact(refs.WithholdSensitive(sealed)), nil
 }
 
-// jsonValue turns evaluated arguments into what the schema validator reads:
-// plain JSON values, with a secret's place standing as a string.
-func jsonValue(v any) any {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return v
-	}
-	out, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
-		return v
-	}
-	return out
-}
-
 // fillSecrets is gate 6: it replaces every secret placeholder with its
 // value and registers the value for redaction.
 // callerHeaders resolves the principal's own credentials for connection,
@@ -312,7 +298,7 @@ func (e *Executions) refreshHeaders(ctx context.Context, connection, principal s
 
 func (e *Executions) fillSecrets(ctx context.Context, v any) (any, error) {
 	switch x := v.(type) {
-	case secretArg:
+	case document.SecretArg:
 		if e.secrets == nil {
 			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", x.Name))
 		}

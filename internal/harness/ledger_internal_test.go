@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 
@@ -16,7 +17,7 @@ func TestLedgerOfAnOlderRecord(t *testing.T) {
 	t.Parallel()
 	e := newSubmitExecutions(t, storetest.New(t))
 	ctx := t.Context()
-	done := StepRecord{Key: "c", ID: "c", Kind: KindCall, Connection: "mem", Op: "echo", Status: StepDone,
+	done := StepRecord{Key: "c", ID: "c", Kind: document.KindCall, Connection: "mem", Op: "echo", Status: StepDone,
 		IdempotencyKey: "ex_old:c", Output: map[string]any{"x": 1.0}, StartedAt: time.Now().UTC()}
 	old := &record{Execution: Execution{ID: "ex_old", Status: ExecRunning, Steps: []StepRecord{done}, CreatedAt: time.Now().UTC()},
 		Workflow: json.RawMessage(echoDoc)}
@@ -32,7 +33,7 @@ func TestLedgerOfAnOlderRecord(t *testing.T) {
 	epoch, err := e.claim(ctx, "ex_old", "a")
 	must(t, err)
 	r := &run{e: e, rec: rec, epoch: epoch}
-	r.enter(&Node{ID: "d", Kind: KindCall}, "d", "mem")
+	r.enter(&document.Node{ID: "d", Kind: document.KindCall}, "d", "mem")
 	must(t, r.save(ctx))
 
 	n, err := e.store.Client.HLen(ctx, e.ledgerKey("ex_old")).Result()
@@ -64,8 +65,8 @@ func TestSaveWritesWhatChanged(t *testing.T) {
 	must(t, err)
 	r := &run{e: e, rec: rec, epoch: epoch}
 	r.rec.Status = ExecRunning
-	r.enter(&Node{ID: "a", Kind: KindCall}, "a", "mem")
-	r.enter(&Node{ID: "b", Kind: KindCall}, "b", "mem")
+	r.enter(&document.Node{ID: "a", Kind: document.KindCall}, "a", "mem")
+	r.enter(&document.Node{ID: "b", Kind: document.KindCall}, "b", "mem")
 	must(t, r.save(ctx))
 
 	// Marks in Redis that a whole-record write would overwrite.

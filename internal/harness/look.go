@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -55,9 +56,6 @@ const EventLook = "look"
 
 // kindLook marks the ledger entry of a round's context layer.
 const kindLook = "look"
-
-// lookOp is the Op of "<connection>_look" tools, which no connection has.
-const lookOp = "$look"
 
 // Look forms: how a read was shown.
 const (
@@ -121,42 +119,13 @@ type lookRecord struct {
 	Reads []lookShown `json:"reads"`
 }
 
-// parseLook parses a manifest entry's {"look": {"<read>": timing}}: each
-// timing is turn, effect or ask, and each read one the entry's profile
-// (or what the connection speaks, when that is known) has.
-func (p *parser) parseLook(name string, v any, at string) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		p.fail(at, fault.CodeValidationFailed, "must map read names to turn, effect or ask")
-		return
-	}
-	reads, known := p.readsFor(name)
-	out := map[string]string{}
-	for _, read := range sortedKeys(m) {
-		ra := at + "/" + fault.Escape(read)
-		t, _ := m[read].(string)
-		switch {
-		case t != profiles.LookTurn && t != profiles.LookEffect && t != profiles.LookAsk:
-			p.fail(ra, fault.CodeValidationFailed, "must be turn, effect or ask")
-		case known && reads[read] == nil:
-			p.fail(ra, fault.CodeValidationFailed, "connection %q has no read %q (its profile reads: %s)", name, read, orNone(sortedKeys(reads)))
-		default:
-			out[read] = t
-		}
-	}
-	if p.looks == nil {
-		p.looks = map[string]map[string]string{}
-	}
-	p.looks[name] = out
-}
-
 // lookLayer builds the node's layer: the connections its tools come from
 // (picked ones, else the document's), each with the reads of the profiles
 // it speaks that the allowlist grants and a pick's ops globs match (ops
 // globs match operations and reads alike), and that the connection has a
 // way to take (a declaring server's tool of the read's name, a binding's
 // tool or resource). Connections with no such read are left out.
-func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
+func (r *run) lookLayer(ctx context.Context, n *document.Node) (*lookLayer, error) {
 	al, trusted, err := r.grants(ctx)
 	if err != nil {
 		return nil, err
@@ -185,9 +154,9 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 		}
 		lc := lookConn{Name: name}
-		reads := readsOf(conn)
-		for _, read := range sortedKeys(reads) {
-			if g, picked := globs[name]; picked && !matchOp(g, read) {
+		reads := document.ReadsOf(conn)
+		for _, read := range document.SortedKeys(reads) {
+			if g, picked := globs[name]; picked && !document.MatchOp(g, read) {
 				continue
 			}
 			if len(grantedOps(al, trusted, grant, as, []connect.Operation{{Name: read}})) == 0 {
@@ -196,7 +165,7 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 			if _, err := findRead(conn, read); err != nil {
 				continue // no way to take it (no tool of its name, not bound)
 			}
-			timing := reads[read].read.Look
+			timing := reads[read].Read.Look
 			if t, ok := r.doc.Looks[name][read]; ok {
 				timing = t
 			}
@@ -213,7 +182,7 @@ func (r *run) lookLayer(ctx context.Context, n *Node) (*lookLayer, error) {
 // speaks (a handle: its pool, so naming reads takes no lease), and the
 // name and server its allowlist grant is under (a server the node
 // attaches for itself its toolSet has attached already).
-func (r *run) lookConn(ctx context.Context, name string) (*registry.Connection, string, *AttachSpec, error) {
+func (r *run) lookConn(ctx context.Context, name string) (*registry.Connection, string, *document.AttachSpec, error) {
 	if _, ok := r.doc.Handles[name]; ok {
 		grant, conn, err := r.e.toolConn(r.doc, name)
 		return conn, grant, nil, err
@@ -238,14 +207,14 @@ func (l *lookLayer) addLookTools(ts *toolSet) error {
 		}
 		name := c.Name + "_look"
 		if _, taken := ts.byName[name]; taken {
-			return fault.Errorf(CodeToolIDCollision, "tool id %q names both an operation of %s and the look tool of its profile reads; rename the connection or narrow its operations", name, c.Name)
+			return fault.Errorf(document.CodeToolIDCollision, "tool id %q names both an operation of %s and the look tool of its profile reads; rename the connection or narrow its operations", name, c.Name)
 		}
 		schema, _ := json.Marshal(map[string]any{"type": "object", "required": []string{"read"}, "properties": map[string]any{
 			"read": map[string]any{"type": "string", "enum": asks, "description": "The read to take."},
 			"full": map[string]any{"type": "boolean", "description": "Show it whole rather than as changes since you last saw it."},
 		}})
 		ro := true
-		ts.add(&modelTool{Op: lookOp, Targets: []string{c.Name}, ModelTool: ModelTool{Name: name, InputSchema: schema,
+		ts.add(&modelTool{Op: document.LookOp, Targets: []string{c.Name}, ModelTool: ModelTool{Name: name, InputSchema: schema,
 			Description: "[" + c.Name + "] Look at the connection's state: " + strings.Join(asks, ", ") + ". (read-only)",
 			Annotations: connect.Annotations{ReadOnlyHint: &ro}}})
 		l.ask[name] = c.Name
@@ -310,12 +279,12 @@ func lookHeader(conn, read, form string) string {
 
 // look takes (or replays) the reads due before round and returns the
 // message that shows them; "" when none is due.
-func (r *run) look(ctx context.Context, f *frame, n *Node, round int, l *lookLayer, effected map[string]bool) (string, error) {
+func (r *run) look(ctx context.Context, f *frame, n *document.Node, round int, l *lookLayer, effected map[string]bool) (string, error) {
 	due := l.due(round, effected)
 	if len(due) == 0 {
 		return "", nil
 	}
-	ln := &Node{Kind: kindLook, ID: fmt.Sprintf("%s/round:%d/look", n.ID, round)}
+	ln := &document.Node{Kind: kindLook, ID: fmt.Sprintf("%s/round:%d/look", n.ID, round)}
 	key := ln.ID + f.suffix
 	if out, err, ok := r.replayed(key, ln); ok {
 		if err != nil {
@@ -352,7 +321,7 @@ func (r *run) look(ctx context.Context, f *frame, n *Node, round int, l *lookLay
 // lookOnce takes one read and shows it against what the model last saw.
 // A read that fails is shown as failing (the model may act on that); an
 // interruption of the run is returned.
-func (r *run) lookOnce(ctx context.Context, f *frame, n *Node, l *lookLayer, conn, read string, full bool) (lookShown, string, error) {
+func (r *run) lookOnce(ctx context.Context, f *frame, n *document.Node, l *lookLayer, conn, read string, full bool) (lookShown, string, error) {
 	s := lookShown{Connection: conn, Read: read}
 	ctx, span := r.traceRead(ctx, "look", conn, read)
 	rd, err := r.takeRead(ctx, f, n.ID, conn, read)
@@ -380,7 +349,7 @@ func (r *run) lookOnce(ctx context.Context, f *frame, n *Node, l *lookLayer, con
 
 // looked reports the reads of a layer or a _look answer: a look event
 // each, and their tokens to the observer.
-func (r *run) looked(ctx context.Context, key string, n *Node, round int, reads []lookShown) {
+func (r *run) looked(ctx context.Context, key string, n *document.Node, round int, reads []lookShown) {
 	obs, counts := r.e.observer.(LookObserver)
 	for _, s := range reads {
 		r.e.emit(ctx, r.rec.ID, EventLook, map[string]any{"key": key, "id": n.ID, "round": round, "connection": s.Connection,
@@ -394,13 +363,13 @@ func (r *run) looked(ctx context.Context, key string, n *Node, round int, reads 
 // lookCall answers a "<connection>_look" call as a ledger entry of its
 // own (the tool call's key), so a replay answers the same. ok is false
 // when call is not a look tool.
-func (r *run) lookCall(ctx context.Context, f *frame, n *Node, round int, l *lookLayer, call ModelToolCall) (ModelToolResult, bool, error) {
+func (r *run) lookCall(ctx context.Context, f *frame, n *document.Node, round int, l *lookLayer, call ModelToolCall) (ModelToolResult, bool, error) {
 	conn, ok := l.ask[call.Name]
 	if !ok {
 		return ModelToolResult{}, false, nil
 	}
 	res := ModelToolResult{CallID: call.ID}
-	tn := &Node{Kind: kindLook, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID), Connection: conn, Op: lookOp}
+	tn := &document.Node{Kind: kindLook, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID), Connection: conn, Op: document.LookOp}
 	key := tn.ID + f.suffix
 	if out, err, ok := r.replayed(key, tn); ok {
 		if err != nil {
@@ -470,7 +439,7 @@ func isStepFailure(err error) bool {
 // its operation is read-only there (the server's annotation, or a
 // profile's readOnly mark); "" for none, a look, a listing or a refusal.
 func (r *run) effectOf(ctx context.Context, ts *toolSet, call ModelToolCall) string {
-	if t, ok := ts.byName[call.Name]; !ok || t.Op == lookOp || t.Lists {
+	if t, ok := ts.byName[call.Name]; !ok || t.Op == document.LookOp || t.Lists {
 		return ""
 	}
 	var args map[string]any

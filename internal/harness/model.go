@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,10 +10,10 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Model nodes: the agent loop. Choices worth knowing (where DESIGN.md and
@@ -59,9 +58,6 @@ import (
 //     node's path gives (fresh: path), exactly as a call step would, and
 //     later calls of the turn land on the same leased connection.
 
-// KindModel is a model turn: the agent loop over connection tools.
-const KindModel = "model"
-
 // kindTool marks the ledger entry of one tool call a model made, and
 // kindRound the entry of one model round.
 const (
@@ -69,15 +65,8 @@ const (
 	kindRound = "model.round"
 )
 
-// Model turn limits.
+// Model turn limits at run time.
 const (
-	// defaultModelRounds bounds a turn that runs until the model calls no
-	// tool: a model that never stops fails there instead of spending for
-	// ever.
-	defaultModelRounds = 25
-	maxModelRounds     = 100
-	maxInstructions    = 64 << 10
-	maxModelRefLen     = 256
 	// maxToolResult bounds one tool result sent to the model.
 	maxToolResult = 64 << 10
 	// deltaFlushEvery coalesces streamed text into events, so a long
@@ -91,14 +80,6 @@ const (
 	EventModelDelta = "model.delta" // {key, id, round, text}: streamed text, coalesced
 	EventModelRound = "model.round" // {key, id, round, toolCalls, usage, stopReason}
 )
-
-// CodeUnknownToolChoice: a model node's toolChoice names no tool of its
-// tool set.
-const CodeUnknownToolChoice fault.Code = "UNKNOWN_TOOL_CHOICE"
-
-// CodeToolIDCollision: two connections of a model turn offer operations
-// under one tool id (see buildToolSet).
-const CodeToolIDCollision fault.Code = "TOOL_ID_COLLISION"
 
 // Models runs model turns for the harness; cmd/server adapts
 // internal/models to it, so the harness imports no provider SDK.
@@ -198,377 +179,17 @@ type ModelDelta struct {
 	ArgsFragment  string
 }
 
-// modelSpec is a parsed model node.
-type modelSpec struct {
-	Ref          string // "<provider>/<name>"
-	Instructions string
-	Input        value // nil: $input
-	Picks        []toolPick
-	HasTools     bool
-	MaxRounds    int // 0: until no tool calls, bounded by defaultModelRounds
-	ToolChoice   string
-	MaxTokens    int64
-	Output       *outputSpec // nil: the output is the final text
-}
-
-// outputSpec is a model node's structured output: the schema its final
-// answer must match.
-type outputSpec struct {
-	Raw    json.RawMessage // the schema as sent to the model
-	Schema *jsonschema.Schema
-}
-
-func (m *modelSpec) provider() string { p, _, _ := strings.Cut(m.Ref, "/"); return p }
-func (m *modelSpec) name() string     { _, n, _ := strings.Cut(m.Ref, "/"); return n }
-
-// model parses {"kind": "model", "id", "model", "instructions"?, "input"?,
-// "tools"?, "until"?, "toolChoice"?, "maxTokens"?, "output"?}.
-func (p *parser) model(obj map[string]any, at string) *Node {
-	p.checkFields(obj, at, "kind", "id", "model", "instructions", "input", "tools", "until", "toolChoice", "maxTokens", "output")
-	n := &Node{Kind: KindModel, ID: p.id(obj["id"], at), Path: at}
-	spec := &modelSpec{}
-	spec.Ref, _ = obj["model"].(string)
-	provider, name, ok := strings.Cut(spec.Ref, "/")
-	if !ok || !registry.ValidName(provider) || name == "" || len(spec.Ref) > maxModelRefLen {
-		p.fail(at+"/model", fault.CodeValidationFailed, "is required and must be \"<provider>/<model>\" with a provider from the config file's models, e.g. \"anthropic/claude-sonnet-4-5\" or \"local/llama3\"")
-	}
-	if v, ok := obj["instructions"]; ok {
-		s, isStr := v.(string)
-		if !isStr || len(s) > maxInstructions {
-			p.fail(at+"/instructions", fault.CodeValidationFailed, "must be a string of at most %d bytes", maxInstructions)
-		}
-		spec.Instructions = s
-	}
-	if v, ok := obj["input"]; ok {
-		p.secrets, p.field = nil, "input"
-		spec.Input = p.value(v, at+"/input")
-		for _, s := range p.secrets {
-			p.fail(s.Path, fault.CodeValidationFailed, "a model's input may not hold secrets: the model would read them")
-		}
-		p.secrets = nil
-	}
-	if v, ok := obj["tools"]; ok {
-		p.modelTools(v, at+"/tools", spec)
-	}
-	if v, ok := obj["until"]; ok {
-		spec.MaxRounds = p.until(v, at+"/until")
-	}
-	if v, ok := obj["toolChoice"]; ok {
-		s, isStr := v.(string)
-		if !isStr || s == "" || len(s) > connect.MaxToolIDLen {
-			p.fail(at+"/toolChoice", fault.CodeValidationFailed, "must be \"auto\", \"none\", \"required\" or the name of a tool of this node")
-		}
-		spec.ToolChoice = s
-	}
-	if v, ok := obj["maxTokens"]; ok {
-		f, isNum := v.(float64)
-		if !isNum || f < 1 || f > 1_000_000 || f != float64(int64(f)) {
-			p.fail(at+"/maxTokens", fault.CodeValidationFailed, "must be a whole number from 1 to 1000000")
-		}
-		spec.MaxTokens = int64(f)
-	}
-	if v, ok := obj["output"]; ok {
-		spec.Output = p.output(v, at+"/output")
-	}
-	n.Model = spec
-	p.done[n.ID] = true
-	return n
-}
-
-// Structured output limits.
-const (
-	maxOutputSchema = 32 << 10
-	// outputRetries is how many corrective rounds an answer that does not
-	// match the schema gets before the node fails.
-	outputRetries = 1
-)
-
-// KindOutputInvalid is the code of a model node whose final answer is not
-// JSON matching its output schema.
-const KindOutputInvalid = "output_invalid"
-
-// output parses {"schema": <JSON Schema>}: the schema must compile, with
-// problems reported at their place inside it.
-func (p *parser) output(v any, at string) *outputSpec {
-	obj, ok := v.(map[string]any)
-	if !ok {
-		p.fail(at, fault.CodeValidationFailed, "must be {\"schema\": <JSON Schema>}")
-		return nil
-	}
-	p.checkFields(obj, at, "schema")
-	schema, ok := obj["schema"]
-	if !ok {
-		p.fail(at+"/schema", fault.CodeValidationFailed, "is required: the JSON Schema the final answer must match")
-		return nil
-	}
-	raw, err := json.Marshal(schema)
-	switch {
-	case err != nil:
-		p.fail(at+"/schema", fault.CodeValidationFailed, "is not JSON: %v", err)
-		return nil
-	case len(raw) > maxOutputSchema:
-		p.fail(at+"/schema", fault.CodeValidationFailed, "is %d bytes; at most %d", len(raw), maxOutputSchema)
-		return nil
-	}
-	if _, isObj := schema.(map[string]any); !isObj {
-		if _, isBool := schema.(bool); !isBool {
-			p.fail(at+"/schema", fault.CodeValidationFailed, "must be a JSON Schema (an object, or true/false)")
-			return nil
-		}
-	}
-	compiled, where, err := compileOutputSchema(raw)
-	if err != nil {
-		p.fail(at+"/schema"+where, fault.CodeValidationFailed, "is not a valid JSON Schema: %v", err)
-		return nil
-	}
-	return &outputSpec{Raw: raw, Schema: compiled}
-}
-
-// compileOutputSchema compiles a document's schema. Nothing is fetched: a
-// $ref must point inside the schema (or to a built-in metaschema). where
-// is the JSON Pointer of a problem inside the schema, when known.
-func compileOutputSchema(raw json.RawMessage) (sch *jsonschema.Schema, where string, err error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil, "", err
-	}
-	c := jsonschema.NewCompiler()
-	c.UseLoader(jsonschema.SchemeURLLoader{}) // no file:, http: or other loads
-	const url = "mem://model-output/schema.json"
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, "", err
-	}
-	sch, err = c.Compile(url)
-	if err == nil {
-		return sch, "", nil
-	}
-	var sve *jsonschema.SchemaValidationError
-	var ve *jsonschema.ValidationError
-	if errors.As(err, &sve) && errors.As(sve.Err, &ve) {
-		leaves := schemaLeaves(ve)
-		if len(leaves) > 0 {
-			where = "/" + strings.Join(leaves[0].InstanceLocation, "/")
-			if len(leaves[0].InstanceLocation) == 0 {
-				where = ""
-			}
-		}
-		return nil, where, errors.New(schemaProblems(ve))
-	}
-	var le *jsonschema.LoadURLError
-	if errors.As(err, &le) {
-		return nil, "", fmt.Errorf("$ref %q points outside the schema; only refs inside it (\"#/$defs/…\") are followed", le.URL)
-	}
-	return nil, "", errors.New(strings.ReplaceAll(err.Error(), url, "the schema"))
-}
-
-// schemaLeaves are the innermost causes of a validation error: the ones
-// that say what is wrong rather than which branch failed.
-func schemaLeaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError {
-	if len(ve.Causes) == 0 {
-		return []*jsonschema.ValidationError{ve}
-	}
-	var out []*jsonschema.ValidationError
-	for _, c := range ve.Causes {
-		out = append(out, schemaLeaves(c)...)
-	}
-	return out
-}
-
-// schemaProblems is a validation error as one line: up to three of its
-// innermost causes ("at '/age': got string, want integer").
-func schemaProblems(ve *jsonschema.ValidationError) string {
-	leaves := schemaLeaves(ve)
-	var parts []string
-	for i, l := range leaves {
-		if i == 3 {
-			parts = append(parts, fmt.Sprintf("and %d more", len(leaves)-i))
-			break
-		}
-		parts = append(parts, strings.ReplaceAll(l.Error(), "\n", " "))
-	}
-	return strings.Join(parts, "; ")
-}
-
-// outputInstruction is appended to a node's instructions when it asks for
-// structured output.
-func outputInstruction(instructions string, schema json.RawMessage) string {
-	ask := "When you are done (calling no more tools), answer with only a JSON value that matches this JSON Schema: no other text, no code fences.\n" + string(schema)
-	if instructions == "" {
-		return ask
-	}
-	return instructions + "\n\n" + ask
-}
-
-// parseOutput reads a final answer as JSON matching the schema. The error
-// says what is wrong, in words the model can act on.
-func (o *outputSpec) parse(text string) (any, error) {
-	s := strings.TrimSpace(text)
-	if rest, ok := strings.CutPrefix(s, "```"); ok && strings.HasSuffix(rest, "```") {
-		rest = strings.TrimSuffix(rest, "```")
-		rest = strings.TrimPrefix(rest, "json")
-		s = strings.TrimSpace(rest)
-	}
-	if s == "" {
-		return nil, errors.New("the answer is empty, not a JSON value")
-	}
-	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(s))
-	if err != nil {
-		return nil, fmt.Errorf("the answer is not a single JSON value: %v", err)
-	}
-	if err := o.Schema.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("the answer does not match the output schema: %s", schemaProblems(ve))
-		}
-		return nil, fmt.Errorf("the answer does not match the output schema: %v", err)
-	}
-	var out any
-	if err := json.Unmarshal([]byte(s), &out); err != nil {
-		return nil, fmt.Errorf("the answer is not a single JSON value: %v", err)
-	}
-	return out, nil
-}
-
-func (p *parser) until(v any, at string) int {
-	if v == "no_tool_calls" {
-		return 0
-	}
-	m, ok := v.(map[string]any)
-	rounds, isNum := m["maxRounds"].(float64)
-	if !ok || len(m) != 1 || !isNum || rounds < 1 || rounds > maxModelRounds || rounds != float64(int(rounds)) {
-		p.fail(at, fault.CodeValidationFailed, "must be \"no_tool_calls\" or {\"maxRounds\": n} with n from 1 to %d", maxModelRounds)
-		return 0
-	}
-	return int(rounds)
-}
-
-// modelTools parses a model node's tools: picks of the document's
-// connections and servers the node attaches for itself.
-func (p *parser) modelTools(v any, at string, spec *modelSpec) {
-	list, ok := v.([]any)
-	if !ok {
-		p.fail(at, fault.CodeValidationFailed, "must be an array of {\"connection\": name, \"ops\"?: [globs]} and {\"mcp\": {…}} entries")
-		return
-	}
-	spec.HasTools = true
-	for i, item := range list {
-		entry := fmt.Sprintf("%s/%d", at, i)
-		m, _ := item.(map[string]any)
-		_, isConn := m["connection"]
-		_, isMCP := m["mcp"]
-		switch {
-		case isConn:
-			p.checkFields(m, entry, "connection", "ops")
-			if pick, ok := p.pick(m, entry); ok {
-				spec.Picks = append(spec.Picks, pick)
-			}
-		case isMCP:
-			p.checkFields(m, entry, "mcp")
-			if pick, ok := p.stepServer(m["mcp"], entry); ok {
-				spec.Picks = append(spec.Picks, pick)
-			}
-		default:
-			p.fail(entry, fault.CodeValidationFailed, "must be {\"connection\": name, \"ops\"?: [globs]} or {\"mcp\": {…}}")
-		}
-	}
-}
-
-// pick parses {"connection": name, "ops"?: [globs]}: the name must be a
-// connection the document declares.
-func (p *parser) pick(m map[string]any, at string) (toolPick, bool) {
-	name, _ := m["connection"].(string)
-	pick := toolPick{Connection: name, Path: at}
-	_, attached := p.attachedSpecs[name]
-	_, handle := p.handles[name]
-	_, err := p.reg.Get(name)
-	switch {
-	case !registry.ValidName(name):
-		p.fail(at+"/connection", fault.CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
-		return pick, false
-	case !attached && !handle && err != nil:
-		p.fail(at+"/connection", fault.CodeConnectionUnknown, "no connection named %q", name)
-		return pick, false
-	case !p.declared[name]:
-		p.fail(at+"/connection", fault.CodeValidationFailed, "connection %q is not declared in the document's connections", name)
-		return pick, false
-	}
-	if v, ok := m["ops"]; ok {
-		globs, isList := v.([]any)
-		if !isList || len(globs) == 0 {
-			p.fail(at+"/ops", fault.CodeValidationFailed, "must be a non-empty array of operation globs")
-		}
-		for j, g := range globs {
-			s, _ := g.(string)
-			if _, err := path.Match(s, ""); err != nil || s == "" {
-				p.fail(fmt.Sprintf("%s/ops/%d", at, j), fault.CodeValidationFailed, "%v is not a valid glob", g)
-				continue
-			}
-			pick.Ops = append(pick.Ops, s)
-		}
-		if pick.Ops == nil {
-			pick.Ops = []string{}
-		}
-	}
-	return pick, true
-}
-
-// stepServer parses {"mcp": {…}}: a server this node attaches for itself,
-// validated as a document's own servers are. Its name may not be one the
-// document already uses, unless another node attaches the very same
-// server.
-func (p *parser) stepServer(v any, at string) (toolPick, bool) {
-	m, _ := v.(map[string]any)
-	name, _ := m["name"].(string)
-	if !registry.ValidName(name) {
-		p.fail(at+"/mcp/name", fault.CodeConnectionInvalid, "%q is not a valid connection name (a letter, then letters, digits, '_' or '-')", name)
-		return toolPick{}, false
-	}
-	if p.declared[name] {
-		p.fail(at+"/mcp/name", fault.CodeConnectionNameTaken, "the document already has a connection named %q", name)
-		return toolPick{}, false
-	}
-	// p.attached validates and records into the document's servers;
-	// take the spec back out, since only this node attaches it.
-	before := len(p.problems)
-	prev, had := p.attachedSpecs[name]
-	p.attached(name, v, at)
-	spec, ok := p.attachedSpecs[name]
-	if had {
-		p.attachedSpecs[name] = prev
-	} else {
-		delete(p.attachedSpecs, name)
-	}
-	if !ok || len(p.problems) > before {
-		return toolPick{}, false
-	}
-	if other, seen := p.stepSpecs[name]; seen && !sameSpec(other, spec) {
-		p.fail(at+"/mcp/name", fault.CodeConnectionNameTaken, "another node attaches a different server named %q", name)
-		return toolPick{}, false
-	}
-	if p.stepSpecs == nil {
-		p.stepSpecs = map[string]AttachSpec{}
-	}
-	p.stepSpecs[name] = spec
-	return toolPick{Connection: name, Attach: &spec, Path: at}, true
-}
-
-func sameSpec(a, b AttachSpec) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
-}
-
 // checkModels is the submit-time check of a document's model nodes:
 // the provider exists, the allowlist grants what the tools pick (nil al
 // with trusted false grants nothing), and a toolChoice names a tool, when
 // the tool set can be built before the run (no server to attach first).
-func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []fault.FieldError {
+func (e *Executions) checkModels(doc *document.Document, al *Allowlist, trusted bool) []fault.FieldError {
 	var problems []fault.FieldError
 	add := func(at string, code fault.Code, format string, args ...any) {
 		problems = append(problems, fault.FieldError{Path: at, Code: code, Message: fmt.Sprintf(format, args...)})
 	}
-	doc.walk(func(n *Node) {
-		if n.Kind != KindModel || n.Model == nil {
+	doc.Walk(func(n *document.Node) {
+		if n.Kind != document.KindModel || n.Model == nil {
 			return
 		}
 		spec := n.Model
@@ -586,10 +207,10 @@ func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []f
 			}
 		}
 		if ts, ok, err := e.staticTools(doc, n, al, trusted); err != nil {
-			add(n.Path+"/tools", CodeToolIDCollision, "%s", err.(*fault.Error).Message)
+			add(n.Path+"/tools", document.CodeToolIDCollision, "%s", err.(*fault.Error).Message)
 		} else if ok {
 			if err := ts.checkChoice(spec.ToolChoice); err != nil {
-				add(n.Path+"/toolChoice", CodeUnknownToolChoice, "%s", err.(*fault.Error).Message)
+				add(n.Path+"/toolChoice", document.CodeUnknownToolChoice, "%s", err.(*fault.Error).Message)
 			}
 		}
 	})
@@ -598,7 +219,7 @@ func (e *Executions) checkModels(doc *Document, al *Allowlist, trusted bool) []f
 
 // checkPick reports what a pick asks for beyond the allowlist: each ops
 // glob must lie inside a granted one.
-func checkPick(doc *Document, al *Allowlist, pick toolPick) []fault.FieldError {
+func checkPick(doc *document.Document, al *Allowlist, pick document.ToolPick) []fault.FieldError {
 	var problems []fault.FieldError
 	deny := func(at, format string, args ...any) {
 		problems = append(problems, fault.FieldError{Path: at, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
@@ -631,7 +252,7 @@ func checkPick(doc *Document, al *Allowlist, pick toolPick) []fault.FieldError {
 			return problems
 		}
 		if pick.Attach != nil {
-			for _, sec := range spec.secrets() {
+			for _, sec := range spec.Secrets() {
 				if !containsString(g.Secrets, sec) {
 					deny(pick.Path+"/mcp", "the allowlist does not grant secret %q to server %q", sec, spec.Name)
 				}
@@ -681,7 +302,7 @@ func containsString(list []string, s string) bool {
 // staticTools builds a node's tool set from the registry alone, when no
 // server must be attached for it and every connection involved is ready.
 // An error is a tool id two connections share (CodeToolIDCollision).
-func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted bool) (*toolSet, bool, error) {
+func (e *Executions) staticTools(doc *document.Document, n *document.Node, al *Allowlist, trusted bool) (*toolSet, bool, error) {
 	var turn []toolSource
 	for _, name := range doc.Connections {
 		if _, ok := doc.Attached[name]; ok {
@@ -691,7 +312,7 @@ func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted 
 		if err != nil || conn.State() != connect.StateReady {
 			return nil, false, nil
 		}
-		turn = append(turn, doc.source(name, grantedOps(al, trusted, src, nil, conn.Manifest().Operations)))
+		turn = append(turn, sourceOf(doc, name, grantedOps(al, trusted, src, nil, conn.Manifest().Operations)))
 	}
 	for _, pick := range n.Model.Picks {
 		if pick.Attach != nil {
@@ -707,7 +328,7 @@ func (e *Executions) staticTools(doc *Document, n *Node, al *Allowlist, trusted 
 // for a handle, its pool, whose manifest (read from a probe at start) is
 // what every lease offers. Naming tools takes no lease; the first call
 // through the handle does, as a call step's would.
-func (e *Executions) toolConn(doc *Document, name string) (grantName string, conn *registry.Connection, err error) {
+func (e *Executions) toolConn(doc *document.Document, name string) (grantName string, conn *registry.Connection, err error) {
 	if h, ok := doc.Handles[name]; ok {
 		conn, err = e.reg.Get(h.Pool)
 		return h.Pool, conn, err
@@ -718,7 +339,7 @@ func (e *Executions) toolConn(doc *Document, name string) (grantName string, con
 
 // grantedOps cuts ops to what the allowlist grants on a connection (spec:
 // a server the document or a node attaches).
-func grantedOps(al *Allowlist, trusted bool, name string, spec *AttachSpec, ops []connect.Operation) []connect.Operation {
+func grantedOps(al *Allowlist, trusted bool, name string, spec *document.AttachSpec, ops []connect.Operation) []connect.Operation {
 	if trusted {
 		return ops
 	}
@@ -741,7 +362,7 @@ func grantedOps(al *Allowlist, trusted bool, name string, spec *AttachSpec, ops 
 	}
 	var out []connect.Operation
 	for _, op := range ops {
-		if matchOp(globs, op.Name) {
+		if document.MatchOp(globs, op.Name) {
 			out = append(out, op)
 		}
 	}
@@ -752,7 +373,7 @@ func grantedOps(al *Allowlist, trusted bool, name string, spec *AttachSpec, ops 
 // it calls no tool or the round limit. Each round and each tool call is a
 // ledger entry, so a resumed run replays finished rounds (not paying for
 // them again) and finished tool calls (not repeating them).
-func (r *run) model(ctx context.Context, f *frame, n *Node) (any, error) {
+func (r *run) model(ctx context.Context, f *frame, n *document.Node) (any, error) {
 	key := n.ID + f.suffix
 	if out, err, ok := r.replayed(key, n); ok {
 		return out, err
@@ -768,7 +389,7 @@ func (r *run) model(ctx context.Context, f *frame, n *Node) (any, error) {
 	return r.done(ctx, key, n, out)
 }
 
-func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
+func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error) {
 	spec := n.Model
 	if r.e.models == nil {
 		return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: errors.New("this deployment has no model providers")}
@@ -789,20 +410,20 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 		return nil, err
 	}
 	if err := layer.addLookTools(ts); err != nil {
-		return nil, &stepError{step: n.ID, code: string(CodeToolIDCollision), err: err}
+		return nil, &stepError{step: n.ID, code: string(document.CodeToolIDCollision), err: err}
 	}
 	if err := ts.checkChoice(spec.ToolChoice); err != nil {
-		return nil, &stepError{step: n.ID, code: string(CodeUnknownToolChoice), err: err}
+		return nil, &stepError{step: n.ID, code: string(document.CodeUnknownToolChoice), err: err}
 	}
 	req := ModelRequest{Model: spec.Ref, Instructions: spec.Instructions, Tools: ts.list(), ToolChoice: spec.ToolChoice, MaxTokens: spec.MaxTokens,
 		Messages: []ModelMessage{{Role: RoleUser, Text: input}}}
 	if spec.Output != nil {
-		req.Instructions = outputInstruction(spec.Instructions, spec.Output.Raw)
+		req.Instructions = document.OutputInstruction(spec.Instructions, spec.Output.Raw)
 		req.OutputSchema = spec.Output.Raw
 	}
 	limit := spec.MaxRounds
 	if limit == 0 {
-		limit = defaultModelRounds
+		limit = document.DefaultModelRounds
 	}
 	corrections := 0
 	effected := map[string]bool{} // connections the last round's calls may have changed
@@ -824,12 +445,12 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 			if spec.Output == nil {
 				return resp.Text, nil
 			}
-			out, err := spec.Output.parse(resp.Text)
+			out, err := spec.Output.Parse(resp.Text)
 			if err == nil {
 				return out, nil
 			}
-			if corrections == outputRetries {
-				return nil, &stepError{step: n.ID, code: KindOutputInvalid, err: fmt.Errorf("round %d: %w (after %d corrective round)", round, err, outputRetries)}
+			if corrections == document.OutputRetries {
+				return nil, &stepError{step: n.ID, code: document.KindOutputInvalid, err: fmt.Errorf("round %d: %w (after %d corrective round)", round, err, document.OutputRetries)}
 			}
 			// One more round, derived from the recorded answer, so a
 			// resumed run asks (or replays) exactly the same.
@@ -841,9 +462,9 @@ func (r *run) turn(ctx context.Context, f *frame, n *Node) (any, error) {
 		if round >= limit {
 			if spec.MaxRounds > 0 {
 				if spec.Output != nil {
-					out, err := spec.Output.parse(resp.Text)
+					out, err := spec.Output.Parse(resp.Text)
 					if err != nil {
-						return nil, &stepError{step: n.ID, code: KindOutputInvalid, err: fmt.Errorf("stopped at maxRounds %d while the model still called tools: %w", limit, err)}
+						return nil, &stepError{step: n.ID, code: document.KindOutputInvalid, err: fmt.Errorf("stopped at maxRounds %d while the model still called tools: %w", limit, err)}
 					}
 					return out, nil
 				}
@@ -880,14 +501,14 @@ func forcesCall(choice string) bool { return choice != "" && choice != "auto" &&
 
 // modelInput is the user message: the node's input (default $input), as
 // text; anything but a string is sent as JSON.
-func (r *run) modelInput(ctx context.Context, f *frame, spec *modelSpec) (string, error) {
+func (r *run) modelInput(ctx context.Context, f *frame, spec *document.ModelSpec) (string, error) {
 	r.mu.Lock()
 	sc := r.scope(f)
-	sc.ctx = ctx
+	sc.Ctx = ctx
 	var v any = sc.Input
 	var err error
 	if spec.Input != nil {
-		v, err = spec.Input.eval(sc)
+		v, err = spec.Input.Eval(sc)
 	}
 	r.mu.Unlock()
 	if err != nil {
@@ -907,8 +528,8 @@ func (r *run) modelInput(ctx context.Context, f *frame, spec *modelSpec) (string
 }
 
 // round runs (or replays) one round of the model.
-func (r *run) round(ctx context.Context, f *frame, n *Node, round int, req ModelRequest) (*ModelResponse, error) {
-	rn := &Node{Kind: kindRound, ID: fmt.Sprintf("%s/round:%d", n.ID, round), Op: n.Model.Ref}
+func (r *run) round(ctx context.Context, f *frame, n *document.Node, round int, req ModelRequest) (*ModelResponse, error) {
+	rn := &document.Node{Kind: kindRound, ID: fmt.Sprintf("%s/round:%d", n.ID, round), Op: n.Model.Ref}
 	key := rn.ID + f.suffix
 	if out, err, ok := r.replayed(key, rn); ok {
 		if err != nil {
@@ -977,13 +598,13 @@ func decodeLedger[T any](what string, out any) (*T, error) {
 	return &v, nil
 }
 
-func (r *run) countTokens(spec *modelSpec, u ModelUsage) {
+func (r *run) countTokens(spec *document.ModelSpec, u ModelUsage) {
 	obs, ok := r.e.observer.(TokenObserver)
 	if !ok {
 		return
 	}
-	obs.ModelTokens(spec.provider(), spec.name(), "input", u.InputTokens)
-	obs.ModelTokens(spec.provider(), spec.name(), "output", u.OutputTokens)
+	obs.ModelTokens(spec.Provider(), spec.Name(), "input", u.InputTokens)
+	obs.ModelTokens(spec.Provider(), spec.Name(), "output", u.OutputTokens)
 }
 
 // deltaStream turns streamed text into model.delta events, coalesced.
@@ -1020,8 +641,8 @@ func (d *deltaStream) flush() {
 // key "<node>/round:<n>/tool:<call id>"), through the same gates,
 // approvals included. A refusal or failure goes back to the model as an
 // error result; only waiting, fencing and storage failures stop the turn.
-func (r *run) toolCall(ctx context.Context, f *frame, n *Node, round int, ts *toolSet, call ModelToolCall) (ModelToolResult, error) {
-	tn := &Node{Kind: kindTool, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID)}
+func (r *run) toolCall(ctx context.Context, f *frame, n *document.Node, round int, ts *toolSet, call ModelToolCall) (ModelToolResult, error) {
+	tn := &document.Node{Kind: kindTool, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID)}
 	res := ModelToolResult{CallID: call.ID}
 	var args map[string]any
 	if len(call.Args) > 0 && json.Unmarshal(call.Args, &args) != nil {
@@ -1040,9 +661,9 @@ func (r *run) toolCall(ctx context.Context, f *frame, n *Node, round int, ts *to
 	if rerr != nil {
 		out, err = r.refused(ctx, f, tn, rerr)
 	} else {
-		tn.Args = make(map[string]value, len(rest))
+		tn.Args = make(map[string]document.Value, len(rest))
 		for k, v := range rest {
-			tn.Args[k] = literal{v}
+			tn.Args[k] = document.NewLiteral(v)
 		}
 		out, err = r.call(ctx, f, tn)
 	}
@@ -1061,7 +682,7 @@ func (r *run) toolCall(ctx context.Context, f *frame, n *Node, round int, ts *to
 
 // refused records a tool call refused before it reached a connection (an
 // unknown tool, a target the step may not reach) as a failed entry.
-func (r *run) refused(ctx context.Context, f *frame, tn *Node, reason error) (any, error) {
+func (r *run) refused(ctx context.Context, f *frame, tn *document.Node, reason error) (any, error) {
 	key := tn.ID + f.suffix
 	if out, err, ok := r.replayed(key, tn); ok {
 		return out, err
@@ -1108,7 +729,7 @@ func boundForModel(s string) string {
 // toolSet builds the node's tools from the turn's connections, attaching
 // the servers the document or the node brings as needed, each cut to what
 // the execution's allowlist grants.
-func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
+func (r *run) toolSet(ctx context.Context, n *document.Node) (*toolSet, error) {
 	al, trusted, err := r.grants(ctx)
 	if err != nil {
 		return nil, err
@@ -1128,7 +749,7 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 			if err != nil {
 				return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 			}
-			turn = append(turn, r.doc.source(name, grantedOps(al, trusted, pool, nil, conn.Manifest().Operations)))
+			turn = append(turn, sourceOf(r.doc, name, grantedOps(al, trusted, pool, nil, conn.Manifest().Operations)))
 			continue
 		}
 		attach, isAttached := r.doc.Attached[name]
@@ -1139,11 +760,11 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 		if err != nil {
 			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 		}
-		var as *AttachSpec
+		var as *document.AttachSpec
 		if isAttached {
 			as = &attach
 		}
-		turn = append(turn, r.doc.source(name, grantedOps(al, trusted, name, as, conn.Manifest().Operations)))
+		turn = append(turn, sourceOf(r.doc, name, grantedOps(al, trusted, name, as, conn.Manifest().Operations)))
 	}
 	for _, p := range spec.Picks {
 		if p.Attach == nil {
@@ -1157,7 +778,7 @@ func (r *run) toolSet(ctx context.Context, n *Node) (*toolSet, error) {
 	}
 	ts, err := buildToolSet(turn, spec.Picks, spec.HasTools)
 	if err != nil {
-		return nil, &stepError{step: n.ID, code: string(CodeToolIDCollision), err: err}
+		return nil, &stepError{step: n.ID, code: string(document.CodeToolIDCollision), err: err}
 	}
 	return ts, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/pools"
@@ -107,7 +108,7 @@ func TestModelHandlePicks(t *testing.T) {
 		{"handle pick", doc(`[{"connection":"app","ops":["whoami"]}]`), "", ""},
 		{"handle pick beyond the pool's grant", doc(`[{"connection":"app","ops":["flaky"]}]`), "/workflow/root/tools/0/ops/0", harness.CodeConnectionNotAllowed},
 		{"tool choice of a handle", `{"version":1,"connections":{"app":{"from":"browsers"}},"root":{"kind":"model","id":"m","model":"fake/x","toolChoice":"app_click"}}`, "", ""},
-		{"tool choice the grant cuts", `{"version":1,"connections":{"app":{"from":"browsers"}},"root":{"kind":"model","id":"m","model":"fake/x","toolChoice":"app_flaky"}}`, "/workflow/root/toolChoice", harness.CodeUnknownToolChoice},
+		{"tool choice the grant cuts", `{"version":1,"connections":{"app":{"from":"browsers"}},"root":{"kind":"model","id":"m","model":"fake/x","toolChoice":"app_flaky"}}`, "/workflow/root/toolChoice", document.CodeUnknownToolChoice},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -300,8 +301,8 @@ func TestModelNodeValidation(t *testing.T) {
 		name, root, path string
 		code             fault.Code
 	}{
-		{"unknown tool choice", `{"kind":"model","id":"m","model":"fake/x","toolChoice":"ios_ui_swipe"}`, "/workflow/root/toolChoice", harness.CodeUnknownToolChoice},
-		{"tool choice outside the picks", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"web"}],"toolChoice":"ios_ui_home"}`, "/workflow/root/toolChoice", harness.CodeUnknownToolChoice},
+		{"unknown tool choice", `{"kind":"model","id":"m","model":"fake/x","toolChoice":"ios_ui_swipe"}`, "/workflow/root/toolChoice", document.CodeUnknownToolChoice},
+		{"tool choice outside the picks", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"web"}],"toolChoice":"ios_ui_home"}`, "/workflow/root/toolChoice", document.CodeUnknownToolChoice},
 		{"unknown provider", `{"kind":"model","id":"m","model":"other/x"}`, "/workflow/root/model", fault.CodeValidationFailed},
 		{"model without provider", `{"kind":"model","id":"m","model":"claude"}`, "/workflow/root/model", fault.CodeValidationFailed},
 		{"unknown connection", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"tv"}]}`, "/workflow/root/tools/0/connection", fault.CodeConnectionUnknown},
@@ -341,7 +342,7 @@ func TestToolChoiceCheckedWhenAttached(t *testing.T) {
 		harness.ExecutionsOptions{Attacher: &fakeAttacher{}, Models: models})
 	doc := `{"version":1,"root":{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"linear","type":"http","url":"https://mcp.linear.test/mcp"}}],"toolChoice":"linear_issues_close"}}`
 	ex := runDocAs(t, execs, doc, "docs")
-	if ex.Status != harness.ExecFailed || ex.Error.Code != string(harness.CodeUnknownToolChoice) {
+	if ex.Status != harness.ExecFailed || ex.Error.Code != string(document.CodeUnknownToolChoice) {
 		t.Fatalf("execution %s %+v, want failed with UNKNOWN_TOOL_CHOICE", ex.Status, ex.Error)
 	}
 	if n := len(models.requests()); n != 0 {
@@ -390,8 +391,8 @@ func TestToolIDCollisionAcrossConnections(t *testing.T) {
 	doc := `{"version":1,"connections":{"gh":{},"gh_issues":{}},"root":{"kind":"model","id":"m","model":"fake/x"}}`
 	_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "both"})
 	var ve *fault.ValidationError
-	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Code != harness.CodeToolIDCollision || ve.Problems[0].Path != "/workflow/root/tools" {
-		t.Fatalf("err = %v, want %s at /workflow/root/tools", err, harness.CodeToolIDCollision)
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Code != document.CodeToolIDCollision || ve.Problems[0].Path != "/workflow/root/tools" {
+		t.Fatalf("err = %v, want %s at /workflow/root/tools", err, document.CodeToolIDCollision)
 	}
 	for _, w := range []string{`"gh_issues_list"`, "connection gh operation issues/list", "connection gh_issues operation list"} {
 		if !strings.Contains(ve.Problems[0].Message, w) {
@@ -403,8 +404,8 @@ func TestToolIDCollisionAcrossConnections(t *testing.T) {
 	must(t, err)
 	ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
 	must(t, err)
-	if ex.Status != harness.ExecFailed || ex.Error.Code != string(harness.CodeToolIDCollision) || !strings.Contains(ex.Error.Message, "gh_issues") {
-		t.Fatalf("host run: %s %+v, want failed with %s", ex.Status, ex.Error, harness.CodeToolIDCollision)
+	if ex.Status != harness.ExecFailed || ex.Error.Code != string(document.CodeToolIDCollision) || !strings.Contains(ex.Error.Message, "gh_issues") {
+		t.Fatalf("host run: %s %+v, want failed with %s", ex.Status, ex.Error, document.CodeToolIDCollision)
 	}
 	if n := len(models.requests()); n != 0 {
 		t.Fatalf("the model was asked %d times", n)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/redis/go-redis/v9"
@@ -44,7 +45,7 @@ type onceOutcome struct {
 // profileOp is the profile operation a call runs: the typed step's, else
 // the one of that name in a profile the connection speaks (a model's
 // tool call, an untyped step on a declaring server).
-func profileOp(n *Node, conn *registry.Connection) *profiles.Operation {
+func profileOp(n *document.Node, conn *registry.Connection) *profiles.Operation {
 	if n.ProfileOp != nil {
 		return n.ProfileOp
 	}

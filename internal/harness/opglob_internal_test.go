@@ -1,6 +1,10 @@
 package harness
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
+)
 
 // TestMatchOp: '/' in an operation name is an ordinary character, so "*"
 // denies or grants OpenAPI operations such as issues/create too.
@@ -19,7 +23,7 @@ func TestMatchOp(t *testing.T) {
 		{"issues/get", "issues/create", false},
 	}
 	for _, tt := range tests {
-		if got := matchOp([]string{tt.glob}, tt.op); got != tt.want {
+		if got := document.MatchOp([]string{tt.glob}, tt.op); got != tt.want {
 			t.Errorf("matchOp(%q, %q) = %v, want %v", tt.glob, tt.op, got, tt.want)
 		}
 	}

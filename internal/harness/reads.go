@@ -7,11 +7,11 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
-	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
 // # Profile reads
@@ -71,56 +71,23 @@ type ResourceReader interface {
 	ReadResource(ctx context.Context, uri string, headers map[string]string) (any, error)
 }
 
-// readSource is where one read of a connection comes from.
-type readSource struct {
-	profile *profiles.Profile
-	read    *profiles.Read
-	// bound is the binding's way to take it; nil for a declaring server.
-	bound   *profiles.BoundRead
-	binding string
-}
-
-// readsOf lists, by read name, the reads of every profile conn speaks
-// with a definition (the first profile wins a name two of them define).
-func readsOf(conn *registry.Connection) map[string]readSource {
-	b := conn.Binding()
-	out := map[string]readSource{}
-	for _, sp := range conn.Profiles() {
-		if sp.Profile == nil {
-			continue
-		}
-		for name, rd := range sp.Profile.Reads {
-			if _, seen := out[name]; seen {
-				continue
-			}
-			src := readSource{profile: sp.Profile, read: rd}
-			if sp.Binding != "" && b != nil && b.Name == sp.Binding {
-				src.binding = b.Name
-				src.bound = b.Reads[name]
-			}
-			out[name] = src
-		}
-	}
-	return out
-}
-
 // findRead is gate 1 of a read: the read is in a profile conn speaks and
 // conn has a way to take it.
-func findRead(conn *registry.Connection, name string) (readSource, error) {
-	src, ok := readsOf(conn)[name]
+func findRead(conn *registry.Connection, name string) (document.ReadSource, error) {
+	src, ok := document.ReadsOf(conn)[name]
 	if !ok {
 		var speaks []string
 		for _, sp := range conn.Profiles() {
 			speaks = append(speaks, sp.Name+"@"+sp.Version)
 		}
-		return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s speaks no profile with read %q (it speaks: %s)", conn.Name(), name, orNone(speaks)))
+		return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s speaks no profile with read %q (it speaks: %s)", conn.Name(), name, document.OrNone(speaks)))
 	}
 	switch {
-	case src.binding != "" && src.bound == nil:
-		return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("binding %s of connection %s does not bind read %s of %s", src.binding, conn.Name(), name, src.profile.ID()))
-	case src.binding == "":
+	case src.Binding != "" && src.Bound == nil:
+		return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("binding %s of connection %s does not bind read %s of %s", src.Binding, conn.Name(), name, src.Profile.ID()))
+	case src.Binding == "":
 		if _, ok := conn.Manifest().Operation(name); !ok {
-			return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s declares %s but has no tool %q to take that read", conn.Name(), src.profile.ID(), name))
+			return src, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s declares %s but has no tool %q to take that read", conn.Name(), src.Profile.ID(), name))
 		}
 	}
 	return src, nil
@@ -154,16 +121,16 @@ func (r *run) takeRead(ctx context.Context, f *frame, step, name, read string) (
 	}
 	id := conn.Identity()
 	var out any
-	if src.bound != nil && src.bound.Resource != "" {
-		out, err = r.readResource(ctx, conn, src.bound.Resource)
+	if src.Bound != nil && src.Bound.Resource != "" {
+		out, err = r.readResource(ctx, conn, src.Bound.Resource)
 	} else {
 		out, err = r.readTool(ctx, conn, src, read)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if src.bound != nil {
-		if out, err = src.bound.Value(ctx, out); err != nil {
+	if src.Bound != nil {
+		if out, err = src.Bound.Value(ctx, out); err != nil {
 			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
 		}
 	}
@@ -172,12 +139,12 @@ func (r *run) takeRead(ctx context.Context, f *frame, step, name, read string) (
 
 // readTool takes a read through a tool: the bound one, or the one named
 // after the read. Gates 1–4 run on the tool as on any call.
-func (r *run) readTool(ctx context.Context, conn *registry.Connection, src readSource, read string) (any, error) {
+func (r *run) readTool(ctx context.Context, conn *registry.Connection, src document.ReadSource, read string) (any, error) {
 	op, args := read, map[string]any{}
-	if src.bound != nil {
+	if src.Bound != nil {
 		var err error
-		op = src.bound.Tool
-		if args, err = src.bound.MapArgs(ctx); err != nil {
+		op = src.Bound.Tool
+		if args, err = src.Bound.MapArgs(ctx); err != nil {
 			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
 		}
 	}
@@ -232,9 +199,9 @@ func resourceReader(c *registry.Connection) (ResourceReader, bool) {
 func readPolicy(conn *registry.Connection, read string) error {
 	pol := conn.Policy()
 	switch {
-	case matchOp(pol.Deny, read):
+	case document.MatchOp(pol.Deny, read):
 		return fault.Deny(fault.GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), read))
-	case matchOp(pol.Approve, read):
+	case document.MatchOp(pol.Approve, read):
 		return fault.Deny(fault.GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s", conn.Name(), read))
 	}
 	return nil
@@ -248,7 +215,7 @@ func (r *run) readGranted(ctx context.Context, name, read string) error {
 	if err != nil || trusted {
 		return err
 	}
-	grant, spec := name, (*AttachSpec)(nil)
+	grant, spec := name, (*document.AttachSpec)(nil)
 	if r.doc != nil {
 		if h, ok := r.doc.Handles[name]; ok {
 			grant = h.Pool
@@ -264,12 +231,12 @@ func (r *run) readGranted(ctx context.Context, name, read string) error {
 // attachSpecOf is the server a document, or one of its model nodes,
 // brings under name (every node that attaches a name attaches the same
 // server); nil for none.
-func attachSpecOf(doc *Document, name string) *AttachSpec {
+func attachSpecOf(doc *document.Document, name string) *document.AttachSpec {
 	if s, ok := doc.Attached[name]; ok {
 		return &s
 	}
-	var spec *AttachSpec
-	doc.walk(func(n *Node) {
+	var spec *document.AttachSpec
+	doc.Walk(func(n *document.Node) {
 		if n.Model == nil || spec != nil {
 			return
 		}
@@ -284,21 +251,21 @@ func attachSpecOf(doc *Document, name string) *AttachSpec {
 }
 
 // reading checks a read's value against the profile and presents it.
-func (r *run) reading(ctx context.Context, conn *registry.Connection, src readSource, read string, id connect.Identity, out any) (*Reading, error) {
-	if err := src.read.CheckOutput(jsonValue(out)); err != nil {
-		return nil, fmt.Errorf("read %s of %s contradicts %s: %s", read, conn.Name(), src.profile.ID(), oneLine(err))
+func (r *run) reading(ctx context.Context, conn *registry.Connection, src document.ReadSource, read string, id connect.Identity, out any) (*Reading, error) {
+	if err := src.Read.CheckOutput(document.JSONValue(out)); err != nil {
+		return nil, fmt.Errorf("read %s of %s contradicts %s: %s", read, conn.Name(), src.Profile.ID(), document.OneLine(err))
 	}
 	shown, err := r.e.present(ctx, out, conn, r.rec.ID)
 	if err != nil {
 		return nil, err
 	}
-	shown = withholdFields(shown, src.read.Sensitive)
-	text, err := src.read.Text(ctx, shown)
+	shown = withholdFields(shown, src.Read.Sensitive)
+	text, err := src.Read.Text(ctx, shown)
 	if err != nil {
 		return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
 	}
 	text = boundForModel(r.e.redactor.String(text))
-	return &Reading{Connection: conn.Name(), Read: read, Profile: src.profile.ID(), Value: shown, Text: text, Identity: id}, nil
+	return &Reading{Connection: conn.Name(), Read: read, Profile: src.Profile.ID(), Value: shown, Text: text, Identity: id}, nil
 }
 
 // withholdReadTool withholds the sensitive fields of a call's result
@@ -306,8 +273,8 @@ func (r *run) reading(ctx context.Context, conn *registry.Connection, src readSo
 // called as a tool by a step or a model): the read's marks hold however
 // it is taken.
 func withholdReadTool(conn *registry.Connection, op string, out any) any {
-	if src, ok := readsOf(conn)[op]; ok && src.binding == "" {
-		return withholdFields(out, src.read.Sensitive)
+	if src, ok := document.ReadsOf(conn)[op]; ok && src.Binding == "" {
+		return withholdFields(out, src.Read.Sensitive)
 	}
 	return out
 }
@@ -341,61 +308,4 @@ func readFailure(err error) string {
 		return "steering_denied: " + d.Reason
 	}
 	return err.Error()
-}
-
-// kindRead is a verify's subject when it is a profile read: Connection
-// and Op (the read's name) say which.
-const kindRead = "read"
-
-// readSubject parses a verify's {"connection": c, "read": "<read>"}: c is
-// a connection the document declares, and the read is one its profile
-// has. The profile is the entry's ({"profile": …}) or what the connection
-// speaks; a server the document brings is known only once attached, so
-// its reads are checked when the verify runs. The node's Path is the
-// verify's, so the allowlist names /read.
-func (p *parser) readSubject(obj map[string]any, read, verifyID, path string) *Node {
-	name, _ := obj["connection"].(string)
-	sub := &Node{Kind: kindRead, ID: verifyID + "#read", Path: path, Connection: name, Op: read}
-	switch {
-	case name == "":
-		p.fail(path+"/connection", fault.CodeValidationFailed, "is required with a read name: the connection whose profile read is judged")
-		return nil
-	case !p.declared[name]:
-		p.fail(path+"/connection", fault.CodeValidationFailed, "connection %q is not declared in the document's connections", name)
-		return nil
-	}
-	reads, known := p.readsFor(name)
-	switch {
-	case !known:
-	case len(reads) == 0:
-		p.fail(path+"/connection", fault.CodeValidationFailed, "connection %q speaks no profile with reads, so there is nothing named %q to read", name, read)
-	case reads[read] == nil:
-		p.fail(path+"/read", fault.CodeValidationFailed, "connection %q has no read %q (its profile reads: %s)", name, read, strings.Join(sortedKeys(reads), ", "))
-	}
-	return sub
-}
-
-// readsFor lists the reads a document's connection name offers, by its
-// entry's profile or by what it (a handle: its pool) speaks; known is
-// false when that cannot be told before the run.
-func (p *parser) readsFor(name string) (reads map[string]*profiles.Read, known bool) {
-	if prof := p.entryProfiles[name]; prof != nil {
-		return prof.Reads, true
-	}
-	if _, ok := p.attachedSpecs[name]; ok {
-		return nil, false
-	}
-	conn := name
-	if h, ok := p.handles[name]; ok {
-		conn = h.Pool
-	}
-	c, err := p.reg.Get(conn)
-	if err != nil || (c.State() != connect.StateReady && len(c.Profiles()) == 0) {
-		return nil, false
-	}
-	reads = map[string]*profiles.Read{}
-	for rname, src := range readsOf(c) {
-		reads[rname] = src.read
-	}
-	return reads, true
 }

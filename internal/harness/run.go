@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -85,7 +86,7 @@ type run struct {
 	resets map[string]bool
 	// doc is the document being run; attached are the servers it brought,
 	// connected on first use and closed when the run ends.
-	doc      *Document
+	doc      *document.Document
 	attached map[string]*registry.Connection
 	// leases are the pool leases the run holds (see handles.go).
 	leases leaseSet
@@ -145,9 +146,9 @@ func (r *run) execute(ctx context.Context) error {
 	r.e.observer.ExecutionEntered(ExecRunning)
 	r.e.logger.InfoContext(ctx, "execution running", "execution", r.rec.ID, "epoch", r.epoch)
 
-	doc, err := ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
+	doc, err := document.ParseDocument(r.rec.Workflow, r.e.reg, "/workflow")
 	if err == nil {
-		if problems := resolveSetups(doc, r.e.reg, r.rec.Input, "/workflow"); len(problems) > 0 {
+		if problems := document.ResolveSetups(doc, r.e.reg, r.rec.Input, "/workflow"); len(problems) > 0 {
 			err = &fault.ValidationError{Problems: problems}
 		}
 	}
@@ -213,27 +214,27 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	return nil
 }
 
-func (r *run) node(ctx context.Context, f *frame, n *Node) (any, error) {
+func (r *run) node(ctx context.Context, f *frame, n *document.Node) (any, error) {
 	var out any
 	var err error
 	ctx, step := r.traceStep(ctx, f, n)
 	defer step.end(&err)
 	switch n.Kind {
-	case KindSequence:
+	case document.KindSequence:
 		for _, s := range n.Steps {
 			if out, err = r.node(ctx, f, s); err != nil {
 				return nil, err
 			}
 		}
-	case KindCall:
+	case document.KindCall:
 		out, err = r.call(ctx, f, n)
-	case KindParallel:
+	case document.KindParallel:
 		out, err = r.parallel(ctx, f, n)
-	case KindVerify:
+	case document.KindVerify:
 		out, err = r.verify(ctx, f, n)
-	case KindWait:
+	case document.KindWait:
 		out, err = r.wait(ctx, f, n)
-	case KindModel:
+	case document.KindModel:
 		out, err = r.model(ctx, f, n)
 	default:
 		err = &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
@@ -270,7 +271,7 @@ func (r *run) update(key string, fn func(st *StepRecord)) {
 
 // replayed returns a recorded outcome: a done entry's output, or a failed
 // entry's error. ok is false when the step must run.
-func (r *run) replayed(key string, n *Node) (out any, err error, ok bool) {
+func (r *run) replayed(key string, n *document.Node) (out any, err error, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := r.entry(key)
@@ -336,7 +337,7 @@ func (r *run) checkIdentity(i int) error {
 }
 
 // begin makes sure the step has a ledger entry, and reports it started.
-func (r *run) begin(n *Node, key, conn string) {
+func (r *run) begin(n *document.Node, key, conn string) {
 	if ev, ok := r.enter(n, key, conn); ok {
 		r.e.emit(context.Background(), r.rec.ID, ev.typ, ev.data)
 	}
@@ -345,7 +346,7 @@ func (r *run) begin(n *Node, key, conn string) {
 // beginHeld is begin for a step that saves the record soon (a call writes
 // its pending entry before it is sent, or its failure): its started event
 // goes out with that save, in the same round trip.
-func (r *run) beginHeld(n *Node, key, conn string) {
+func (r *run) beginHeld(n *document.Node, key, conn string) {
 	if ev, ok := r.enter(n, key, conn); ok {
 		r.mu.Lock()
 		r.held = append(r.held, ev)
@@ -355,7 +356,7 @@ func (r *run) beginHeld(n *Node, key, conn string) {
 
 // enter adds the step's ledger entry unless it has one, and returns its
 // started event.
-func (r *run) enter(n *Node, key, conn string) (event, bool) {
+func (r *run) enter(n *document.Node, key, conn string) (event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.entry(key) >= 0 {
@@ -369,7 +370,7 @@ func (r *run) enter(n *Node, key, conn string) (event, bool) {
 	return event{EventStepStarted, map[string]any{"key": key, "id": n.ID, "connection": conn, "op": n.Op}}, true
 }
 
-func (r *run) done(ctx context.Context, key string, n *Node, out any) (any, error) {
+func (r *run) done(ctx context.Context, key string, n *document.Node, out any) (any, error) {
 	r.update(key, func(st *StepRecord) {
 		finished := time.Now().UTC()
 		st.Status, st.Output, st.FinishedAt, st.DurationMs = StepDone, out, &finished, finished.Sub(st.StartedAt).Milliseconds()
@@ -380,7 +381,7 @@ func (r *run) done(ctx context.Context, key string, n *Node, out any) (any, erro
 	return out, nil
 }
 
-func (r *run) fail(ctx context.Context, key string, n *Node, err error) error {
+func (r *run) fail(ctx context.Context, key string, n *document.Node, err error) error {
 	if cause := context.Cause(ctx); cause != nil && interruption(cause) {
 		// Cut short by the run stopping (fenced, storage), not failed:
 		// the step runs again, with its idempotency key, when resumed.

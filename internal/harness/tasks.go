@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 )
 
 // maxTaskMessage bounds a task's status message in an event: the server
@@ -15,7 +16,7 @@ const maxTaskMessage = 500
 // answer with: a new task's id is written to the pending entry (and
 // announced) before anyone waits on it, a pending entry's task is waited
 // on again, and status changes become step.task events.
-func (r *run) taskWatch(ctx context.Context, n *Node, key string, resume bool) *connect.TaskWatch {
+func (r *run) taskWatch(ctx context.Context, n *document.Node, key string, resume bool) *connect.TaskWatch {
 	w := &connect.TaskWatch{Cancels: cancelsTask}
 	if resume {
 		r.mu.Lock()
@@ -34,7 +35,7 @@ func (r *run) taskWatch(ctx context.Context, n *Node, key string, resume bool) *
 	return w
 }
 
-func taskEvent(n *Node, key string, t connect.TaskProgress) map[string]any {
+func taskEvent(n *document.Node, key string, t connect.TaskProgress) map[string]any {
 	data := map[string]any{"key": key, "id": n.ID, "task": t.ID, "status": t.Status}
 	if t.Message != "" {
 		data["message"] = connect.Excerpt(t.Message, maxTaskMessage)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
 )
@@ -273,11 +274,11 @@ return out
 // entry): the document is validated first, so an event that can never
 // start a turn decides nothing, then FollowThread decides.
 func (e *Executions) SubmitOnThread(ctx context.Context, ev ThreadEvent) (Turn, error) {
-	doc, err := ParseDocument(ev.Workflow, e.reg, "/workflow")
+	doc, err := document.ParseDocument(ev.Workflow, e.reg, "/workflow")
 	if err != nil {
 		return Turn{}, err
 	}
-	if problems := resolveSetups(doc, e.reg, ev.Input, "/workflow"); len(problems) > 0 {
+	if problems := document.ResolveSetups(doc, e.reg, ev.Input, "/workflow"); len(problems) > 0 {
 		return Turn{}, &fault.ValidationError{Problems: problems}
 	}
 	return e.FollowThread(ctx, ev)
@@ -393,7 +394,7 @@ const maxPendingLook = 100
 // its run was cut short, else the earliest pending event it matches (one
 // that joined before the wait began listening, or that the log lost).
 // Events received after the deadline do not count, as in listen.
-func (r *run) threadEvent(ctx context.Context, f *frame, n *Node, key string, deadline time.Time) (any, bool, error) {
+func (r *run) threadEvent(ctx context.Context, f *frame, n *document.Node, key string, deadline time.Time) (any, bool, error) {
 	keys := r.e.threadKeys(r.rec.Thread)
 	res, err := threadViewScript.Run(ctx, r.e.store.Client, []string{keys[3], keys[4], keys[5]}, key, maxPendingLook).Slice()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -25,15 +26,6 @@ type toolSource struct {
 	// expose.go); "" is eager.
 	Expose  string
 	Profile *profiles.Profile
-}
-
-// toolPick is one {"connection": name, "ops"?: [globs]} or {"mcp": …}
-// entry of a model node's tools.
-type toolPick struct {
-	Connection string
-	Ops        []string // globs; nil: every operation the connection offers
-	Attach     *AttachSpec
-	Path       string
 }
 
 // modelTool is one tool offered to the model and where its calls go.
@@ -78,7 +70,7 @@ const targetArg = "target"
 // connections a turn has, so the model would call one operation by
 // another's name from one turn to the next, and an overwrite would send
 // one connection's calls to the other.
-func buildToolSet(all []toolSource, picks []toolPick, hasPicks bool) (*toolSet, error) {
+func buildToolSet(all []toolSource, picks []document.ToolPick, hasPicks bool) (*toolSet, error) {
 	turn, called := splitExposure(all)
 	merged := mergedOps(turn)
 	owner := map[string]string{} // tool name → "connection.op" it names
@@ -86,7 +78,7 @@ func buildToolSet(all []toolSource, picks []toolPick, hasPicks bool) (*toolSet, 
 		for _, op := range slices.Sorted(maps.Keys(ids)) {
 			id := ids[op]
 			if prev, ok := owner[id]; ok {
-				return fault.Errorf(CodeToolIDCollision, "tool id %q names both %s and %s; rename a connection, or narrow its operations (openapi include, allowlist ops)", id, prev, who(op))
+				return fault.Errorf(document.CodeToolIDCollision, "tool id %q names both %s and %s; rename a connection, or narrow its operations (openapi include, allowlist ops)", id, prev, who(op))
 			}
 			owner[id] = who(op)
 		}
@@ -105,7 +97,7 @@ func buildToolSet(all []toolSource, picks []toolPick, hasPicks bool) (*toolSet, 
 			return nil, err
 		}
 	}
-	mergedNames := connect.ToolIDsWith("", sortedKeys(merged), nil)
+	mergedNames := connect.ToolIDsWith("", document.SortedKeys(merged), nil)
 	if err := claim(mergedNames, func(op string) string {
 		return "operation " + op + " merged across connections " + strings.Join(mergedSources(turn, merged, op), ", ")
 	}); err != nil {
@@ -121,7 +113,7 @@ func buildToolSet(all []toolSource, picks []toolPick, hasPicks bool) (*toolSet, 
 			return !src.Step
 		}
 		for _, p := range picks {
-			if p.Connection == src.Name && (p.Ops == nil || matchOp(p.Ops, op)) {
+			if p.Connection == src.Name && (p.Ops == nil || document.MatchOp(p.Ops, op)) {
 				return true
 			}
 		}
@@ -206,7 +198,7 @@ func (ts *toolSet) checkChoice(choice string) error {
 	for i, t := range ts.tools {
 		names[i] = t.Name
 	}
-	return &fault.Error{Code: CodeUnknownToolChoice, Message: fmt.Sprintf("toolChoice %q names no tool of this turn (tools: %s)", choice, strings.Join(names, ", "))}
+	return &fault.Error{Code: document.CodeUnknownToolChoice, Message: fmt.Sprintf("toolChoice %q names no tool of this turn (tools: %s)", choice, strings.Join(names, ", "))}
 }
 
 // resolve maps a model's tool call to the connection and operation it

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -24,13 +25,13 @@ func TestBuildToolSet(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		picks    []toolPick
+		picks    []document.ToolPick
 		hasPicks bool
 		want     string // name:targets, in order
 	}{
 		{"default skips step servers", nil, false, "ui_tap:ui,ui_tap_x_2:ui,ui_tap_x:ui,ui_press:x|y,x_home:x"},
-		{"picks narrow and keep names", []toolPick{{Connection: "y"}, {Connection: "step"}}, true, "ui_press:y,step_find:step"},
-		{"ops globs", []toolPick{{Connection: "x", Ops: []string{"ho*"}}}, true, "x_home:x"},
+		{"picks narrow and keep names", []document.ToolPick{{Connection: "y"}, {Connection: "step"}}, true, "ui_press:y,step_find:step"},
+		{"ops globs", []document.ToolPick{{Connection: "x", Ops: []string{"ho*"}}}, true, "x_home:x"},
 		{"empty tools offer nothing", nil, true, ""},
 	}
 	for _, tt := range tests {
@@ -87,11 +88,11 @@ func TestBuildToolSetRefusesCollisions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			for _, picks := range [][]toolPick{nil, {{Connection: tt.turn[0].Name}}} {
+			for _, picks := range [][]document.ToolPick{nil, {{Connection: tt.turn[0].Name}}} {
 				_, err := buildToolSet(tt.turn, picks, picks != nil)
 				var he *fault.Error
-				if !errors.As(err, &he) || he.Code != CodeToolIDCollision {
-					t.Fatalf("picks %v: err = %v, want %s", picks, err, CodeToolIDCollision)
+				if !errors.As(err, &he) || he.Code != document.CodeToolIDCollision {
+					t.Fatalf("picks %v: err = %v, want %s", picks, err, document.CodeToolIDCollision)
 				}
 				for _, w := range tt.want {
 					if !strings.Contains(err.Error(), w) {

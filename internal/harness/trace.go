@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/telemetry"
@@ -127,7 +128,7 @@ func (e *Executions) traceRun(ctx context.Context, rec *record, epoch int64) (co
 // a tracer allocates nothing for it.
 type stepSpan struct {
 	r       *run
-	n       *Node
+	n       *document.Node
 	started time.Time
 	span    trace.Span // nil: not traced
 }
@@ -135,8 +136,8 @@ type stepSpan struct {
 // traceStep starts the span of a step other than a sequence (which only
 // orders its children) and a call (call makes its own, see traceCall),
 // and times the step for the metrics. end takes the step's error.
-func (r *run) traceStep(ctx context.Context, f *frame, n *Node) (context.Context, stepSpan) {
-	if n.Kind == KindSequence || n.Kind == KindCall {
+func (r *run) traceStep(ctx context.Context, f *frame, n *document.Node) (context.Context, stepSpan) {
+	if n.Kind == document.KindSequence || n.Kind == document.KindCall {
 		return ctx, stepSpan{}
 	}
 	s := stepSpan{r: r, n: n, started: time.Now()}
@@ -173,7 +174,7 @@ type callSpan struct {
 // a model's tool call): gate decisions become its events, and the
 // provider names it and adds its protocol's attributes (MCP or HTTP).
 // end records a refusal by its gate.
-func (r *run) traceCall(ctx context.Context, n *Node, key, conn string) (context.Context, callSpan) {
+func (r *run) traceCall(ctx context.Context, n *document.Node, key, conn string) (context.Context, callSpan) {
 	c := callSpan{r: r}
 	if r.e.tracer != nil {
 		ctx, c.span = r.e.tracer.Start(ctx, "call "+conn+" "+n.Op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
@@ -323,14 +324,14 @@ func (s readSpan) end(form string, tokens int, err error) {
 
 // traceRound starts the GenAI client span of one model round. end adds
 // the response's model, token use and finish reason.
-func (r *run) traceRound(ctx context.Context, spec *modelSpec) (context.Context, func(*ModelResponse, error)) {
+func (r *run) traceRound(ctx context.Context, spec *document.ModelSpec) (context.Context, func(*ModelResponse, error)) {
 	if r.e.tracer == nil {
 		return ctx, func(*ModelResponse, error) {}
 	}
-	ctx, span := r.e.tracer.Start(ctx, "chat "+spec.name(), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+	ctx, span := r.e.tracer.Start(ctx, "chat "+spec.Name(), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "chat"),
-		attribute.String("gen_ai.provider.name", spec.provider()),
-		attribute.String("gen_ai.request.model", spec.name()),
+		attribute.String("gen_ai.provider.name", spec.Provider()),
+		attribute.String("gen_ai.request.model", spec.Name()),
 	))
 	return ctx, func(resp *ModelResponse, err error) {
 		if resp != nil {

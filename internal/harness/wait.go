@@ -5,27 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
 )
 
-// KindWait waits for an event of a connection.
-const KindWait = "wait"
-
-// Wait limits.
-const (
-	defaultWaitTimeout = time.Minute
-	maxWaitTimeout     = 24 * time.Hour
-	// maxConnEvents bounds each connection's event log (approximately).
-	maxConnEvents = 10000
-)
+// maxConnEvents bounds each connection's event log (approximately).
+const maxConnEvents = 10000
 
 // ConnEvent is an event a connection delivered (a webhook, a push, a cron
 // tick), as wait nodes see it.
@@ -69,63 +59,12 @@ func (e *Executions) cursorOf(ctx context.Context, conn string) (string, error) 
 	return msgs[0].ID, nil
 }
 
-func (p *parser) wait(obj map[string]any, at string) *Node {
-	p.checkFields(obj, at, "kind", "id", "connection", "event", "filter", "around", "timeoutMs")
-	n := &Node{Kind: KindWait, ID: p.id(obj["id"], at), Path: at}
-	n.Connection, _ = obj["connection"].(string)
-	n.Event, _ = obj["event"].(string)
-	switch _, err := p.reg.Get(n.Connection); {
-	case n.Connection == "":
-		p.fail(at+"/connection", fault.CodeValidationFailed, "is required and must be a connection name")
-	case err != nil:
-		p.fail(at+"/connection", fault.CodeConnectionUnknown, "no connection named %q", n.Connection)
-	case !p.declared[n.Connection]:
-		p.fail(at+"/connection", fault.CodeValidationFailed, "connection %q is not declared in the document's connections", n.Connection)
-	}
-	if n.Event == "" {
-		p.fail(at+"/event", fault.CodeValidationFailed, "is required and must be an event type")
-	} else if p.declared[n.Connection] && !matchAny(p.events[n.Connection], n.Event) {
-		p.fail(at+"/event", fault.CodeValidationFailed, "event %q is not declared in the events of connection %q's entry", n.Event, n.Connection)
-	} else if c, err := p.reg.Get(n.Connection); err == nil && len(c.EventTypes()) > 0 {
-		// A server that lists its events (MCP events/list) is held to
-		// them; one that lists none (a source, a webhook) is not.
-		if !slices.ContainsFunc(c.EventTypes(), func(t connect.EventType) bool { return t.Name == n.Event }) {
-			p.fail(at+"/event", fault.CodeValidationFailed, "connection %q's server offers no event %q", n.Connection, n.Event)
-		}
-	}
-	n.Timeout = p.millis(obj, "timeoutMs", at, defaultWaitTimeout, maxWaitTimeout)
-	if f, ok := obj["filter"]; ok {
-		if e, ok := p.expression(f, at+"/filter").(*expression); ok {
-			n.Filter = e
-		}
-	}
-	if a, ok := obj["around"]; ok {
-		steps, isArray := a.([]any)
-		if !isArray {
-			steps = []any{a}
-		}
-		seq := &Node{Kind: KindSequence, ID: n.ID + "/around", Path: at + "/around"}
-		for i, s := range steps {
-			stepAt := at + "/around"
-			if isArray {
-				stepAt += "/" + strconv.Itoa(i)
-			}
-			if child := p.node(s, stepAt); child != nil {
-				seq.Steps = append(seq.Steps, child)
-			}
-		}
-		n.Around = seq
-	}
-	p.done[n.ID] = true
-	return n
-}
-
 // wait listens for the event, runs the around steps once listening has
 // started (so the event they cause cannot slip past), then waits for the
 // first matching event until the timeout. The cursor and the deadline are
 // in the ledger entry: a resumed run listens again from the same cursor
 // until the same deadline. Its output is {event, around}.
-func (r *run) wait(ctx context.Context, f *frame, n *Node) (any, error) {
+func (r *run) wait(ctx context.Context, f *frame, n *document.Node) (any, error) {
 	key := n.ID + f.suffix
 	if out, err, ok := r.replayed(key, n); ok {
 		return out, err
@@ -180,7 +119,7 @@ const listenBlock = time.Second
 // when the turn takes it (see threads.go): one that started or joined
 // another turn is passed over, and the events that joined this turn
 // before the wait listened are looked at first.
-func (r *run) listen(ctx context.Context, f *frame, n *Node, key, cursor string, deadline time.Time) (any, error) {
+func (r *run) listen(ctx context.Context, f *frame, n *document.Node, key, cursor string, deadline time.Time) (any, error) {
 	onThread := r.onThread(n.Connection)
 	for {
 		left := time.Until(deadline)
@@ -233,7 +172,7 @@ func (r *run) listen(ctx context.Context, f *frame, n *Node, key, cursor string,
 
 // event reports whether m is the event the wait waits for, and returns it
 // redacted.
-func (r *run) event(f *frame, n *Node, m redis.XMessage) (any, bool, error) {
+func (r *run) event(f *frame, n *document.Node, m redis.XMessage) (any, bool, error) {
 	var ev map[string]any
 	raw, _ := m.Values["event"].(string)
 	if json.Unmarshal([]byte(raw), &ev) != nil || ev["type"] != n.Event {
@@ -256,7 +195,7 @@ func after(id string, t time.Time) bool {
 	return err == nil && v > t.UnixMilli()
 }
 
-func (r *run) matches(f *frame, n *Node, ev map[string]any) (bool, error) {
+func (r *run) matches(f *frame, n *document.Node, ev map[string]any) (bool, error) {
 	if n.Filter == nil {
 		return true, nil
 	}
@@ -264,7 +203,7 @@ func (r *run) matches(f *frame, n *Node, ev map[string]any) (bool, error) {
 	sc := r.scope(f)
 	r.mu.Unlock()
 	sc.Event = ev
-	out, err := n.Filter.eval(sc)
+	out, err := n.Filter.Eval(sc)
 	if err != nil {
 		return false, err
 	}

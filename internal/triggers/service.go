@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -350,7 +351,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.triggers)) {
 		t := s.triggers[id]
-		if _, err := harness.ParseDocument(t.Document, s.reg, "/workflow"); err != nil {
+		if _, err := document.ParseDocument(t.Document, s.reg, "/workflow"); err != nil {
 			s.logger.Warn("trigger workflow does not validate now; its events wait in the inbox until it does or they are dead-lettered", "trigger", id, "err", err)
 		}
 	}

@@ -6,10 +6,12 @@ package web
 
 //lint:file-ignore SA4006 This context is only used if a nested component is present.
 
-import "github.com/a-h/templ"
-import templruntime "github.com/a-h/templ/runtime"
-
-import "github.com/patchbay-dev/patchbay/internal/harness"
+import (
+	"github.com/a-h/templ"
+	templruntime "github.com/a-h/templ/runtime"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
+)
 
 func executionsPage(p page, d executionsData) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
@@ -905,7 +907,7 @@ func executionInner(p page, d executionData) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-			} else if st.Kind == harness.KindCall && st.Status == harness.StepDone {
+			} else if st.Kind == document.KindCall && st.Status == harness.StepDone {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 81, "<div class=\"gate muted\" data-gate=\"all\">passed the gates</div>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err

@@ -1,4 +1,4 @@
-package harness
+package document
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func (p *parser) entry(name string, e map[string]any, at string) {
 		if !isObj {
 			p.fail(at+"/extensions", fault.CodeValidationFailed, "must map extension names to version ranges")
 		}
-		for _, ext := range sortedKeys(exts) {
+		for _, ext := range SortedKeys(exts) {
 			p.versionRange(exts[ext], at+"/extensions/"+fault.Escape(ext))
 			p.fail(at+"/extensions/"+fault.Escape(ext), fault.CodeValidationFailed, "connection %q does not provide extension %q", name, ext)
 		}
@@ -87,10 +87,10 @@ type AttachSpec struct {
 }
 
 // secrets lists the secret names the spec uses.
-func (a AttachSpec) secrets() []string {
+func (a AttachSpec) Secrets() []string {
 	var out []string
 	for _, m := range []map[string]string{a.Headers, a.Env} {
-		for _, k := range sortedKeys(m) {
+		for _, k := range SortedKeys(m) {
 			out = append(out, m[k])
 		}
 	}
@@ -132,7 +132,7 @@ func (p *parser) attached(key string, v any, at string) {
 	}
 	for _, field := range []string{"headers", "env"} {
 		vals, _ := m[field].(map[string]any)
-		for _, k := range sortedKeys(vals) {
+		for _, k := range SortedKeys(vals) {
 			s, ok := vals[k].(map[string]any)
 			name, isSecret := s["$secret"].(string)
 			if !ok || !isSecret || len(s) != 1 || !secrets.ValidSecretName(name) {

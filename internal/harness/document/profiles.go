@@ -1,4 +1,4 @@
-package harness
+package document
 
 import (
 	"fmt"
@@ -61,7 +61,7 @@ func (p *parser) profileOf(name string, e map[string]any, s string, at string) *
 		}
 		return sp.Profile
 	}
-	p.fail(at, fault.CodeValidationFailed, "connection %q does not speak profile %q (it speaks: %s)", name, pname, orNone(speaks))
+	p.fail(at, fault.CodeValidationFailed, "connection %q does not speak profile %q (it speaks: %s)", name, pname, OrNone(speaks))
 	return nil
 }
 
@@ -70,7 +70,7 @@ func rangeOf(ref string) string {
 	return r
 }
 
-func orNone(list []string) string {
+func OrNone(list []string) string {
 	if len(list) == 0 {
 		return "none"
 	}
@@ -98,41 +98,41 @@ func (p *parser) checkLiteralArgs(n *Node, path string) {
 	}
 	args := map[string]any{}
 	for k, v := range n.Args {
-		l, ok := v.(literal)
+		l, ok := v.(Literal)
 		if !ok || len(n.Secrets) > 0 {
 			return
 		}
 		args[k] = l.v
 	}
 	if err := n.ProfileOp.CheckInput(args); err != nil {
-		p.fail(path+"/args", fault.CodeValidationFailed, "arguments do not match %s operation %s: %s", n.Profile.ID(), n.Op, oneLine(err))
+		p.fail(path+"/args", fault.CodeValidationFailed, "arguments do not match %s operation %s: %s", n.Profile.ID(), n.Op, OneLine(err))
 	}
 }
 
 // checkProfileArgs is the run-time check of a typed call's arguments
 // (after gates, refs opened, secrets still placeholders).
-func checkProfileArgs(n *Node, args map[string]any) error {
+func CheckProfileArgs(n *Node, args map[string]any) error {
 	if n.ProfileOp == nil {
 		return nil
 	}
-	if err := n.ProfileOp.CheckInput(jsonValue(args)); err != nil {
-		return fault.Deny(fault.GateSchema, fmt.Sprintf("arguments do not match %s operation %s: %s", n.Profile.ID(), n.Op, oneLine(err)))
+	if err := n.ProfileOp.CheckInput(JSONValue(args)); err != nil {
+		return fault.Deny(fault.GateSchema, fmt.Sprintf("arguments do not match %s operation %s: %s", n.Profile.ID(), n.Op, OneLine(err)))
 	}
 	return nil
 }
 
 // checkProfileResult checks a typed call's result against the profile: a
 // server that answers otherwise contradicts what it speaks.
-func checkProfileResult(n *Node, conn string, out any) error {
+func CheckProfileResult(n *Node, conn string, out any) error {
 	if n.ProfileOp == nil {
 		return nil
 	}
-	if err := n.ProfileOp.CheckOutput(jsonValue(out)); err != nil {
-		return fmt.Errorf("the result of %s on %s contradicts %s: %s", n.Op, conn, n.Profile.ID(), oneLine(err))
+	if err := n.ProfileOp.CheckOutput(JSONValue(out)); err != nil {
+		return fmt.Errorf("the result of %s on %s contradicts %s: %s", n.Op, conn, n.Profile.ID(), OneLine(err))
 	}
 	return nil
 }
 
-func oneLine(err error) string {
+func OneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }

@@ -1,7 +1,9 @@
-package harness
+package document
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +12,7 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/types"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
@@ -24,7 +27,7 @@ const maxExprLen = sandbox.MaxSourceBytes
 
 // scope is what an expression sees. Input is typed any so expressions
 // may treat it as whatever the caller sent; type errors surface at run time.
-type scope struct {
+type Scope struct {
 	Input   any
 	Steps   map[string]any
 	Item    string // a fan-out's connection
@@ -34,7 +37,7 @@ type scope struct {
 
 	// ctx stops an expression in flight when the execution (or its
 	// parallel path) is cancelled; nil is context.Background.
-	ctx context.Context
+	Ctx context.Context
 }
 
 // scopeTypes are the types of what an expression sees, for the checker.
@@ -47,36 +50,39 @@ var scopeTypes = types.Map{
 	"$event":   types.Any,
 }
 
-func (s scope) env() map[string]any {
+func (s Scope) env() map[string]any {
 	return map[string]any{
 		"$input": s.Input, "$steps": s.Steps, "$item": s.Item,
 		"$results": s.Results, "$subject": s.Subject, "$event": s.Event,
 	}
 }
 
-func (s scope) context() context.Context {
-	if s.ctx == nil {
+func (s Scope) context() context.Context {
+	if s.Ctx == nil {
 		return context.Background()
 	}
-	return s.ctx
+	return s.Ctx
 }
 
 // value is an argument template: literals, objects and arrays of values,
 // and compiled expressions, evaluated against a scope when the step runs.
-type value interface {
-	eval(s scope) (any, error)
+type Value interface {
+	Eval(s Scope) (any, error)
 }
 
-type literal struct{ v any }
+type Literal struct{ v any }
 
-func (l literal) eval(scope) (any, error) { return l.v, nil }
+// NewLiteral is the value v, as it is.
+func NewLiteral(v any) Literal { return Literal{v} }
 
-type object map[string]value
+func (l Literal) Eval(Scope) (any, error) { return l.v, nil }
 
-func (o object) eval(s scope) (any, error) {
+type Object map[string]Value
+
+func (o Object) Eval(s Scope) (any, error) {
 	out := make(map[string]any, len(o))
 	for _, k := range slices.Sorted(maps.Keys(o)) {
-		v, err := o[k].eval(s)
+		v, err := o[k].Eval(s)
 		if err != nil {
 			return nil, err
 		}
@@ -85,12 +91,12 @@ func (o object) eval(s scope) (any, error) {
 	return out, nil
 }
 
-type array []value
+type array []Value
 
-func (a array) eval(s scope) (any, error) {
+func (a array) Eval(s Scope) (any, error) {
 	out := make([]any, len(a))
 	for i, v := range a {
-		x, err := v.eval(s)
+		x, err := v.Eval(s)
 		if err != nil {
 			return nil, err
 		}
@@ -105,38 +111,38 @@ type expression struct {
 	prog *sandbox.Program
 }
 
-func (e *expression) eval(s scope) (any, error) {
+func (e *expression) Eval(s Scope) (any, error) {
 	out, err := e.prog.Run(s.context(), s.env())
 	if err != nil {
-		return nil, &exprError{path: e.path, err: err}
+		return nil, &ExprError{path: e.path, err: err}
 	}
 	return out, nil
 }
 
 // exprError is an expression that failed at run time.
-type exprError struct {
+type ExprError struct {
 	path string
 	err  error
 }
 
-func (e *exprError) Error() string { return "expression at " + e.path + ": " + e.err.Error() }
-func (e *exprError) Unwrap() error { return e.err }
+func (e *ExprError) Error() string { return "expression at " + e.path + ": " + e.err.Error() }
+func (e *ExprError) Unwrap() error { return e.err }
 
 // value parses v into a template. An object whose only key is "$expr" is an
 // expression; "$literal" passes its content through untouched.
-func (p *parser) value(v any, path string) value {
+func (p *parser) value(v any, path string) Value {
 	switch x := v.(type) {
 	case map[string]any:
 		if src, ok := x["$expr"]; ok && len(x) == 1 {
 			return p.expression(src, path+"/$expr")
 		}
 		if lit, ok := x["$literal"]; ok && len(x) == 1 {
-			return literal{lit}
+			return Literal{lit}
 		}
 		if name, ok := x["$secret"]; ok && len(x) == 1 {
 			return p.secret(name, path+"/$secret")
 		}
-		o := make(object, len(x))
+		o := make(Object, len(x))
 		field := p.field
 		for k, item := range x {
 			p.field = field + "." + k
@@ -151,47 +157,47 @@ func (p *parser) value(v any, path string) value {
 		}
 		return a
 	default:
-		return literal{v}
+		return Literal{v}
 	}
 }
 
-func (p *parser) secret(v any, path string) value {
+func (p *parser) secret(v any, path string) Value {
 	name, ok := v.(string)
 	if !ok || !secrets.ValidSecretName(name) {
 		p.fail(path, fault.CodeValidationFailed, "must be a secret name (letters, digits, '.', '_', '-')")
-		return literal{nil}
+		return Literal{nil}
 	}
 	p.secrets = append(p.secrets, secretUse{Name: name, Field: p.field, Path: path})
-	return secretArg{Name: name}
+	return SecretArg{Name: name}
 }
 
 // secretArg stands where a secret goes in a call's arguments until gate 6
 // fills it in; it is also how the arguments are shown before then.
-type secretArg struct{ Name string }
+type SecretArg struct{ Name string }
 
-func (s secretArg) eval(scope) (any, error) { return s, nil }
+func (s SecretArg) Eval(Scope) (any, error) { return s, nil }
 
 // MarshalJSON shows a secret's place, never its value.
-func (s secretArg) MarshalJSON() ([]byte, error) { return []byte(`"<redacted>"`), nil }
+func (s SecretArg) MarshalJSON() ([]byte, error) { return []byte(`"<redacted>"`), nil }
 
-func (p *parser) expression(v any, path string) value {
+func (p *parser) expression(v any, path string) Value {
 	src, ok := v.(string)
 	switch {
 	case !ok || src == "":
 		p.fail(path, fault.CodeExpressionInvalid, "must be a non-empty string")
-		return literal{nil}
+		return Literal{nil}
 	case len(src) > maxExprLen:
 		p.fail(path, fault.CodeExpressionInvalid, "is longer than %d characters", maxExprLen)
-		return literal{nil}
+		return Literal{nil}
 	}
 	prog, err := sandbox.Compile(src, scopeTypes, expr.Function("$refId", refs.RefID))
 	if limit := (*sandbox.LimitError)(nil); errors.As(err, &limit) {
 		p.fail(path, fault.CodeExpressionInvalid, "%v", err)
-		return literal{nil}
+		return Literal{nil}
 	}
 	if err != nil {
 		p.fail(path, fault.CodeExpressionInvalid, "does not compile: %v", err)
-		return literal{nil}
+		return Literal{nil}
 	}
 	node := prog.Node()
 	check := &stepRefs{done: p.done}
@@ -218,4 +224,18 @@ func (r *stepRefs) Visit(n *ast.Node) {
 	if ok && isStr && id.Value == "$steps" && !r.done[prop.Value] {
 		r.unknown = append(r.unknown, prop.Value)
 	}
+}
+
+// jsonValue turns evaluated arguments into what the schema validator reads:
+// plain JSON values, with a secret's place standing as a string.
+func JSONValue(v any) any {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	out, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return v
+	}
+	return out
 }

@@ -1,4 +1,13 @@
-package harness
+// Package document parses and validates workflow documents: the version,
+// the connections entry (servers a document brings, handles on pools,
+// profiles, exposure, look timings), every node kind's spec (sequence,
+// call, parallel and fan-out, verify and its claims, wait, model and its
+// tools and output schema, profile reads), and the values and $expr
+// expressions of arguments, which it also evaluates (Value.Eval) for the
+// engine at run time. It checks a document against the registry's
+// connections and their profiles; what a principal may use is the gates'
+// business (allowlists), and running it is the engine's.
+package document
 
 import (
 	"bytes"
@@ -52,7 +61,7 @@ type Node struct {
 	Steps      []*Node
 	Connection string
 	Op         string
-	Args       map[string]value
+	Args       map[string]Value
 	// Secrets are the $secret values in Args, for the allowlist check.
 	Secrets []secretUse
 	// ConnFromItem: the call's connection is "$item", the connection a
@@ -78,7 +87,7 @@ type Node struct {
 	Every   time.Duration
 
 	// model (see model.go)
-	Model *modelSpec
+	Model *ModelSpec
 
 	// Profile and ProfileOp type a call to an operation of the profile
 	// its connection's entry names (see profiles.go); nil otherwise.
@@ -94,7 +103,7 @@ type secretUse struct {
 }
 
 // walk calls fn for every node, depth first, in document order.
-func (d *Document) walk(fn func(*Node)) {
+func (d *Document) Walk(fn func(*Node)) {
 	var visit func(*Node)
 	visit = func(n *Node) {
 		if n == nil {
@@ -199,7 +208,7 @@ func (p *parser) connections(v any, path string) []string {
 		return nil
 	}
 	names := make([]string, 0, len(obj))
-	for _, name := range sortedKeys(obj) {
+	for _, name := range SortedKeys(obj) {
 		at := path + "/" + fault.Escape(name)
 		names = append(names, name)
 		entry, ok := obj[name].(map[string]any)
@@ -257,7 +266,7 @@ func (p *parser) node(v any, path string) *Node {
 // connection (a fan-out's item, or the document's only connection). Its id
 // is its place in the document, so replays find its ledger entry.
 func (p *parser) shorthand(obj map[string]any, path string) *Node {
-	op := sortedKeys(obj)[0]
+	op := SortedKeys(obj)[0]
 	conn := p.enclosing
 	if conn == "" && len(p.declaredList) == 1 {
 		conn = p.declaredList[0]
@@ -318,9 +327,9 @@ func (p *parser) call(obj map[string]any, path string) *Node {
 		if !ok {
 			p.fail(path+"/args", fault.CodeValidationFailed, "must be an object")
 		}
-		n.Args = map[string]value{}
+		n.Args = map[string]Value{}
 		p.secrets = nil
-		for _, k := range sortedKeys(args) {
+		for _, k := range SortedKeys(args) {
 			p.field = k
 			n.Args[k] = p.value(args[k], path+"/args/"+fault.Escape(k))
 		}
@@ -401,14 +410,14 @@ func (p *parser) object(v any, path string, fields ...string) (map[string]any, b
 }
 
 func (p *parser) checkFields(obj map[string]any, path string, fields ...string) {
-	for _, k := range sortedKeys(obj) {
+	for _, k := range SortedKeys(obj) {
 		if !slices.Contains(fields, k) {
 			p.fail(path+"/"+fault.Escape(k), fault.CodeValidationFailed, "unknown field %q (allowed: %s)", k, strings.Join(fields, ", "))
 		}
 	}
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func SortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
