@@ -82,7 +82,7 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 		return nil, connect.Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, connect.ErrUnavailable)
 	}
 	marks := profileOp(n, conn)
-	verdict, args, err := r.e.gates(ctx, conn, n.Op, marks != nil && marks.Guarded, args, r.rec.ID)
+	verdict, args, err := r.e.pipeline.Check(ctx, Call{Conn: conn, Op: n.Op, Guarded: marks != nil && marks.Guarded, Args: args, Thread: r.rec.ID})
 	traceGates(ctx, verdict, err)
 	if err != nil {
 		return nil, connect.Identity{}, err
@@ -91,7 +91,7 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 		return nil, connect.Identity{}, err
 	}
 	approval := ""
-	if verdict == needsApproval {
+	if verdict == NeedsApproval {
 		if key == nil {
 			return nil, connect.Identity{}, fault.Deny(fault.GateApprover, "a verify read cannot wait for approval; the policy guards "+n.Op)
 		}
@@ -108,7 +108,7 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 		}
 		approval = approvalID(r.rec.ID, *key)
 	}
-	filled, err := r.e.fillSecrets(ctx, args)
+	filled, err := r.e.pipeline.FillSecrets(ctx, args)
 	if err != nil {
 		return nil, connect.Identity{}, err
 	}
@@ -188,14 +188,14 @@ func (r *run) answered(ctx context.Context, n *document.Node, conn *registry.Con
 	if err := document.CheckProfileResult(n, conn.Name(), out); err != nil {
 		return nil, id, err
 	}
-	out, err = r.e.present(ctx, out, conn, r.rec.ID)
+	out, err = r.e.pipeline.Present(ctx, out, conn, r.rec.ID)
 	return withholdReadTool(conn, n.Op, out), id, err
 }
 
 // deliver sends req with the principal's credentials (gate 6's last
 // part), replacing them once when the server rejects them.
 func (r *run) deliver(ctx context.Context, conn *registry.Connection, req connect.CallRequest) (any, error) {
-	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
+	headers, err := r.e.pipeline.CallerHeaders(ctx, conn, r.rec.Principal)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func (r *run) deliver(ctx context.Context, conn *registry.Connection, req connec
 	if errors.Is(err, connect.ErrNeedsSignIn) && headers != nil {
 		// The server rejected the principal's credentials before acting
 		// (a token revoked before its expiry): replaced once, sent again.
-		if fresh, ok := r.e.refreshHeaders(ctx, conn.Name(), r.rec.Principal, headers); ok {
+		if fresh, ok := r.e.pipeline.RefreshHeaders(ctx, conn.Name(), r.rec.Principal, headers); ok {
 			req.Headers = fresh
 			out, err = conn.Call(ctx, req)
 		}

@@ -234,18 +234,17 @@ type Executions struct {
 	repairEvery time.Duration
 	repairGrace time.Duration
 	secrets     secrets.SecretStore
-	sealer      *refs.Sealer
 	attacher    Attacher
 	redactor    secrets.Redactor
 	allowlists  *Allowlists
-	credentials connect.Credentials
 	// life is Run's context: work that outlives a run (renewing the
 	// leases of waiting executions) stops with it.
 	life      context.Context
 	models    Models
 	tracer    trace.Tracer
 	approvals *Approvals
-	schemas   schemas
+	// pipeline is the gates every call passes.
+	pipeline *Pipeline
 	// notify is the one subscription of this process to every
 	// execution's cancel and done channels (see notifier).
 	notify *notifier
@@ -290,10 +289,11 @@ func NewExecutions(st *store.Store, reg *registry.Registry, opts *ExecutionsOpti
 		store: st, reg: reg, retention: o.Retention, consumer: o.Consumer, logger: o.Logger, observer: o.Observer,
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
 		repairEvery: o.RepairEvery, repairGrace: repairGrace,
-		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, sealer: o.Sealer, attacher: o.Attacher, credentials: o.Credentials,
+		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, attacher: o.Attacher,
 		models: o.Models, tracer: o.Tracer,
-		schemas: schemas{maxNodes: o.SchemaMaxNodes, timeout: o.SchemaCompileTimeout},
 	}
+	e.pipeline = New(Options{Sealer: o.Sealer, Secrets: e.secrets, Credentials: o.Credentials, Redactor: e.redactor, Logger: e.logger,
+		SchemaMaxNodes: o.SchemaMaxNodes, SchemaCompileTimeout: o.SchemaCompileTimeout})
 	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit, approvers: e.approversOf, decided: e.approvalDecided}
 	e.notify = newNotifier(st.Client, globEscape(st.Prefix)+"{exec:*}:cancel", globEscape(st.Prefix)+"{exec:*}:done")
 	return e

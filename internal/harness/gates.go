@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,19 +14,73 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/sync/singleflight"
 )
 
-// verdict is what gates 1–4 decide about a call.
-type verdict int
+// Verdict is what gates 1–4 decide about a call.
+type Verdict int
 
+// Verdicts.
 const (
-	allow verdict = iota
-	needsApproval
+	Allow         Verdict = iota // send it (after gate 6)
+	NeedsApproval                // a person decides first (gate 5)
 )
+
+// Pipeline is the six gates every call passes, in the order the README
+// gives: 1 declared (Declared), 2 schema (Schema), 3 refs (Refs), 4 policy
+// (Policy), 5 approver (the engine parks the run on the approval queue
+// when Policy says NeedsApproval), 6 secrets (FillSecrets and the caller's
+// credentials, CallerHeaders). Check runs 1 to 4; refs are opened before
+// the schema is judged, since the schema describes the raw ids. Present
+// prepares a result on the way back. One Pipeline serves every call of an
+// engine; it is safe for concurrent use.
+type Pipeline struct {
+	schemas     schemas
+	sealer      *refs.Sealer
+	secrets     secrets.SecretStore
+	credentials connect.Credentials
+	redactor    secrets.Redactor
+	logger      *slog.Logger
+}
+
+// Options configure a Pipeline. A nil Secrets refuses every secret, a nil
+// Credentials sends every call with its connection's own credentials.
+type Options struct {
+	Sealer      *refs.Sealer
+	Secrets     secrets.SecretStore
+	Credentials connect.Credentials
+	Redactor    secrets.Redactor
+	Logger      *slog.Logger
+	// SchemaMaxNodes and SchemaCompileTimeout bound gate 2's compile
+	// (DefaultSchemaMaxNodes, DefaultSchemaCompileTimeout when zero).
+	SchemaMaxNodes       int
+	SchemaCompileTimeout time.Duration
+}
+
+// New returns the gates configured by o.
+func New(o Options) *Pipeline {
+	return &Pipeline{
+		schemas: schemas{maxNodes: o.SchemaMaxNodes, timeout: o.SchemaCompileTimeout},
+		sealer:  o.Sealer, secrets: o.Secrets, credentials: o.Credentials, redactor: o.Redactor, logger: o.Logger,
+	}
+}
+
+// Call is one call as the gates see it: its arguments evaluated, secrets
+// still placeholders.
+type Call struct {
+	Conn *registry.Connection
+	Op   string
+	// Guarded: a profile marks the operation guarded, so it needs
+	// approval unless the policy allows it by name.
+	Guarded bool
+	Args    map[string]any
+	// Thread is what sealed refs are bound to (the execution's id).
+	Thread string
+}
 
 // Defaults of the gate-2 compile's bounds (ExecutionsOptions).
 const (
@@ -143,70 +198,98 @@ func (s *schemas) compile(conn string, op connect.Operation) (c compiled) {
 	return compiled{sch: sch}
 }
 
-// gates runs gates 1 to 4 for a call with evaluated args (secrets still
-// placeholders). It returns the arguments with every sealed ref opened to
-// the raw id the server knows.
+// Check runs gates 1 to 4 for c. It returns the arguments with every
+// sealed ref opened to the raw id the server knows.
 //
 // Refs are opened before the schema check, since the schema describes the
 // raw ids; when a ref is refused, the schema cannot be judged and the call
 // is refused at gate 3.
-//
-// A guarded operation (a profile's mark) needs approval unless the policy
-// allows it by name.
-func (e *Executions) gates(ctx context.Context, conn *registry.Connection, op string, guarded bool, args map[string]any, thread string) (verdict, map[string]any, error) {
-	operation, ok := conn.Manifest().Operation(op)
+func (p *Pipeline) Check(ctx context.Context, c Call) (Verdict, map[string]any, error) {
+	op, err := p.Declared(c)
+	if err != nil {
+		return 0, nil, err
+	}
+	opened, err := p.Refs(ctx, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := p.Schema(ctx, c, op, opened); err != nil {
+		return 0, nil, err
+	}
+	v, err := p.Policy(c)
+	return v, opened, err
+}
+
+// Declared is gate 1: the connection has the operation.
+func (p *Pipeline) Declared(c Call) (connect.Operation, error) {
+	op, ok := c.Conn.Manifest().Operation(c.Op)
 	if !ok {
-		return 0, nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s has no operation %q", conn.Name(), op))
+		return op, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s has no operation %q", c.Conn.Name(), c.Op))
 	}
-	rc := refs.RefContext{Thread: thread, Identity: conn.Identity(), Lease: registry.LeaseOf(conn)}
-	opened, refErr := e.openRefs(ctx, args, "", rc, conn.Name())
-	if refErr == nil {
-		sch, err := e.schemas.get(ctx, conn.Name(), conn.Identity().Instance, operation)
-		if err != nil {
-			if ctx.Err() != nil {
-				// Cancelled or out of time: not a refusal.
-				return 0, nil, fmt.Errorf("gate %d: %w", fault.GateSchema, err)
-			}
-			return 0, nil, fault.Deny(fault.GateSchema, err.Error())
+	return op, nil
+}
+
+// Refs is gate 3: every sealed ref in the arguments opened to its raw id,
+// or the call refused.
+func (p *Pipeline) Refs(ctx context.Context, c Call) (map[string]any, error) {
+	rc := refs.RefContext{Thread: c.Thread, Identity: c.Conn.Identity(), Lease: registry.LeaseOf(c.Conn)}
+	opened, err := p.openRefs(ctx, c.Args, "", rc, c.Conn.Name())
+	if err != nil {
+		return nil, fault.Deny(fault.GateRefs, err.Error())
+	}
+	return opened.(map[string]any), nil
+}
+
+// Schema is gate 2: the opened arguments match the operation's input
+// schema, and path arguments stay on the operation's path.
+func (p *Pipeline) Schema(ctx context.Context, c Call, op connect.Operation, opened map[string]any) error {
+	sch, err := p.schemas.get(ctx, c.Conn.Name(), c.Conn.Identity().Instance, op)
+	if err != nil {
+		if ctx.Err() != nil {
+			// Cancelled or out of time: not a refusal.
+			return fmt.Errorf("gate %d: %w", fault.GateSchema, err)
 		}
-		if sch != nil {
-			if err := sch.Validate(document.JSONValue(opened)); err != nil {
-				return 0, nil, fault.Deny(fault.GateSchema, "arguments do not match the schema of "+op+": "+err.Error())
-			}
+		return fault.Deny(fault.GateSchema, err.Error())
+	}
+	if sch != nil {
+		if err := sch.Validate(document.JSONValue(opened)); err != nil {
+			return fault.Deny(fault.GateSchema, "arguments do not match the schema of "+c.Op+": "+err.Error())
 		}
-		if m, ok := opened.(map[string]any); ok {
-			// A value that leaves the operation's path would reach
-			// another path than the one granted and judged below.
-			if err := connect.CheckPathArgs(operation.HTTP, m); err != nil {
-				return 0, nil, fault.Deny(fault.GateSchema, "arguments do not fit the path of "+op+": "+err.Error())
-			}
-		}
-	} else {
-		return 0, nil, fault.Deny(fault.GateRefs, refErr.Error())
 	}
-	args = opened.(map[string]any)
-	pol := conn.Policy()
-	if document.MatchOp(pol.Deny, op) {
-		return 0, nil, fault.Deny(fault.GatePolicy, fmt.Sprintf("the policy of %s denies %s", conn.Name(), op))
+	// A value that leaves the operation's path would reach another path
+	// than the one granted and judged below.
+	if err := connect.CheckPathArgs(op.HTTP, opened); err != nil {
+		return fault.Deny(fault.GateSchema, "arguments do not fit the path of "+c.Op+": "+err.Error())
 	}
-	if document.MatchOp(pol.Approve, op) || (guarded && !document.MatchOp(pol.Allow, op)) {
-		return needsApproval, args, nil
+	return nil
+}
+
+// Policy is gate 4: the connection's policy denies the operation, sends
+// it to a person, or lets it through. A guarded operation needs approval unless the policy
+// allows it by name.
+func (p *Pipeline) Policy(c Call) (Verdict, error) {
+	pol := c.Conn.Policy()
+	if document.MatchOp(pol.Deny, c.Op) {
+		return 0, fault.Deny(fault.GatePolicy, fmt.Sprintf("the policy of %s denies %s", c.Conn.Name(), c.Op))
 	}
-	return allow, args, nil
+	if document.MatchOp(pol.Approve, c.Op) || (c.Guarded && !document.MatchOp(pol.Allow, c.Op)) {
+		return NeedsApproval, nil
+	}
+	return Allow, nil
 }
 
 // openRefs is gate 3: it replaces each sealed ref in v with its raw id,
 // refusing refs that are forged, from another thread, stale, or issued by
 // a connection other than the one called. Secret placeholders are kept for
 // gate 6.
-func (e *Executions) openRefs(ctx context.Context, v any, path string, rc refs.RefContext, conn string) (any, error) {
+func (p *Pipeline) openRefs(ctx context.Context, v any, path string, rc refs.RefContext, conn string) (any, error) {
 	switch x := v.(type) {
 	case map[string]any:
 		if token, ok := x["$ref"].(string); ok && (refs.IsSealedRef(token) || refs.RefOnlyKeys(x, "$ref", "kind")) {
 			if !refs.IsSealedRef(token) {
 				return nil, &refs.RefError{Err: refs.ErrRefForged, Path: refs.RefPathOrRoot(path)}
 			}
-			ref, err := e.sealer.Open(ctx, token, rc)
+			ref, err := p.sealer.Open(ctx, token, rc)
 			if err != nil {
 				return nil, fmt.Errorf("ref at %s: %w", refs.RefPathOrRoot(path), err)
 			}
@@ -217,7 +300,7 @@ func (e *Executions) openRefs(ctx context.Context, v any, path string, rc refs.R
 		}
 		out := make(map[string]any, len(x))
 		for k, item := range x {
-			opened, err := e.openRefs(ctx, item, path+"/"+fault.Escape(k), rc, conn)
+			opened, err := p.openRefs(ctx, item, path+"/"+fault.Escape(k), rc, conn)
 			if err != nil {
 				return nil, err
 			}
@@ -227,7 +310,7 @@ func (e *Executions) openRefs(ctx context.Context, v any, path string, rc refs.R
 	case []any:
 		out := make([]any, len(x))
 		for i, item := range x {
-			opened, err := e.openRefs(ctx, item, fmt.Sprintf("%s/%d", path, i), rc, conn)
+			opened, err := p.openRefs(ctx, item, fmt.Sprintf("%s/%d", path, i), rc, conn)
 			if err != nil {
 				return nil, err
 			}
@@ -238,80 +321,80 @@ func (e *Executions) openRefs(ctx context.Context, v any, path string, rc refs.R
 	return v, nil
 }
 
-// present prepares a call's result to be stored and shown: refs sealed to
+// Present prepares a call's result to be stored and shown: refs sealed to
 // this thread and connection, sensitive blobs withheld, secrets redacted.
-func (e *Executions) present(ctx context.Context, out any, conn *registry.Connection, thread string) (any, error) {
-	sealed, err := e.sealer.SealRefs(ctx, out, refs.RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity(), Lease: registry.LeaseOf(conn)})
+func (p *Pipeline) Present(ctx context.Context, out any, conn *registry.Connection, thread string) (any, error) {
+	sealed, err := p.sealer.SealRefs(ctx, out, refs.RefContext{Thread: thread, Connection: conn.Name(), Identity: conn.Identity(), Lease: registry.LeaseOf(conn)})
 	if err != nil {
 		return nil, err
 	}
-	return e.redact(refs.WithholdSensitive(sealed)), nil
+	return p.redactor.Value(refs.WithholdSensitive(sealed)), nil
 }
 
-// fillSecrets is gate 6: it replaces every secret placeholder with its
-// value and registers the value for redaction.
-// callerHeaders resolves the principal's own credentials for connection,
+// CallerHeaders resolves the principal's own credentials for connection,
 // part of gate 6; every value is registered for redaction before it is
 // used.
-func (e *Executions) callerHeaders(ctx context.Context, conn *registry.Connection, principal string) (map[string]string, error) {
-	if e.credentials == nil {
+func (p *Pipeline) CallerHeaders(ctx context.Context, conn *registry.Connection, principal string) (map[string]string, error) {
+	if p.credentials == nil {
 		return nil, nil
 	}
 	connection := conn.Name()
-	h, ok, err := e.credentials.Headers(ctx, connection, principal)
+	h, ok, err := p.credentials.Headers(ctx, connection, principal)
 	if err != nil {
 		if errors.Is(err, connect.ErrNeedsSignIn) {
 			if conn.Access().SignIn == registry.SignInShared {
 				// Everyone's sign-in is gone, not one user's.
-				conn.NeedSignIn(e.redactor.String(err.Error()))
+				conn.NeedSignIn(p.redactor.String(err.Error()))
 			}
-			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("connection %s needs a sign-in for %q: %v", connection, principal, e.redactor.String(err.Error())))
+			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("connection %s needs a sign-in for %q: %v", connection, principal, p.redactor.String(err.Error())))
 		}
-		return nil, fmt.Errorf("credentials for %s: %s", connection, e.redactor.String(err.Error()))
+		return nil, fmt.Errorf("credentials for %s: %s", connection, p.redactor.String(err.Error()))
 	}
 	if !ok {
 		return nil, nil
 	}
 	for _, v := range h {
-		e.redactor.Add(v)
+		p.redactor.Add(v)
 	}
 	return h, nil
 }
 
-// refreshHeaders asks the credentials (when they can) to replace the
+// RefreshHeaders asks the credentials (when they can) to replace the
 // ones a server rejected; ok is false when there is nothing new to send.
-func (e *Executions) refreshHeaders(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, bool) {
-	cr, can := e.credentials.(connect.CredentialRefresher)
+func (p *Pipeline) RefreshHeaders(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, bool) {
+	cr, can := p.credentials.(connect.CredentialRefresher)
 	if !can {
 		return nil, false
 	}
 	h, err := cr.Refresh(ctx, connection, principal, rejected)
 	if err != nil {
-		e.logger.Warn("rejected credentials could not be replaced", "connection", connection, "principal", principal, "err", e.redactor.String(err.Error()))
+		p.logger.Warn("rejected credentials could not be replaced", "connection", connection, "principal", principal, "err", p.redactor.String(err.Error()))
 		return nil, false
 	}
 	for _, v := range h {
-		e.redactor.Add(v)
+		p.redactor.Add(v)
 	}
 	return h, true
 }
 
-func (e *Executions) fillSecrets(ctx context.Context, v any) (any, error) {
+// FillSecrets is gate 6: it replaces every secret placeholder with its
+// value and registers the value for redaction.
+func (p *Pipeline) FillSecrets(ctx context.Context, v any) (any, error) {
 	switch x := v.(type) {
 	case document.SecretArg:
-		if e.secrets == nil {
+		if p.secrets == nil {
 			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("secret %q: no secret store is configured", x.Name))
 		}
-		val, err := e.secrets.Resolve(ctx, x.Name)
+		val, err := p.secrets.Resolve(ctx, x.Name)
 		if err != nil {
 			return nil, fault.Deny(fault.GateSecrets, fmt.Sprintf("secret %q could not be resolved", x.Name))
 		}
-		e.redactor.Add(val)
+		p.redactor.Add(val)
 		return val, nil
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, item := range x {
-			filled, err := e.fillSecrets(ctx, item)
+			filled, err := p.FillSecrets(ctx, item)
 			if err != nil {
 				return nil, err
 			}
@@ -321,7 +404,7 @@ func (e *Executions) fillSecrets(ctx context.Context, v any) (any, error) {
 	case []any:
 		out := make([]any, len(x))
 		for i, item := range x {
-			filled, err := e.fillSecrets(ctx, item)
+			filled, err := p.FillSecrets(ctx, item)
 			if err != nil {
 				return nil, err
 			}

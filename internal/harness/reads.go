@@ -148,12 +148,12 @@ func (r *run) readTool(ctx context.Context, conn *registry.Connection, src docum
 			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
 		}
 	}
-	verdict, args, err := r.e.gates(ctx, conn, op, false, args, r.rec.ID)
+	verdict, args, err := r.e.pipeline.Check(ctx, Call{Conn: conn, Op: op, Args: args, Thread: r.rec.ID})
 	traceGates(ctx, verdict, err)
 	if err != nil {
 		return nil, err
 	}
-	if verdict == needsApproval {
+	if verdict == NeedsApproval {
 		return nil, fault.Deny(fault.GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s (read %s)", conn.Name(), op, read))
 	}
 	return r.deliver(ctx, conn, connect.CallRequest{Op: op, Args: args, Principal: r.rec.Principal})
@@ -166,7 +166,7 @@ func (r *run) readResource(ctx context.Context, conn *registry.Connection, uri s
 	if !ok {
 		return nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s cannot read resources (its binding reads %s)", conn.Name(), uri))
 	}
-	headers, err := r.e.callerHeaders(ctx, conn, r.rec.Principal)
+	headers, err := r.e.pipeline.CallerHeaders(ctx, conn, r.rec.Principal)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +255,7 @@ func (r *run) reading(ctx context.Context, conn *registry.Connection, src docume
 	if err := src.Read.CheckOutput(document.JSONValue(out)); err != nil {
 		return nil, fmt.Errorf("read %s of %s contradicts %s: %s", read, conn.Name(), src.Profile.ID(), document.OneLine(err))
 	}
-	shown, err := r.e.present(ctx, out, conn, r.rec.ID)
+	shown, err := r.e.pipeline.Present(ctx, out, conn, r.rec.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func TestCancelStopsAGate2Wait(t *testing.T) {
 	e := NewExecutions(st, reg, &ExecutionsOptions{Allowlists: als, SchemaCompileTimeout: time.Hour})
 	b := newSlowBuild()
 	defer close(b.release)
-	e.schemas.build = b.build
+	e.pipeline.schemas.build = b.build
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = e.Run(ctx, 1); close(done) }()

@@ -243,7 +243,7 @@ func gatesRefused(span trace.Span, gate int) {
 
 // traceGates records each of gates 1–4 on the call's span when they let
 // the call on (a refusal is recorded when the call ends).
-func traceGates(ctx context.Context, v verdict, err error) {
+func traceGates(ctx context.Context, v Verdict, err error) {
 	span := trace.SpanFromContext(ctx)
 	if err != nil || !span.IsRecording() {
 		return
@@ -252,7 +252,7 @@ func traceGates(ctx context.Context, v verdict, err error) {
 		gateEvent(span, g, "pass")
 	}
 	verdict := "allow"
-	if v == needsApproval {
+	if v == NeedsApproval {
 		verdict = "approval_required"
 	}
 	gateEvent(span, fault.GatePolicy, verdict)
