@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -202,8 +203,8 @@ func TestGitHubAppProviderSource(t *testing.T) {
 	mustDo(t, reg.SetAccess("tool", access(spec)))
 	mustDo(t, reg.Start(context.Background()))
 	t.Cleanup(func() { _ = reg.Close() })
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"tool":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("ops", []byte(`{"connections":{"tool":{"ops":["*"]}}}`))
 	mustDo(t, err)
 	_, err = als.Put(context.Background(), al, "tester")
 	mustDo(t, err)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -179,7 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}()
 
-	als := harness.NewAllowlists(st)
+	als := gates.NewAllowlists(st)
 	if err := seedAllowlists(ctx, als, cfg.File.Allowlists, logger); err != nil {
 		return err
 	}
@@ -381,13 +382,13 @@ func adminToken(cfg *config.Config, stdout io.Writer) string {
 
 // seedAllowlists writes the config file's allowlists that Redis does not
 // have yet.
-func seedAllowlists(ctx context.Context, als *harness.Allowlists, specs map[string]map[string]any, logger *slog.Logger) error {
+func seedAllowlists(ctx context.Context, als *gates.Allowlists, specs map[string]map[string]any, logger *slog.Logger) error {
 	for _, name := range slices.Sorted(maps.Keys(specs)) {
 		raw, err := json.Marshal(specs[name])
 		if err != nil {
 			return fmt.Errorf("allowlists.%s: %w", name, err)
 		}
-		al, err := harness.ParseAllowlist(name, raw)
+		al, err := gates.ParseAllowlist(name, raw)
 		if err != nil {
 			return fmt.Errorf("allowlists.%s: %w", name, err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/getkin/kin-openapi/routers/gorillamux"
@@ -53,8 +54,8 @@ func setupAgents(t *testing.T) *bundle {
 	must(t, reg.Add("mem", mem))
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
 	must(t, err)
 	_, err = als.Put(context.Background(), al, "setup")
 	must(t, err)

@@ -6,19 +6,18 @@ import (
 	"net/http"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 
 	"github.com/labstack/echo/v4"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 type allowlistList struct {
-	Items []*harness.Allowlist `json:"items"`
+	Items []*gates.Allowlist `json:"items"`
 }
 
 type allowlistDetail struct {
-	*harness.Allowlist
-	History []harness.Change `json:"history"`
+	*gates.Allowlist
+	History []gates.Change `json:"history"`
 }
 
 type allowlistDescription struct {
@@ -27,7 +26,7 @@ type allowlistDescription struct {
 }
 
 func allowlistProblem(err error) error {
-	if errors.Is(err, harness.ErrAllowlistNotFound) {
+	if errors.Is(err, gates.ErrAllowlistNotFound) {
 		return problem(http.StatusNotFound, "ALLOWLIST_NOT_FOUND", "no allowlist with that name")
 	}
 	return err
@@ -44,7 +43,7 @@ func (h *handlers) listAllowlists(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := []*harness.Allowlist{}
+	out := []*gates.Allowlist{}
 	for _, al := range items {
 		if seesAllowlist(c, al.Name) {
 			out = append(out, al)
@@ -55,9 +54,9 @@ func (h *handlers) listAllowlists(c echo.Context) error {
 
 // seenAllowlist returns the named allowlist if the key may see it; others
 // are not found.
-func (h *handlers) seenAllowlist(c echo.Context, name string) (*harness.Allowlist, error) {
+func (h *handlers) seenAllowlist(c echo.Context, name string) (*gates.Allowlist, error) {
 	if !seesAllowlist(c, name) {
-		return nil, allowlistProblem(fmt.Errorf("allowlist %s: %w", name, harness.ErrAllowlistNotFound))
+		return nil, allowlistProblem(fmt.Errorf("allowlist %s: %w", name, gates.ErrAllowlistNotFound))
 	}
 	al, err := h.Allowlists.Get(c.Request().Context(), name)
 	if err != nil {
@@ -84,7 +83,7 @@ func (h *handlers) putAllowlist(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	al, err := harness.ParseAllowlist(c.Param("name"), body)
+	al, err := gates.ParseAllowlist(c.Param("name"), body)
 	if err != nil {
 		return err
 	}
@@ -111,5 +110,5 @@ func (h *handlers) describeAllowlist(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, allowlistDescription{Name: al.Name, Connections: harness.Describe(h.Registry, al)})
+	return c.JSON(http.StatusOK, allowlistDescription{Name: al.Name, Connections: gates.Describe(h.Registry, al)})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -103,8 +104,8 @@ func setup(t testing.TB, opts ...func(*api.Options)) *bundle {
 		t.Fatal(err)
 	}
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

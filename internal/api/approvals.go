@@ -8,12 +8,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 type approvalList struct {
-	Items []*harness.Approval `json:"items"`
+	Items []*gates.Approval `json:"items"`
 }
 
 // maxNote bounds the note a person leaves with a decision.
@@ -21,13 +21,13 @@ const maxNote = 2000
 
 func approvalProblem(err error) error {
 	switch {
-	case errors.Is(err, harness.ErrApprovalNotFound):
+	case errors.Is(err, gates.ErrApprovalNotFound):
 		return problem(http.StatusNotFound, "APPROVAL_NOT_FOUND", "no approval with that id")
-	case errors.Is(err, harness.ErrApprovalDecided):
+	case errors.Is(err, gates.ErrApprovalDecided):
 		return problem(http.StatusConflict, "APPROVAL_DECIDED", err.Error())
-	case errors.Is(err, harness.ErrSelfApproval):
+	case errors.Is(err, gates.ErrSelfApproval):
 		return problem(http.StatusConflict, "APPROVAL_SELF", "the key that requested this call cannot decide it; another approver must")
-	case errors.Is(err, harness.ErrNotApprover):
+	case errors.Is(err, gates.ErrNotApprover):
 		return forbidden("%s", err.Error())
 	}
 	return err
@@ -36,21 +36,21 @@ func approvalProblem(err error) error {
 // seen returns the approval if the request's key may see it: one its own
 // executions asked for, one it may decide, or any with read. Others are
 // not found.
-func (h *handlers) seenApproval(c echo.Context, id string) (*harness.Approval, error) {
+func (h *handlers) seenApproval(c echo.Context, id string) (*gates.Approval, error) {
 	ap, err := h.Executions.Approvals().Get(c.Request().Context(), id)
 	if err != nil {
 		return nil, err
 	}
 	if !principal(c).SeesApproval(ap.RequestedBy, ap.Connection, ap.Op) {
-		return nil, fmt.Errorf("approval %s: %w", id, harness.ErrApprovalNotFound)
+		return nil, fmt.Errorf("approval %s: %w", id, gates.ErrApprovalNotFound)
 	}
 	return ap, nil
 }
 
 func (h *handlers) listApprovals(c echo.Context) error {
-	state := harness.ApprovalState(c.QueryParam("state"))
+	state := gates.ApprovalState(c.QueryParam("state"))
 	switch state {
-	case "", harness.ApprovalPending, harness.ApprovalApproved, harness.ApprovalDenied, harness.ApprovalExpired:
+	case "", gates.ApprovalPending, gates.ApprovalApproved, gates.ApprovalDenied, gates.ApprovalExpired:
 	default:
 		return fieldProblem(fault.CodeValidationFailed, "state", "must be one of pending, approved, denied, expired")
 	}
@@ -63,7 +63,7 @@ func (h *handlers) listApprovals(c echo.Context) error {
 		limit = n
 	}
 	p := principal(c)
-	out, err := h.Executions.Approvals().ListWhere(c.Request().Context(), state, limit, func(ap *harness.Approval) bool {
+	out, err := h.Executions.Approvals().ListWhere(c.Request().Context(), state, limit, func(ap *gates.Approval) bool {
 		return p.SeesApproval(ap.RequestedBy, ap.Connection, ap.Op)
 	})
 	if err != nil {
@@ -80,11 +80,11 @@ func (h *handlers) getApproval(c echo.Context) error {
 	return c.JSON(http.StatusOK, ap)
 }
 
-func (h *handlers) approve(c echo.Context) error { return h.decide(c, harness.ApprovalApproved) }
-func (h *handlers) deny(c echo.Context) error    { return h.decide(c, harness.ApprovalDenied) }
+func (h *handlers) approve(c echo.Context) error { return h.decide(c, gates.ApprovalApproved) }
+func (h *handlers) deny(c echo.Context) error    { return h.decide(c, gates.ApprovalDenied) }
 
 // decide records a person's decision. The body is optional: {"note": "..."}.
-func (h *handlers) decide(c echo.Context, state harness.ApprovalState) error {
+func (h *handlers) decide(c echo.Context, state gates.ApprovalState) error {
 	var body struct {
 		Note string `json:"note"`
 	}

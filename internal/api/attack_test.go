@@ -19,6 +19,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
@@ -239,8 +240,8 @@ func setupFiles(t *testing.T, base, key string) *bundle {
 		t.Fatal("far started")
 	}
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"files":{"ops":["getFile","follow","adminOp"]},"far":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("test", []byte(`{"connections":{"files":{"ops":["getFile","follow","adminOp"]},"far":{"ops":["*"]}}}`))
 	must(t, err)
 	_, err = als.Put(context.Background(), al, "setup")
 	must(t, err)

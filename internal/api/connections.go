@@ -8,11 +8,11 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
@@ -55,7 +55,7 @@ func (h *handlers) connectionFilter(c echo.Context) (func(name string) bool, err
 		return func(string) bool { return true }, nil
 	}
 	al, err := h.Allowlists.Get(c.Request().Context(), p.Allowlist)
-	if errors.Is(err, harness.ErrAllowlistNotFound) {
+	if errors.Is(err, gates.ErrAllowlistNotFound) {
 		return func(string) bool { return false }, nil
 	}
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // exposedNames are the series names /metrics can show once every figure
@@ -26,7 +27,7 @@ func exposedNames(t *testing.T) map[string]bool {
 	m.ExecutionDone(harness.ExecSucceeded, time.Second)
 	m.StepDone("model", "", "", "ok", time.Second)
 	m.GateRefused(4)
-	m.ApprovalDecided(harness.ApprovalApproved, time.Minute)
+	m.ApprovalDecided(gates.ApprovalApproved, time.Minute)
 	m.LeaseWaited("pool", time.Second)
 	m.Started("src", "t", time.Second)
 	m.DeadLettered("src")

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // health holds the metrics that answer "is it healthy": how long
@@ -129,7 +130,7 @@ func (m *Metrics) GateRefused(gate int) {
 }
 
 // ApprovalDecided records how long an approval waited for its decision.
-func (m *Metrics) ApprovalDecided(state harness.ApprovalState, wait time.Duration) {
+func (m *Metrics) ApprovalDecided(state gates.ApprovalState, wait time.Duration) {
 	m.health.approvals.WithLabelValues(string(state)).Observe(wait.Seconds())
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -242,7 +243,7 @@ func downSetup(t *testing.T, st *store.Store) *bundle {
 	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "add"}}, connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})))
 	must(t, reg.Start(context.Background()))
-	als := harness.NewAllowlists(st)
+	als := gates.NewAllowlists(st)
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
 	trig, hooks := triggerParts(t, st, execs, reg)
 	keys, err := secrets.NewKeyring(secrets.KeyringKey{ID: "k1", Key: bytes.Repeat([]byte{7}, 32)})

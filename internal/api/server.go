@@ -19,6 +19,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -34,7 +35,7 @@ type Options struct {
 	// APIKeys are the accepted bearer keys.
 	APIKeys []Key
 	// Allowlists is the allowlist store managed under /v1/allowlists.
-	Allowlists *harness.Allowlists
+	Allowlists *gates.Allowlists
 	// Triggers serves sources, the harness start/status routes and the
 	// dead letters; nil answers those routes with 503.
 	Triggers *triggers.Service

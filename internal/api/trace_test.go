@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -33,8 +34,8 @@ func tracedServer(t *testing.T) (url string, spans *tracetest.InMemoryExporter) 
 	must(t, reg.Add("mem", mem))
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
 	must(t, err)
 	_, err = als.Put(context.Background(), al, "setup")
 	must(t, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
@@ -150,8 +151,8 @@ func setup(t *testing.T, st *store.Store, o *eventstream.Options) bundle {
 	if err := reg.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -74,7 +75,7 @@ func TestDocumentBringsItsOwnServer(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tt.doc), Allowlist: tt.allowlist})
 			var ve *fault.ValidationError
-			if !errors.As(err, &ve) || ve.Code() != harness.CodeConnectionNotAllowed || ve.Problems[0].Path != tt.path {
+			if !errors.As(err, &ve) || ve.Code() != gates.CodeConnectionNotAllowed || ve.Problems[0].Path != tt.path {
 				t.Fatalf("Submit = %v, want CONNECTION_NOT_ALLOWED at %s", err, tt.path)
 			}
 		})

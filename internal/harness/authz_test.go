@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
@@ -35,11 +36,11 @@ func TestDecideNeedsASecondPerson(t *testing.T) {
 		p    authz.Principal
 		want error
 	}{
-		{"the requester, even holding approve", approver("alice", authz.Approve), harness.ErrSelfApproval},
-		{"the requester, as admin", approver("alice", authz.Admin), harness.ErrSelfApproval},
-		{"a run key", approver("bob"), harness.ErrNotApprover},
-		{"read only", approver("carol", authz.Read), harness.ErrNotApprover},
-		{"approve outside its globs", authz.Principal{Name: "dave", Roles: []authz.Role{authz.Approve}, Approve: []string{"billing.*"}}, harness.ErrNotApprover},
+		{"the requester, even holding approve", approver("alice", authz.Approve), gates.ErrSelfApproval},
+		{"the requester, as admin", approver("alice", authz.Admin), gates.ErrSelfApproval},
+		{"a run key", approver("bob"), gates.ErrNotApprover},
+		{"read only", approver("carol", authz.Read), gates.ErrNotApprover},
+		{"approve outside its globs", authz.Principal{Name: "dave", Roles: []authz.Role{authz.Approve}, Approve: []string{"billing.*"}}, gates.ErrNotApprover},
 		{"approve within its globs", authz.Principal{Name: "erin", Roles: []authz.Role{authz.Approve}, Approve: []string{"svc.se*"}}, nil},
 	}
 	for _, c := range cases {
@@ -51,21 +52,21 @@ func TestDecideNeedsASecondPerson(t *testing.T) {
 			if c.want == nil {
 				return
 			}
-			if _, err := g.execs.Approvals().DecideAs(ctx, ap.ID, harness.ApprovalApproved, c.p, ""); !errors.Is(err, c.want) {
+			if _, err := g.execs.Approvals().DecideAs(ctx, ap.ID, gates.ApprovalApproved, c.p, ""); !errors.Is(err, c.want) {
 				t.Fatalf("DecideAs = %v, want %v", err, c.want)
 			}
 		})
 	}
 	// Even the engine's own Decide refuses the requester's name.
-	if _, err := g.execs.Approvals().Decide(ctx, ap.ID, harness.ApprovalApproved, "alice", ""); !errors.Is(err, harness.ErrSelfApproval) {
+	if _, err := g.execs.Approvals().Decide(ctx, ap.ID, gates.ApprovalApproved, "alice", ""); !errors.Is(err, gates.ErrSelfApproval) {
 		t.Fatalf("Decide by the requester = %v", err)
 	}
 	got, err := g.execs.Approvals().Get(ctx, ap.ID)
 	must(t, err)
-	if got.State != harness.ApprovalPending {
+	if got.State != gates.ApprovalPending {
 		t.Fatalf("a refused decider changed the approval: %s", got.State)
 	}
-	decided, err := g.execs.Approvals().DecideAs(ctx, ap.ID, harness.ApprovalApproved, approver("erin", authz.Approve), "ok")
+	decided, err := g.execs.Approvals().DecideAs(ctx, ap.ID, gates.ApprovalApproved, approver("erin", authz.Approve), "ok")
 	must(t, err)
 	if decided.DecidedBy != "erin" {
 		t.Fatalf("decider recorded as %q", decided.DecidedBy)
@@ -100,7 +101,7 @@ func TestPolicyApprovers(t *testing.T) {
 			t.Errorf("MayDecide(%s %v) = %v, want %v", c.p.Name, c.p.Roles, got, c.want)
 		}
 	}
-	if _, err := execs.Approvals().DecideAs(ctx, ap.ID, harness.ApprovalApproved, authz.Principal{Name: "pat", Roles: []authz.Role{authz.Approve}}, ""); !errors.Is(err, harness.ErrNotApprover) {
+	if _, err := execs.Approvals().DecideAs(ctx, ap.ID, gates.ApprovalApproved, authz.Principal{Name: "pat", Roles: []authz.Role{authz.Approve}}, ""); !errors.Is(err, gates.ErrNotApprover) {
 		t.Fatalf("DecideAs by an approver the policy does not name = %v", err)
 	}
 }
@@ -111,9 +112,9 @@ func TestCommandGrantsComeFromTheConfigFile(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	parse := func(name, body string) *harness.Allowlist {
-		al, err := harness.ParseAllowlist(name, []byte(body))
+	als := gates.NewAllowlists(st)
+	parse := func(name, body string) *gates.Allowlist {
+		al, err := gates.ParseAllowlist(name, []byte(body))
 		must(t, err)
 		return al
 	}
@@ -150,7 +151,7 @@ func TestCommandGrantsComeFromTheConfigFile(t *testing.T) {
 	} {
 		_, err := als.Put(ctx, parse("team", body), "admin")
 		var ve *fault.ValidationError
-		if !errors.As(err, &ve) || ve.Code() != harness.CodeHostGrant || ve.Problems[0].Path != "/mcp/0/command" {
+		if !errors.As(err, &ve) || ve.Code() != gates.CodeHostGrant || ve.Problems[0].Path != "/mcp/0/command" {
 			t.Fatalf("PUT %s = %v", body, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -82,7 +83,7 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 		return nil, connect.Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, connect.ErrUnavailable)
 	}
 	marks := profileOp(n, conn)
-	verdict, args, err := r.e.pipeline.Check(ctx, Call{Conn: conn, Op: n.Op, Guarded: marks != nil && marks.Guarded, Args: args, Thread: r.rec.ID})
+	verdict, args, err := r.e.pipeline.Check(ctx, gates.Call{Conn: conn, Op: n.Op, Guarded: marks != nil && marks.Guarded, Args: args, Thread: r.rec.ID})
 	traceGates(ctx, verdict, err)
 	if err != nil {
 		return nil, connect.Identity{}, err
@@ -91,14 +92,14 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 		return nil, connect.Identity{}, err
 	}
 	approval := ""
-	if verdict == NeedsApproval {
+	if verdict == gates.NeedsApproval {
 		if key == nil {
 			return nil, connect.Identity{}, fault.Deny(fault.GateApprover, "a verify read cannot wait for approval; the policy guards "+n.Op)
 		}
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
 			return nil, connect.Identity{}, err
 		}
-		approval = approvalID(r.rec.ID, *key)
+		approval = gates.ApprovalID(r.rec.ID, *key)
 	} else if key != nil && r.askedApproval(*key) {
 		// The server refused this call as guarded before the run parked:
 		// the call sent now is the approved one, and only it (sent bare
@@ -106,7 +107,7 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
 			return nil, connect.Identity{}, err
 		}
-		approval = approvalID(r.rec.ID, *key)
+		approval = gates.ApprovalID(r.rec.ID, *key)
 	}
 	filled, err := r.e.pipeline.FillSecrets(ctx, args)
 	if err != nil {
@@ -148,7 +149,7 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
 			return nil, id, err
 		}
-		req.Approval = approvalID(r.rec.ID, *key)
+		req.Approval = gates.ApprovalID(r.rec.ID, *key)
 		req.Task = r.taskWatch(ctx, n, *key, false)
 		out, err = r.deliver(ctx, conn, req)
 	}
@@ -297,8 +298,8 @@ func (r *run) detach() {
 // expired.
 func (r *run) approve(ctx context.Context, n *document.Node, key, conn string, args map[string]any) error {
 	now := time.Now().UTC()
-	ap, err := r.e.approvals.request(ctx, &Approval{
-		ID: approvalID(r.rec.ID, key), State: ApprovalPending, Execution: r.rec.ID, Step: n.ID,
+	ap, err := r.e.approvals.Request(ctx, &gates.Approval{
+		ID: gates.ApprovalID(r.rec.ID, key), State: gates.ApprovalPending, Execution: r.rec.ID, Step: n.ID,
 		Connection: conn, Op: n.Op, Args: r.e.redact(jsonValueMap(args)).(map[string]any),
 		RequestedBy: r.rec.Principal, CreatedAt: now, ExpiresAt: now.Add(r.e.approvalTTL),
 	})
@@ -307,9 +308,9 @@ func (r *run) approve(ctx context.Context, n *document.Node, key, conn string, a
 	}
 	r.traceApproval(ctx, ap)
 	switch ap.State {
-	case ApprovalApproved:
+	case gates.ApprovalApproved:
 		return nil
-	case ApprovalPending:
+	case gates.ApprovalPending:
 		// The task that answered with the refusal is over: the approved
 		// call is a new one.
 		r.update(key, func(st *StepRecord) { st.Status, st.ApprovalID, st.Task = StepWaiting, ap.ID, "" })

@@ -15,12 +15,11 @@ import (
 
 // Event types on an execution's stream.
 const (
-	EventState            = "execution.state"    // {status}
-	EventStepStarted      = "step.started"       // {key, id, connection, op}
-	EventStepFinished     = "step.finished"      // {key, id, status, error?}
-	EventApprovalRequest  = "approval.requested" // {approval, step, op}
-	EventApprovalDecision = "approval.decided"   // {approval, state, by}
-	EventFinished         = "execution.finished" // {status, error?}: the last event
+	EventState           = "execution.state"    // {status}
+	EventStepStarted     = "step.started"       // {key, id, connection, op}
+	EventStepFinished    = "step.finished"      // {key, id, status, error?}
+	EventApprovalRequest = "approval.requested" // {approval, step, op}
+	EventFinished        = "execution.finished" // {status, error?}: the last event
 	// EventStepTask reports a call the server runs as a task (MCP Tasks):
 	// once when the task starts, then on each change of its status or
 	// message.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
@@ -192,7 +193,7 @@ type ExecutionsOptions struct {
 	Attacher Attacher
 	// Allowlists bound what submitted documents may use; nil grants
 	// nothing to untrusted submissions.
-	Allowlists *Allowlists
+	Allowlists *gates.Allowlists
 	// Credentials resolves per-caller credentials (OAuth tokens) at gate
 	// 6; nil: every call goes out with its connection's own credentials.
 	Credentials connect.Credentials
@@ -236,15 +237,15 @@ type Executions struct {
 	secrets     secrets.SecretStore
 	attacher    Attacher
 	redactor    secrets.Redactor
-	allowlists  *Allowlists
+	allowlists  *gates.Allowlists
 	// life is Run's context: work that outlives a run (renewing the
 	// leases of waiting executions) stops with it.
 	life      context.Context
 	models    Models
 	tracer    trace.Tracer
-	approvals *Approvals
+	approvals *gates.Approvals
 	// pipeline is the gates every call passes.
-	pipeline *Pipeline
+	pipeline *gates.Pipeline
 	// notify is the one subscription of this process to every
 	// execution's cancel and done channels (see notifier).
 	notify *notifier
@@ -292,9 +293,9 @@ func NewExecutions(st *store.Store, reg *registry.Registry, opts *ExecutionsOpti
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, attacher: o.Attacher,
 		models: o.Models, tracer: o.Tracer,
 	}
-	e.pipeline = New(Options{Sealer: o.Sealer, Secrets: e.secrets, Credentials: o.Credentials, Redactor: e.redactor, Logger: e.logger,
+	e.pipeline = gates.New(gates.Options{Sealer: o.Sealer, Secrets: e.secrets, Credentials: o.Credentials, Redactor: e.redactor, Logger: e.logger,
 		SchemaMaxNodes: o.SchemaMaxNodes, SchemaCompileTimeout: o.SchemaCompileTimeout})
-	e.approvals = &Approvals{store: st, resume: e.resume, emit: e.emit, approvers: e.approversOf, decided: e.approvalDecided}
+	e.approvals = gates.NewApprovals(st, gates.ApprovalHooks{Resume: e.resume, Emit: e.emit, Approvers: e.approversOf, Decided: e.approvalDecided})
 	e.notify = newNotifier(st.Client, globEscape(st.Prefix)+"{exec:*}:cancel", globEscape(st.Prefix)+"{exec:*}:done")
 	return e
 }
@@ -311,7 +312,7 @@ func (e *Executions) approversOf(connection string) []string {
 }
 
 // Approvals is the approval store of these executions.
-func (e *Executions) Approvals() *Approvals { return e.approvals }
+func (e *Executions) Approvals() *gates.Approvals { return e.approvals }
 
 // resume enqueues a work item for an execution that can move on (an
 // approval was decided).
@@ -370,7 +371,7 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 	if problems := document.ResolveSetups(doc, e.reg, req.Input, "/workflow"); len(problems) > 0 {
 		return nil, &fault.ValidationError{Problems: problems}
 	}
-	problems := al.check(doc, "/workflow")
+	problems := al.Check(doc, "/workflow")
 	problems = append(problems, e.checkModels(doc, al, false)...)
 	if len(problems) > 0 {
 		return nil, &fault.ValidationError{Problems: problems}
@@ -383,12 +384,12 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 	return e.enqueueBound(ctx, id, req.Workflow, req.Input, req.Principal, &bound)
 }
 
-func (e *Executions) allowlist(ctx context.Context, name string) (*Allowlist, error) {
+func (e *Executions) allowlist(ctx context.Context, name string) (*gates.Allowlist, error) {
 	if e.allowlists == nil || name == "" {
 		return nil, nil
 	}
 	al, err := e.allowlists.Get(ctx, name)
-	if errors.Is(err, ErrAllowlistNotFound) {
+	if errors.Is(err, gates.ErrAllowlistNotFound) {
 		return nil, nil
 	}
 	return al, err

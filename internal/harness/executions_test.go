@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -196,8 +197,8 @@ func TestListPagesNewestFirstAndFilters(t *testing.T) {
 // test ends.
 func startWorkers(t *testing.T, st *store.Store, reg *registry.Registry, n int, name, body string, opts harness.ExecutionsOptions) *harness.Executions {
 	t.Helper()
-	opts.Allowlists = harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist(name, []byte(body))
+	opts.Allowlists = gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist(name, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -91,7 +92,7 @@ func TestExposeCallPassesTheSameGates(t *testing.T) {
 		if ap.Connection != "big" || ap.Op != "op09" || ap.Args["id"] != "r9" {
 			t.Fatalf("approval = %+v", ap)
 		}
-		_, err = execs.Approvals().Decide(context.Background(), ap.ID, harness.ApprovalApproved, "bob", "")
+		_, err = execs.Approvals().Decide(context.Background(), ap.ID, gates.ApprovalApproved, "bob", "")
 		must(t, err)
 		ex, err = execs.Wait(context.Background(), ex.ID, 10*time.Second)
 		must(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -132,7 +133,7 @@ func TestGatesRefuseInOrder(t *testing.T) {
 		if len(g.secrets.resolved) != 0 {
 			t.Fatalf("refused calls resolved secrets: %v", g.secrets.resolved)
 		}
-		pending, err := g.execs.Approvals().List(context.Background(), harness.ApprovalPending, 0)
+		pending, err := g.execs.Approvals().List(context.Background(), gates.ApprovalPending, 0)
 		must(t, err)
 		if len(pending) != 0 {
 			t.Fatalf("a refused call reached the approver: %+v", pending)
@@ -173,7 +174,7 @@ func TestApprovalFlow(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 2 {
 			wg.Go(func() {
-				if _, err := g.execs.Approvals().Decide(ctx, ap.ID, harness.ApprovalApproved, "bob", "ok"); err != nil {
+				if _, err := g.execs.Approvals().Decide(ctx, ap.ID, gates.ApprovalApproved, "bob", "ok"); err != nil {
 					t.Error(err)
 				}
 			})
@@ -201,10 +202,10 @@ func TestApprovalFlow(t *testing.T) {
 		}
 		decided, err := g.execs.Approvals().Get(ctx, ap.ID)
 		must(t, err)
-		if decided.State != harness.ApprovalApproved || decided.DecidedBy != "bob" || decided.Note != "ok" {
+		if decided.State != gates.ApprovalApproved || decided.DecidedBy != "bob" || decided.Note != "ok" {
 			t.Fatalf("decided = %+v", decided)
 		}
-		if _, err := g.execs.Approvals().Decide(ctx, ap.ID, harness.ApprovalDenied, "eve", ""); !errors.Is(err, harness.ErrApprovalDecided) {
+		if _, err := g.execs.Approvals().Decide(ctx, ap.ID, gates.ApprovalDenied, "eve", ""); !errors.Is(err, gates.ErrApprovalDecided) {
 			t.Fatalf("deny after approve = %v", err)
 		}
 		// The secret was sent, and is nowhere in what is stored or shown.
@@ -222,7 +223,7 @@ func TestApprovalDenied(t *testing.T) {
 	ex, err := g.execs.Submit(ctx, harness.Request{Workflow: json.RawMessage(callDoc("send", `{"to":"x"}`)), Allowlist: "ops"})
 	must(t, err)
 	ap := waitApproval(t, g.execs, ex.ID)
-	_, err = g.execs.Approvals().Decide(ctx, ap.ID, harness.ApprovalDenied, "bob", "no")
+	_, err = g.execs.Approvals().Decide(ctx, ap.ID, gates.ApprovalDenied, "bob", "no")
 	must(t, err)
 	got, err := g.execs.Wait(ctx, ex.ID, 10*time.Second)
 	must(t, err)
@@ -234,11 +235,11 @@ func TestApprovalDenied(t *testing.T) {
 	}
 }
 
-func waitApproval(t *testing.T, execs *harness.Executions, exec string) *harness.Approval {
+func waitApproval(t *testing.T, execs *harness.Executions, exec string) *gates.Approval {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		aps, err := execs.Approvals().List(context.Background(), harness.ApprovalPending, 0)
+		aps, err := execs.Approvals().List(context.Background(), gates.ApprovalPending, 0)
 		must(t, err)
 		for _, ap := range aps {
 			if ap.Execution == exec {
@@ -266,7 +267,7 @@ func TestAllowlistBoundsDocuments(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := g.execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tt.doc), Allowlist: tt.allowlist})
 			var ve *fault.ValidationError
-			if !errors.As(err, &ve) || ve.Code() != harness.CodeConnectionNotAllowed {
+			if !errors.As(err, &ve) || ve.Code() != gates.CodeConnectionNotAllowed {
 				t.Fatalf("Submit = %v, want CONNECTION_NOT_ALLOWED", err)
 			}
 			for _, p := range ve.Problems {
@@ -292,7 +293,7 @@ func TestParseAllowlist(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := harness.ParseAllowlist("x", []byte(tt.body))
+			_, err := gates.ParseAllowlist("x", []byte(tt.body))
 			var ve *fault.ValidationError
 			if !errors.As(err, &ve) || ve.Problems[0].Path != tt.path {
 				t.Fatalf("ParseAllowlist = %v, want a problem at %q", err, tt.path)

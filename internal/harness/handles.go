@@ -23,32 +23,6 @@ const (
 	EventLeaseReleased = "lease.released" // {pool, handle, holder, lease}
 )
 
-// checkHandle reports what a handle asks of its pool beyond al: the pool
-// must be granted, and every setup field must have patterns in the grant
-// that its value matches (a string as is, anything else as JSON).
-func (al *Allowlist) checkHandle(h document.Handle, at string, deny func(p, format string, args ...any)) {
-	var g Grant
-	ok := false
-	if al != nil {
-		g, ok = al.Connections[h.Pool]
-	}
-	if !ok {
-		deny(at, "the allowlist grants no access to pool %q", h.Pool)
-		return
-	}
-	for _, field := range document.SortedKeys(h.Setup) {
-		p := at + "/setup/" + fault.Escape(field)
-		patterns, granted := g.Setup[field]
-		if !granted {
-			deny(p, "the allowlist grants no setup field %q for pool %q", field, h.Pool)
-			continue
-		}
-		if !document.MatchAny(patterns, document.SetupText(h.Setup[field])) {
-			deny(p, "setup field %q of pool %q does not match the patterns the allowlist grants", field, h.Pool)
-		}
-	}
-}
-
 // leaseSet is the leases one run holds, by holder.
 type leaseSet struct {
 	mu      sync.Mutex

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -211,7 +212,7 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 		must(t, err)
 		ap := waitApproval(t, execs, ex.ID)
 		waitStatus(t, execs, ex.ID, harness.ExecWaiting)
-		_, err = execs.Approvals().Decide(ctx, ap.ID, harness.ApprovalApproved, "bob", "")
+		_, err = execs.Approvals().Decide(ctx, ap.ID, gates.ApprovalApproved, "bob", "")
 		must(t, err)
 		ex, err = execs.Wait(ctx, ex.ID, 20*time.Second)
 		must(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -183,7 +184,7 @@ type ModelDelta struct {
 // the provider exists, the allowlist grants what the tools pick (nil al
 // with trusted false grants nothing), and a toolChoice names a tool, when
 // the tool set can be built before the run (no server to attach first).
-func (e *Executions) checkModels(doc *document.Document, al *Allowlist, trusted bool) []fault.FieldError {
+func (e *Executions) checkModels(doc *document.Document, al *gates.Allowlist, trusted bool) []fault.FieldError {
 	var problems []fault.FieldError
 	add := func(at string, code fault.Code, format string, args ...any) {
 		problems = append(problems, fault.FieldError{Path: at, Code: code, Message: fmt.Sprintf(format, args...)})
@@ -219,10 +220,10 @@ func (e *Executions) checkModels(doc *document.Document, al *Allowlist, trusted 
 
 // checkPick reports what a pick asks for beyond the allowlist: each ops
 // glob must lie inside a granted one.
-func checkPick(doc *document.Document, al *Allowlist, pick document.ToolPick) []fault.FieldError {
+func checkPick(doc *document.Document, al *gates.Allowlist, pick document.ToolPick) []fault.FieldError {
 	var problems []fault.FieldError
 	deny := func(at, format string, args ...any) {
-		problems = append(problems, fault.FieldError{Path: at, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
+		problems = append(problems, fault.FieldError{Path: at, Code: gates.CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
 	}
 	spec := pick.Attach
 	if spec == nil {
@@ -236,7 +237,7 @@ func checkPick(doc *document.Document, al *Allowlist, pick document.ToolPick) []
 	case isHandle:
 		// A handle's tools are its pool's operations, judged by the
 		// pool's grant as a call step through the handle is.
-		g, ok := Grant{}, al != nil
+		g, ok := gates.Grant{}, al != nil
 		if ok {
 			g, ok = al.Connections[h.Pool]
 		}
@@ -246,7 +247,7 @@ func checkPick(doc *document.Document, al *Allowlist, pick document.ToolPick) []
 		}
 		granted = g.Ops
 	case spec != nil:
-		g, ok := al.mcpGrant(*spec)
+		g, ok := al.MCPGrant(*spec)
 		if !ok {
 			deny(pick.Path, "the allowlist grants no server %q at that exact url or command", spec.Name)
 			return problems
@@ -260,7 +261,7 @@ func checkPick(doc *document.Document, al *Allowlist, pick document.ToolPick) []
 		}
 		granted = g.Ops
 	default:
-		g, ok := Grant{}, al != nil
+		g, ok := gates.Grant{}, al != nil
 		if ok {
 			g, ok = al.Connections[pick.Connection]
 		}
@@ -302,7 +303,7 @@ func containsString(list []string, s string) bool {
 // staticTools builds a node's tool set from the registry alone, when no
 // server must be attached for it and every connection involved is ready.
 // An error is a tool id two connections share (CodeToolIDCollision).
-func (e *Executions) staticTools(doc *document.Document, n *document.Node, al *Allowlist, trusted bool) (*toolSet, bool, error) {
+func (e *Executions) staticTools(doc *document.Document, n *document.Node, al *gates.Allowlist, trusted bool) (*toolSet, bool, error) {
 	var turn []toolSource
 	for _, name := range doc.Connections {
 		if _, ok := doc.Attached[name]; ok {
@@ -339,13 +340,13 @@ func (e *Executions) toolConn(doc *document.Document, name string) (grantName st
 
 // grantedOps cuts ops to what the allowlist grants on a connection (spec:
 // a server the document or a node attaches).
-func grantedOps(al *Allowlist, trusted bool, name string, spec *document.AttachSpec, ops []connect.Operation) []connect.Operation {
+func grantedOps(al *gates.Allowlist, trusted bool, name string, spec *document.AttachSpec, ops []connect.Operation) []connect.Operation {
 	if trusted {
 		return ops
 	}
 	var globs []string
 	if spec != nil {
-		g, ok := al.mcpGrant(*spec)
+		g, ok := al.MCPGrant(*spec)
 		if !ok {
 			return nil
 		}
@@ -785,7 +786,7 @@ func (r *run) toolSet(ctx context.Context, n *document.Node) (*toolSet, error) {
 
 // grants returns the allowlist that bounds this execution's model tools;
 // trusted is true for a host document (a trigger's), which none bounds.
-func (r *run) grants(ctx context.Context) (*Allowlist, bool, error) {
+func (r *run) grants(ctx context.Context) (*gates.Allowlist, bool, error) {
 	if r.rec.Allowlist == nil {
 		return nil, true, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -106,7 +107,7 @@ func TestModelHandlePicks(t *testing.T) {
 		code            fault.Code
 	}{
 		{"handle pick", doc(`[{"connection":"app","ops":["whoami"]}]`), "", ""},
-		{"handle pick beyond the pool's grant", doc(`[{"connection":"app","ops":["flaky"]}]`), "/workflow/root/tools/0/ops/0", harness.CodeConnectionNotAllowed},
+		{"handle pick beyond the pool's grant", doc(`[{"connection":"app","ops":["flaky"]}]`), "/workflow/root/tools/0/ops/0", gates.CodeConnectionNotAllowed},
 		{"tool choice of a handle", `{"version":1,"connections":{"app":{"from":"browsers"}},"root":{"kind":"model","id":"m","model":"fake/x","toolChoice":"app_click"}}`, "", ""},
 		{"tool choice the grant cuts", `{"version":1,"connections":{"app":{"from":"browsers"}},"root":{"kind":"model","id":"m","model":"fake/x","toolChoice":"app_flaky"}}`, "/workflow/root/toolChoice", document.CodeUnknownToolChoice},
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -120,7 +121,7 @@ func TestModelLoopWaitsForApproval(t *testing.T) {
 		if n := len(models.requests()); n != 2 {
 			t.Fatalf("%d rounds sent before the approval, want 2", n)
 		}
-		_, err = execs.Approvals().Decide(ctx, ap.ID, harness.ApprovalApproved, "bob", "")
+		_, err = execs.Approvals().Decide(ctx, ap.ID, gates.ApprovalApproved, "bob", "")
 		must(t, err)
 		ex, err = execs.Wait(ctx, ex.ID, 10*time.Second)
 		must(t, err)
@@ -307,11 +308,11 @@ func TestModelNodeValidation(t *testing.T) {
 		{"model without provider", `{"kind":"model","id":"m","model":"claude"}`, "/workflow/root/model", fault.CodeValidationFailed},
 		{"unknown connection", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"tv"}]}`, "/workflow/root/tools/0/connection", fault.CodeConnectionUnknown},
 		{"invalid connection name", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"9x"}]}`, "/workflow/root/tools/0/connection", fault.CodeConnectionInvalid},
-		{"pick beyond the grant", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"android","ops":["*"]}]}`, "/workflow/root/tools/0/ops/0", harness.CodeConnectionNotAllowed},
+		{"pick beyond the grant", `{"kind":"model","id":"m","model":"fake/x","tools":[{"connection":"android","ops":["*"]}]}`, "/workflow/root/tools/0/ops/0", gates.CodeConnectionNotAllowed},
 		{"bad until", `{"kind":"model","id":"m","model":"fake/x","until":{"maxRounds":0}}`, "/workflow/root/until", fault.CodeValidationFailed},
 		{"secret in input", `{"kind":"model","id":"m","model":"fake/x","input":{"$secret":"tok"}}`, "/workflow/root/input/$secret", fault.CodeValidationFailed},
 		{"step server shadows a connection", `{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"ios","url":"https://x.test/mcp"}}]}`, "/workflow/root/tools/0/mcp/name", fault.CodeConnectionNameTaken},
-		{"step server not granted", `{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"linear","url":"https://x.test/mcp"}}]}`, "/workflow/root/tools/0", harness.CodeConnectionNotAllowed},
+		{"step server not granted", `{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"linear","url":"https://x.test/mcp"}}]}`, "/workflow/root/tools/0", gates.CodeConnectionNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

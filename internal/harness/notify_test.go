@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -34,7 +35,7 @@ func TestCancelReachesARunInAnotherInstance(t *testing.T) {
 		must(t, reg.Start(context.Background()))
 		runner := startWorkers(t, st, reg, 3, "all", `{"connections":{"x":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
 		// The other replica: no workers, only the API's side.
-		other := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: harness.NewAllowlists(st)})
+		other := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: gates.NewAllowlists(st)})
 
 		doc := json.RawMessage(`{"version":1,"connections":{"x":{}},"root":{"kind":"call","id":"h","connection":"x","op":"hang"}}`)
 		var ids []string

@@ -1,8 +1,9 @@
 package harness
 
 import (
-	"context"
 	"time"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // HealthObserver is implemented by an Observer that keeps the health
@@ -19,7 +20,7 @@ type HealthObserver interface {
 	GateRefused(gate int)
 	// ApprovalDecided records a decision (approved, denied, expired) and
 	// how long the approval waited for it.
-	ApprovalDecided(state ApprovalState, wait time.Duration)
+	ApprovalDecided(state gates.ApprovalState, wait time.Duration)
 	// LeaseWaited records how long a pool lease took to get.
 	LeaseWaited(pool string, d time.Duration)
 }
@@ -57,16 +58,10 @@ func (e *Executions) executionDone(rec *record) {
 }
 
 // approvalDecided records a decision Approvals made.
-func (e *Executions) approvalDecided(ap *Approval) {
+func (e *Executions) approvalDecided(ap *gates.Approval) {
 	h, ok := e.health()
 	if !ok || ap.DecidedAt == nil {
 		return
 	}
 	h.ApprovalDecided(ap.State, ap.DecidedAt.Sub(ap.CreatedAt))
-}
-
-// PendingApprovals counts the approvals waiting for a person, for the
-// approvals-pending gauge.
-func (a *Approvals) PendingApprovals(ctx context.Context) (int64, error) {
-	return a.store.Client.ZCard(ctx, a.pendingKey()).Result()
 }

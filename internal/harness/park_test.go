@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -68,9 +69,9 @@ func submitAs(t *testing.T, execs *harness.Executions, allowlist, doc string) st
 
 // parked waits until the execution waits with n pending approvals, and
 // returns them.
-func parked(t *testing.T, execs *harness.Executions, id string, n int) []*harness.Approval {
+func parked(t *testing.T, execs *harness.Executions, id string, n int) []*gates.Approval {
 	t.Helper()
-	var mine []*harness.Approval
+	var mine []*gates.Approval
 	waitFor(t, fmt.Sprintf("%s to wait with %d approvals", id, n), func() bool {
 		ex, err := execs.Get(context.Background(), id)
 		if err != nil || ex.Status != harness.ExecWaiting {
@@ -82,11 +83,11 @@ func parked(t *testing.T, execs *harness.Executions, id string, n int) []*harnes
 	return mine
 }
 
-func pendingOf(t *testing.T, execs *harness.Executions, id string) []*harness.Approval {
+func pendingOf(t *testing.T, execs *harness.Executions, id string) []*gates.Approval {
 	t.Helper()
-	aps, err := execs.Approvals().List(context.Background(), harness.ApprovalPending, 200)
+	aps, err := execs.Approvals().List(context.Background(), gates.ApprovalPending, 200)
 	must(t, err)
-	var mine []*harness.Approval
+	var mine []*gates.Approval
 	for _, ap := range aps {
 		if ap.Execution == id {
 			mine = append(mine, ap)
@@ -95,10 +96,10 @@ func pendingOf(t *testing.T, execs *harness.Executions, id string) []*harness.Ap
 	return mine
 }
 
-func approve(t *testing.T, execs *harness.Executions, aps ...*harness.Approval) {
+func approve(t *testing.T, execs *harness.Executions, aps ...*gates.Approval) {
 	t.Helper()
 	for _, ap := range aps {
-		_, err := execs.Approvals().Decide(context.Background(), ap.ID, harness.ApprovalApproved, "op", "")
+		_, err := execs.Approvals().Decide(context.Background(), ap.ID, gates.ApprovalApproved, "op", "")
 		must(t, err)
 	}
 }
@@ -329,10 +330,10 @@ func TestParkedParallelResumesInAnotherProcess(t *testing.T) {
 
 // allowlistsWith returns the allowlists of st with one, name, granting
 // grant: what instances started apart (startInstance) share.
-func allowlistsWith(t *testing.T, st *store.Store, name, grant string) *harness.Allowlists {
+func allowlistsWith(t *testing.T, st *store.Store, name, grant string) *gates.Allowlists {
 	t.Helper()
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist(name, []byte(grant))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist(name, []byte(grant))
 	must(t, err)
 	_, err = als.Put(context.Background(), al, "tester")
 	must(t, err)
@@ -341,7 +342,7 @@ func allowlistsWith(t *testing.T, st *store.Store, name, grant string) *harness.
 
 // startInstance runs executions over st and reg as one process would;
 // stop ends its workers, as the process ending would.
-func startInstance(t *testing.T, st *store.Store, reg *registry.Registry, als *harness.Allowlists, consumer string) (*harness.Executions, func()) {
+func startInstance(t *testing.T, st *store.Store, reg *registry.Registry, als *gates.Allowlists, consumer string) (*harness.Executions, func()) {
 	t.Helper()
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als, Consumer: consumer})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -640,10 +641,10 @@ func TestDecisionNotEnqueuedIsRecovered(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
-		recover func(t *testing.T, execs *harness.Executions, ap *harness.Approval)
+		recover func(t *testing.T, execs *harness.Executions, ap *gates.Approval)
 	}{
-		{"the approver retries", func(t *testing.T, execs *harness.Executions, ap *harness.Approval) { approve(t, execs, ap) }},
-		{"the repair sweep", func(t *testing.T, execs *harness.Executions, _ *harness.Approval) {
+		{"the approver retries", func(t *testing.T, execs *harness.Executions, ap *gates.Approval) { approve(t, execs, ap) }},
+		{"the repair sweep", func(t *testing.T, execs *harness.Executions, _ *gates.Approval) {
 			rep, err := execs.Repair(context.Background())
 			if err != nil || rep.Resumed != 1 {
 				t.Fatalf("sweep = %+v, %v; want the parked run resumed", rep, err)
@@ -663,7 +664,7 @@ func TestDecisionNotEnqueuedIsRecovered(t *testing.T) {
 					t.Fatalf("sweep = %+v, %v: a pending approval's run was resumed", rep, err)
 				}
 				// What the decision script writes, a minute ago, and nothing after it.
-				must(t, st.Client.HSet(ctx, st.Key("approval", "{"+ap.ID+"}"), "state", string(harness.ApprovalApproved),
+				must(t, st.Client.HSet(ctx, st.Key("approval", "{"+ap.ID+"}"), "state", string(gates.ApprovalApproved),
 					"decidedBy", "op", "decidedAt", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano), "note", "").Err())
 				tc.recover(t, execs, ap)
 				ex, err := execs.Wait(ctx, id, 10*time.Second)

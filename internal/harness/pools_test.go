@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -433,16 +434,16 @@ func TestPoolLeaseSurvivesAnApprovalWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pending []*harness.Approval
+	var pending []*gates.Approval
 	waitFor(t, "the click to wait for approval", func() bool {
-		pending, _ = b.execs.Approvals().List(ctx, harness.ApprovalPending, 0)
+		pending, _ = b.execs.Approvals().List(ctx, gates.ApprovalPending, 0)
 		return len(pending) == 1
 	})
 	time.Sleep(1500 * time.Millisecond) // more than twice the window
 	if u, _ := b.pool.Status(ctx); u.Leased != 1 || b.fake.open.Load() != 1 {
 		t.Fatalf("while waiting: usage %+v, open %d; want the lease and its connection kept", u, b.fake.open.Load())
 	}
-	if _, err := b.execs.Approvals().Decide(ctx, pending[0].ID, harness.ApprovalApproved, "op", ""); err != nil {
+	if _, err := b.execs.Approvals().Decide(ctx, pending[0].ID, gates.ApprovalApproved, "op", ""); err != nil {
 		t.Fatal(err)
 	}
 	ex, err = b.execs.Wait(ctx, ex.ID, 10*time.Second)
@@ -532,7 +533,7 @@ func TestPoolSetupFromInput(t *testing.T) {
 		path       string
 		code       fault.Code
 	}{
-		{"outside the allowlist", "$input.preview", map[string]any{"preview": "http://evil/"}, "/workflow/connections/browsers/setup/url", harness.CodeConnectionNotAllowed},
+		{"outside the allowlist", "$input.preview", map[string]any{"preview": "http://evil/"}, "/workflow/connections/browsers/setup/url", gates.CodeConnectionNotAllowed},
 		{"against the schema", "$input.preview", map[string]any{"preview": 5}, "/workflow/connections/browsers/setup", fault.CodeValidationFailed},
 		{"reads a step", "$steps.who.instance", nil, "/workflow/connections/browsers/setup/url/$expr", fault.CodeExpressionInvalid},
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
@@ -148,12 +149,12 @@ func (r *run) readTool(ctx context.Context, conn *registry.Connection, src docum
 			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
 		}
 	}
-	verdict, args, err := r.e.pipeline.Check(ctx, Call{Conn: conn, Op: op, Args: args, Thread: r.rec.ID})
+	verdict, args, err := r.e.pipeline.Check(ctx, gates.Call{Conn: conn, Op: op, Args: args, Thread: r.rec.ID})
 	traceGates(ctx, verdict, err)
 	if err != nil {
 		return nil, err
 	}
-	if verdict == NeedsApproval {
+	if verdict == gates.NeedsApproval {
 		return nil, fault.Deny(fault.GateApprover, fmt.Sprintf("a read cannot wait for approval; the policy of %s guards %s (read %s)", conn.Name(), op, read))
 	}
 	return r.deliver(ctx, conn, connect.CallRequest{Op: op, Args: args, Principal: r.rec.Principal})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -186,7 +187,7 @@ func TestVerifyReadValidation(t *testing.T) {
 			{"unknown read, no entry profile", verifyDoc("web", `{}`, "chat.thread.recent", `[{"equals":1}]`), "/workflow/root/read", fault.CodeValidationFailed},
 			{"a connection without a profile", verifyDoc("plain", `{}`, "browser.page.summary", `[{"equals":1}]`), "/workflow/root/connection", fault.CodeValidationFailed},
 			{"no connection", strings.Replace(verifyDoc("web", `{}`, "ui.tree", `[{"equals":1}]`), `"connection":"web",`, "", 1), "/workflow/root/connection", fault.CodeValidationFailed},
-			{"read not granted", verifyDoc("web", `{}`, "browser.page.summary", `[{"equals":1}]`), "/workflow/root/read", harness.CodeConnectionNotAllowed},
+			{"read not granted", verifyDoc("web", `{}`, "browser.page.summary", `[{"equals":1}]`), "/workflow/root/read", gates.CodeConnectionNotAllowed},
 		}
 		for _, tc := range cases {
 			_, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(tc.doc), Principal: "tester", Allowlist: "test"})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -59,7 +60,7 @@ func TestGate2HostileSchemas(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		mem := connecttest.NewMemory(
 			connecttest.MemoryOp{Operation: connect.Operation{Name: "fan", InputSchema: fanOutSchema(3, 40)}},
-			connecttest.MemoryOp{Operation: connect.Operation{Name: "flat", InputSchema: flatSchema(harness.DefaultSchemaMaxNodes)}},
+			connecttest.MemoryOp{Operation: connect.Operation{Name: "flat", InputSchema: flatSchema(gates.DefaultSchemaMaxNodes)}},
 		)
 		reg := registry.NewRegistry(nil)
 		must(t, reg.Add("svc", mem))

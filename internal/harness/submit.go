@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -321,13 +322,13 @@ func (e *Executions) decidedBefore(ctx context.Context, rec *record, t time.Time
 			continue
 		}
 		ap, err := e.approvals.Get(ctx, st.ApprovalID)
-		if errors.Is(err, ErrApprovalNotFound) {
+		if errors.Is(err, gates.ErrApprovalNotFound) {
 			continue
 		}
 		if err != nil {
 			return false, err
 		}
-		if ap.State != ApprovalPending && ap.DecidedAt != nil && ap.DecidedAt.Before(t) {
+		if ap.State != gates.ApprovalPending && ap.DecidedAt != nil && ap.DecidedAt.Before(t) {
 			return true, nil
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/redis/go-redis/v9"
@@ -91,10 +92,10 @@ func TestTakeoverWhenTheDeadRunnersClaimLapses(t *testing.T) {
 
 	// Submitted, then read by a runner that claims it, renews once half a
 	// timeout later, and dies.
-	idle := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Visibility: visibility, Allowlists: harness.NewAllowlists(st)})
-	al, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"svc":{"ops":["*"]}}}`))
+	idle := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Visibility: visibility, Allowlists: gates.NewAllowlists(st)})
+	al, err := gates.ParseAllowlist("ops", []byte(`{"connections":{"svc":{"ops":["*"]}}}`))
 	must(t, err)
-	_, err = harness.NewAllowlists(st).Put(ctx, al, "tester")
+	_, err = gates.NewAllowlists(st).Put(ctx, al, "tester")
 	must(t, err)
 	ex, err := idle.Submit(ctx, harness.Request{Workflow: json.RawMessage(callDoc("mark", `{}`)), Principal: "tester", Allowlist: "ops"})
 	must(t, err)

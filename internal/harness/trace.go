@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/telemetry"
 )
@@ -243,7 +244,7 @@ func gatesRefused(span trace.Span, gate int) {
 
 // traceGates records each of gates 1–4 on the call's span when they let
 // the call on (a refusal is recorded when the call ends).
-func traceGates(ctx context.Context, v Verdict, err error) {
+func traceGates(ctx context.Context, v gates.Verdict, err error) {
 	span := trace.SpanFromContext(ctx)
 	if err != nil || !span.IsRecording() {
 		return
@@ -252,7 +253,7 @@ func traceGates(ctx context.Context, v Verdict, err error) {
 		gateEvent(span, g, "pass")
 	}
 	verdict := "allow"
-	if v == NeedsApproval {
+	if v == gates.NeedsApproval {
 		verdict = "approval_required"
 	}
 	gateEvent(span, fault.GatePolicy, verdict)
@@ -262,13 +263,13 @@ func traceGates(ctx context.Context, v Verdict, err error) {
 // decided (or the approval expired), a span covering the wait from the
 // request to the decision: it is made when the run that goes on after the
 // decision asks again, since the wait itself spans no process.
-func (r *run) traceApproval(ctx context.Context, ap *Approval) {
+func (r *run) traceApproval(ctx context.Context, ap *gates.Approval) {
 	if r.e.tracer == nil || ap == nil {
 		return
 	}
 	span := trace.SpanFromContext(ctx)
 	gateEvent(span, fault.GateApprover, string(ap.State), attribute.String("patchbay.approval.id", ap.ID))
-	if ap.State == ApprovalPending || ap.DecidedAt == nil {
+	if ap.State == gates.ApprovalPending || ap.DecidedAt == nil {
 		return
 	}
 	_, wait := r.e.tracer.Start(ctx, "approval "+ap.Connection+" "+ap.Op, trace.WithTimestamp(ap.CreatedAt), trace.WithAttributes(
@@ -278,7 +279,7 @@ func (r *run) traceApproval(ctx context.Context, ap *Approval) {
 		attribute.String("patchbay.connection", ap.Connection),
 		attribute.String("patchbay.operation", ap.Op),
 	))
-	if ap.State != ApprovalApproved {
+	if ap.State != gates.ApprovalApproved {
 		wait.SetStatus(codes.Error, string(ap.State))
 	}
 	wait.End(trace.WithTimestamp(*ap.DecidedAt))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -49,8 +50,8 @@ func BenchmarkTracedExecution(b *testing.B) {
 			reg := registry.NewRegistry(nil)
 			must(b, reg.Add("mem", mem))
 			must(b, reg.Start(context.Background()))
-			als := harness.NewAllowlists(st)
-			al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
+			als := gates.NewAllowlists(st)
+			al, err := gates.ParseAllowlist("test", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
 			must(b, err)
 			_, err = als.Put(context.Background(), al, "bench")
 			must(b, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 
@@ -174,7 +175,7 @@ func TestExecutionSpanTree(t *testing.T) {
 
 		second := newRecorder(nil)
 		b, _ := startReplica(t, st, reg, allow, harness.ExecutionsOptions{Models: models, Tracer: second.tracer()})
-		_, err = b.Approvals().Decide(context.Background(), ap.ID, harness.ApprovalApproved, "bob", "")
+		_, err = b.Approvals().Decide(context.Background(), ap.ID, gates.ApprovalApproved, "bob", "")
 		must(t, err)
 		done, err := b.Wait(context.Background(), ex.ID, 10*time.Second)
 		must(t, err)
@@ -220,8 +221,8 @@ func waitSpan(t *testing.T, r *recorder, name string) tracetest.SpanStub {
 // returns once they have.
 func startReplica(t *testing.T, st *store.Store, reg *registry.Registry, allow string, opts harness.ExecutionsOptions) (execs *harness.Executions, stop func()) {
 	t.Helper()
-	opts.Allowlists = harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("ops", []byte(allow))
+	opts.Allowlists = gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("ops", []byte(allow))
 	must(t, err)
 	_, err = opts.Allowlists.Put(context.Background(), al, "tester")
 	must(t, err)

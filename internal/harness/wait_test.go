@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -68,7 +69,7 @@ func TestWait(t *testing.T) {
 	t.Run("an event the allowlist does not grant", func(t *testing.T) {
 		_, err := execs.Submit(context.Background(), harness.Request{Allowlist: "all", Workflow: json.RawMessage(`{"version":1,"connections":{"app":{"events":["build.done"]}},"root":{"kind":"wait","id":"w","connection":"app","event":"build.done"}}`)})
 		var ve *fault.ValidationError
-		if !errors.As(err, &ve) || ve.Code() != harness.CodeConnectionNotAllowed {
+		if !errors.As(err, &ve) || ve.Code() != gates.CodeConnectionNotAllowed {
 			t.Fatalf("Submit = %v", err)
 		}
 	})

@@ -44,7 +44,7 @@ func (e *Executions) Run(ctx context.Context, n int) error {
 // sweep expires approvals nobody decided in time.
 func (e *Executions) sweep(ctx context.Context) {
 	for ctx.Err() == nil {
-		e.approvals.expire(ctx)
+		e.approvals.Expire(ctx)
 		sleep(ctx, e.sweepEvery)
 	}
 }

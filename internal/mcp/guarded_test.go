@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -76,8 +77,8 @@ func TestServerGuardedCallIsSentAgainOnceWithTheApproval(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = reg.Close() })
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("test", []byte(`{"connections":{"news":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("test", []byte(`{"connections":{"news":{"ops":["*"]}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,9 +96,9 @@ func TestServerGuardedCallIsSentAgainOnceWithTheApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pending *harness.Approval
+	var pending *gates.Approval
 	waitFor(t, "an approval asked for", func() bool {
-		aps, err := execs.Approvals().List(ctx, harness.ApprovalPending, 10)
+		aps, err := execs.Approvals().List(ctx, gates.ApprovalPending, 10)
 		if err != nil || len(aps) == 0 {
 			return false
 		}
@@ -107,7 +108,7 @@ func TestServerGuardedCallIsSentAgainOnceWithTheApproval(t *testing.T) {
 	if got := g.approvals(); !slices.Equal(got, []string{""}) {
 		t.Fatalf("before the approval the server was sent %q, want one call without an approval", got)
 	}
-	if _, err := execs.Approvals().Decide(ctx, pending.ID, harness.ApprovalApproved, "oncall", ""); err != nil {
+	if _, err := execs.Approvals().Decide(ctx, pending.ID, gates.ApprovalApproved, "oncall", ""); err != nil {
 		t.Fatal(err)
 	}
 	var end *harness.Execution

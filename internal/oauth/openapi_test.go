@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
@@ -172,8 +173,8 @@ func TestOpenAPIPerUserTokens(t *testing.T) {
 // operation.
 func runExecutions(t *testing.T, b *bundle, reg *registry.Registry) *harness.Executions {
 	t.Helper()
-	als := harness.NewAllowlists(b.st)
-	al, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"`+connName+`":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(b.st)
+	al, err := gates.ParseAllowlist("ops", []byte(`{"connections":{"`+connName+`":{"ops":["*"]}}}`))
 	must(t, err)
 	_, err = als.Put(t.Context(), al, "tester")
 	must(t, err)

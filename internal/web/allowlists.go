@@ -13,8 +13,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // grantRow is one connection's grant as the form edits it: one glob per
@@ -48,11 +48,11 @@ type allowlistForm struct {
 }
 
 type historyEntry struct {
-	harness.Change
+	gates.Change
 	Summary []string
 }
 
-func rowsOf(al *harness.Allowlist) []grantRow {
+func rowsOf(al *gates.Allowlist) []grantRow {
 	var rows []grantRow
 	for _, conn := range slices.Sorted(maps.Keys(al.Connections)) {
 		g := al.Connections[conn]
@@ -110,15 +110,15 @@ func formRows(c echo.Context) []grantRow {
 // validates it with harness.ParseAllowlist, so the messages are the API's.
 // Problems the form itself can have (a line without ':' in setup, a
 // connection named twice) are reported on their fields too.
-func parseForm(name string, rows []grantRow) (*harness.Allowlist, *allowlistForm) {
+func parseForm(name string, rows []grantRow) (*gates.Allowlist, *allowlistForm) {
 	form := &allowlistForm{Name: name, Rows: rows}
-	grants := map[string]harness.Grant{}
+	grants := map[string]gates.Grant{}
 	rowOf := map[string]int{}
 	uiErr := false
 	for i := range rows {
 		r := &rows[i]
 		r.Errors = map[string][]string{}
-		g := harness.Grant{Ops: lines(r.Ops), Events: lines(r.Events)}
+		g := gates.Grant{Ops: lines(r.Ops), Events: lines(r.Events)}
 		for _, l := range lines(r.Setup) {
 			field, pats, ok := strings.Cut(l, ":")
 			if !ok || strings.TrimSpace(field) == "" {
@@ -149,7 +149,7 @@ func parseForm(name string, rows []grantRow) (*harness.Allowlist, *allowlistForm
 		grants[r.Conn] = g
 	}
 	raw, _ := json.Marshal(map[string]any{"connections": grants})
-	al, err := harness.ParseAllowlist(name, raw)
+	al, err := gates.ParseAllowlist(name, raw)
 	var ve *fault.ValidationError
 	if errors.As(err, &ve) {
 		for _, p := range ve.Problems {
@@ -211,7 +211,7 @@ func (h *handler) createAllowlist(c echo.Context) error {
 	if form == nil {
 		if _, err := h.Allowlists.Get(bg(c), name); err == nil {
 			form = &allowlistForm{Name: name, Rows: withBlankRow(formRows(c)), NameErrors: []string{"an allowlist with this name exists; edit it instead"}}
-		} else if !errors.Is(err, harness.ErrAllowlistNotFound) {
+		} else if !errors.Is(err, gates.ErrAllowlistNotFound) {
 			return err
 		}
 	}
@@ -228,7 +228,7 @@ func (h *handler) createAllowlist(c echo.Context) error {
 func (h *handler) editAllowlist(c echo.Context) error {
 	name := c.Param("name")
 	al, err := h.Allowlists.Get(bg(c), name)
-	if errors.Is(err, harness.ErrAllowlistNotFound) {
+	if errors.Is(err, gates.ErrAllowlistNotFound) {
 		return allowlistNotFound(name)
 	}
 	if err != nil {
@@ -259,7 +259,7 @@ func (h *handler) saveAllowlist(c echo.Context) error {
 
 func (h *handler) confirmDeleteAllowlist(c echo.Context) error {
 	name := c.Param("name")
-	if _, err := h.Allowlists.Get(bg(c), name); errors.Is(err, harness.ErrAllowlistNotFound) {
+	if _, err := h.Allowlists.Get(bg(c), name); errors.Is(err, gates.ErrAllowlistNotFound) {
 		return allowlistNotFound(name)
 	} else if err != nil {
 		return err
@@ -269,7 +269,7 @@ func (h *handler) confirmDeleteAllowlist(c echo.Context) error {
 
 func (h *handler) deleteAllowlist(c echo.Context) error {
 	err := h.Allowlists.Delete(bg(c), c.Param("name"), by(c))
-	if errors.Is(err, harness.ErrAllowlistNotFound) {
+	if errors.Is(err, gates.ErrAllowlistNotFound) {
 		return c.Redirect(http.StatusSeeOther, "/admin/allowlists?flash=gone")
 	}
 	if err != nil {
@@ -287,7 +287,7 @@ func (h *handler) history(c echo.Context, name string) ([]historyEntry, error) {
 	}
 	out := make([]historyEntry, len(changes))
 	for i, ch := range changes {
-		var before *harness.Allowlist
+		var before *gates.Allowlist
 		if i+1 < len(changes) {
 			before = changes[i+1].After
 		}
@@ -296,8 +296,8 @@ func (h *handler) history(c echo.Context, name string) ([]historyEntry, error) {
 	return out, nil
 }
 
-func summarize(before, after *harness.Allowlist) []string {
-	grants := func(al *harness.Allowlist) map[string]harness.Grant {
+func summarize(before, after *gates.Allowlist) []string {
+	grants := func(al *gates.Allowlist) map[string]gates.Grant {
 		if al == nil {
 			return nil
 		}

@@ -11,24 +11,24 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // maxNote matches the API's bound on a decision's note.
 const maxNote = 2000
 
-var approvalStates = []harness.ApprovalState{harness.ApprovalPending, harness.ApprovalApproved, harness.ApprovalDenied, harness.ApprovalExpired}
+var approvalStates = []gates.ApprovalState{gates.ApprovalPending, gates.ApprovalApproved, gates.ApprovalDenied, gates.ApprovalExpired}
 
 type approvalsData struct {
-	Pending []*harness.Approval
+	Pending []*gates.Approval
 	// Version fingerprints the pending list, so the live stream only
 	// signals real changes.
 	Version string
 	Filter  string
-	History []*harness.Approval
+	History []*gates.Approval
 }
 
-func fingerprint(aps []*harness.Approval) string {
+func fingerprint(aps []*gates.Approval) string {
 	ids := make([]string, len(aps))
 	for i, ap := range aps {
 		ids[i] = ap.ID
@@ -45,18 +45,18 @@ func hashString(s string) uint32 {
 }
 
 // pending lists the pending approvals this session may decide.
-func (h *handler) pending(c echo.Context) ([]*harness.Approval, error) {
+func (h *handler) pending(c echo.Context) ([]*gates.Approval, error) {
 	who := h.principal(c)
-	return h.Executions.Approvals().ListWhere(bg(c), harness.ApprovalPending, 200, func(ap *harness.Approval) bool {
+	return h.Executions.Approvals().ListWhere(bg(c), gates.ApprovalPending, 200, func(ap *gates.Approval) bool {
 		return h.Executions.Approvals().MayDecide(ap, who)
 	})
 }
 
 // seen lists the approvals this session may see: those its own runs asked
 // for, those it may decide, or all with read.
-func (h *handler) seen(c echo.Context, state harness.ApprovalState, limit int) ([]*harness.Approval, error) {
+func (h *handler) seen(c echo.Context, state gates.ApprovalState, limit int) ([]*gates.Approval, error) {
 	who := h.principal(c)
-	return h.Executions.Approvals().ListWhere(bg(c), state, limit, func(ap *harness.Approval) bool {
+	return h.Executions.Approvals().ListWhere(bg(c), state, limit, func(ap *gates.Approval) bool {
 		return who.SeesApproval(ap.RequestedBy, ap.Connection, ap.Op)
 	})
 }
@@ -67,9 +67,9 @@ func (h *handler) approvals(c echo.Context) error {
 		return err
 	}
 	d := approvalsData{Pending: pending, Version: fingerprint(pending), Filter: c.QueryParam("state")}
-	state := harness.ApprovalState(d.Filter)
+	state := gates.ApprovalState(d.Filter)
 	switch state {
-	case "", harness.ApprovalApproved, harness.ApprovalDenied, harness.ApprovalExpired, harness.ApprovalPending:
+	case "", gates.ApprovalApproved, gates.ApprovalDenied, gates.ApprovalExpired, gates.ApprovalPending:
 	default:
 		state, d.Filter = "", ""
 	}
@@ -134,10 +134,10 @@ func (h *handler) approvalsStream(c echo.Context) error {
 	}
 }
 
-func (h *handler) approve(c echo.Context) error { return h.decide(c, harness.ApprovalApproved) }
-func (h *handler) deny(c echo.Context) error    { return h.decide(c, harness.ApprovalDenied) }
+func (h *handler) approve(c echo.Context) error { return h.decide(c, gates.ApprovalApproved) }
+func (h *handler) deny(c echo.Context) error    { return h.decide(c, gates.ApprovalDenied) }
 
-func (h *handler) decide(c echo.Context, state harness.ApprovalState) error {
+func (h *handler) decide(c echo.Context, state gates.ApprovalState) error {
 	note := strings.TrimSpace(c.FormValue("note"))
 	if len(note) > maxNote {
 		note = note[:maxNote]
@@ -155,13 +155,13 @@ func (h *handler) decide(c echo.Context, state harness.ApprovalState) error {
 	}
 	_, err := h.Executions.Approvals().DecideAs(bg(c), c.Param("id"), state, h.principal(c), note)
 	switch {
-	case errors.Is(err, harness.ErrApprovalNotFound):
+	case errors.Is(err, gates.ErrApprovalNotFound):
 		return c.Redirect(http.StatusSeeOther, back+sep+"flash=gone")
-	case errors.Is(err, harness.ErrSelfApproval):
+	case errors.Is(err, gates.ErrSelfApproval):
 		return c.Redirect(http.StatusSeeOther, back+sep+"flash=self")
-	case errors.Is(err, harness.ErrNotApprover):
+	case errors.Is(err, gates.ErrNotApprover):
 		return &refused{"You may not decide this approval: it needs the approve role for this connection and operation, and the connection's policy may name its approvers."}
-	case errors.Is(err, harness.ErrApprovalDecided):
+	case errors.Is(err, gates.ErrApprovalDecided):
 		return c.Redirect(http.StatusSeeOther, back+sep+"flash=decided")
 	case err != nil:
 		return err

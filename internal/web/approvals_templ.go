@@ -6,10 +6,11 @@ package web
 
 //lint:file-ignore SA4006 This context is only used if a nested component is present.
 
-import "github.com/a-h/templ"
-import templruntime "github.com/a-h/templ/runtime"
-
-import "github.com/patchbay-dev/patchbay/internal/harness"
+import (
+	"github.com/a-h/templ"
+	templruntime "github.com/a-h/templ/runtime"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
+)
 
 func approvalsPage(p page, d approvalsData) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
@@ -327,7 +328,7 @@ func filterLink(label, href string, current bool) templ.Component {
 	})
 }
 
-func pendingList(csrfToken string, pending []*harness.Approval, version string) templ.Component {
+func pendingList(csrfToken string, pending []*gates.Approval, version string) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -381,7 +382,7 @@ func pendingList(csrfToken string, pending []*harness.Approval, version string) 
 	})
 }
 
-func approvalCard(csrfToken string, ap *harness.Approval, next string) templ.Component {
+func approvalCard(csrfToken string, ap *gates.Approval, next string) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -131,7 +132,7 @@ func TestAdminAuthorizationMatrix(t *testing.T) {
 				path = strings.ReplaceAll(path, "{new}", fmt.Sprintf("fresh%d", n.Add(1)))
 				if strings.Contains(path, "{scratch}") {
 					name := fmt.Sprintf("scratch%d", n.Add(1))
-					al, err := harness.ParseAllowlist(name, []byte(`{"connections":{"mem":{"ops":["echo"]}}}`))
+					al, err := gates.ParseAllowlist(name, []byte(`{"connections":{"mem":{"ops":["echo"]}}}`))
 					must(t, err)
 					_, err = b.als.Put(ctx, al, "setup")
 					must(t, err)
@@ -179,7 +180,7 @@ func (c *client) status(method, path string) int {
 func waitApprovalOf(t *testing.T, b *bundle, exec string) string {
 	t.Helper()
 	for range 500 {
-		aps, err := b.execs.Approvals().List(context.Background(), harness.ApprovalPending, 200)
+		aps, err := b.execs.Approvals().List(context.Background(), gates.ApprovalPending, 200)
 		must(t, err)
 		for _, ap := range aps {
 			if ap.Execution == exec {

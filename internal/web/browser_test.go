@@ -16,6 +16,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/chromiumtest"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // screenshots is where the browser tests leave a picture of each page
@@ -98,7 +99,7 @@ func TestBrowser(t *testing.T) {
 	ap = waitPending(t, b)
 	run(chromedp.Navigate(b.url+"/admin/executions/"+ex.ID), chromedp.WaitVisible(`#execution-body[data-status="waiting"]`, chromedp.ByQuery),
 		chromedp.Sleep(300*time.Millisecond))
-	_, err := b.execs.Approvals().Decide(context.Background(), ap.ID, harness.ApprovalApproved, "other-operator", "")
+	_, err := b.execs.Approvals().Decide(context.Background(), ap.ID, gates.ApprovalApproved, "other-operator", "")
 	must(t, err)
 	run(chromedp.WaitVisible(`#execution-body[data-status="succeeded"]`, chromedp.ByQuery))
 
@@ -121,13 +122,13 @@ func TestBrowser(t *testing.T) {
 	run(chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(`.flash`, chromedp.ByQuery))
 	got, err := b.execs.Approvals().Get(context.Background(), ap.ID)
 	must(t, err)
-	if got.State != harness.ApprovalApproved {
+	if got.State != gates.ApprovalApproved {
 		t.Fatalf("keyboard approval: %s", got.State)
 	}
 
 	// An allowlist edit with an invalid glob shows the API's message next
 	// to the field; fixing it saves.
-	_, perr := harness.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["ui.["]}}}`))
+	_, perr := gates.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["ui.["]}}}`))
 	want := perr.(*fault.ValidationError).Problems[0].Message
 	var msg string
 	run(chromedp.Navigate(b.url+"/admin/allowlists/ops"), chromedp.WaitVisible(`#ops-0`, chromedp.ByQuery),

@@ -13,6 +13,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 type executionsData struct {
@@ -45,7 +46,7 @@ func (h *handler) executions(c echo.Context) error {
 
 type executionData struct {
 	Ex        *harness.Execution
-	Approvals []*harness.Approval // pending approvals of this execution
+	Approvals []*gates.Approval // pending approvals of this execution
 	Events    []harness.Event
 	// TraceLink is the execution's trace in the tracing UI; empty without
 	// a trace or a PATCHBAY_TRACE_URL.
@@ -85,7 +86,7 @@ func (h *handler) loadExecution(c echo.Context) (executionData, error) {
 		if st.ApprovalID == "" || st.Status != harness.StepWaiting {
 			continue
 		}
-		if ap, err := h.Executions.Approvals().Get(ctx, st.ApprovalID); err == nil && ap.State == harness.ApprovalPending {
+		if ap, err := h.Executions.Approvals().Get(ctx, st.ApprovalID); err == nil && ap.State == gates.ApprovalPending {
 			d.Approvals = append(d.Approvals, ap)
 		}
 	}

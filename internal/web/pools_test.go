@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/PuerkitoBio/goquery"
@@ -43,7 +44,7 @@ func TestConnectionPageShowsPoolUsage(t *testing.T) {
 	must(t, reg.Add("browsers", pool))
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
+	als := gates.NewAllowlists(st)
 	e := echo.New()
 	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: harness.NewExecutions(st, reg, nil), Registry: reg, Allowlists: als}))
 	srv := httptest.NewServer(e)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/PuerkitoBio/goquery"
@@ -59,7 +60,7 @@ func TestConnectionPageShowsProfiles(t *testing.T) {
 	must(t, reg.SetBinding("browsers", b))
 	_ = reg.Start(context.Background()) // web lacks most playwright tools: unavailable, still bound
 	e := echo.New()
-	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: harness.NewExecutions(st, reg, nil), Registry: reg, Allowlists: harness.NewAllowlists(st)}))
+	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: harness.NewExecutions(st, reg, nil), Registry: reg, Allowlists: gates.NewAllowlists(st)}))
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() { srv.Close(); _ = reg.Close() })
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/web"
 )
 
@@ -102,7 +103,7 @@ func TestUsersSeeWhatTheirRolesAllow(t *testing.T) {
 	}
 	got, err := b.execs.Approvals().Get(ctx, ap.ID)
 	must(t, err)
-	if got.State != harness.ApprovalApproved || got.DecidedBy != "approver" {
+	if got.State != gates.ApprovalApproved || got.DecidedBy != "approver" {
 		t.Fatalf("approval = %s by %q", got.State, got.DecidedBy)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/labstack/echo/v4"
@@ -90,7 +91,7 @@ func setupSignIns(t *testing.T) (*bundle, *fakeSignIns) {
 	}
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
+	als := gates.NewAllowlists(st)
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
 	f := &fakeSignIns{states: map[string][3]string{}, accounts: map[string]oauth.Account{}}
 	e := echo.New()

@@ -13,6 +13,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/web"
 )
 
@@ -85,7 +86,7 @@ func TestLiveStreamsAreCapped(t *testing.T) {
 		t.Fatalf("another principal's stream = %v", err)
 	}
 
-	_, err = b.execs.Approvals().DecideAs(context.Background(), ap.ID, harness.ApprovalApproved, authz.Operator("admin"), "")
+	_, err = b.execs.Approvals().DecideAs(context.Background(), ap.ID, gates.ApprovalApproved, authz.Operator("admin"), "")
 	must(t, err)
 	var events []string
 	deadline := time.After(20 * time.Second)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/store"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
@@ -36,7 +37,7 @@ func TestStoreDownPage(t *testing.T) {
 	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", connecttest.NewMemory()))
 	must(t, reg.Start(context.Background()))
-	als := harness.NewAllowlists(st)
+	als := gates.NewAllowlists(st)
 	execs := harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als})
 	e := echo.New()
 	must(t, web.Mount(e, web.Options{AdminToken: adminToken, Store: st, Executions: execs, Registry: reg, Allowlists: als}))

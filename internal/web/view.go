@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"encoding/json"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/a-h/templ"
 
-	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/triggers"
 )
@@ -183,7 +183,7 @@ func joinList(s []string) string {
 	return out
 }
 
-func grantSummary(al *harness.Allowlist) string {
+func grantSummary(al *gates.Allowlist) string {
 	var parts []string
 	for _, conn := range slices.Sorted(maps.Keys(al.Connections)) {
 		parts = append(parts, conn+" ("+strings.Join(al.Connections[conn].Ops, ", ")+")")

@@ -58,6 +58,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -75,7 +76,7 @@ type Options struct {
 	Store      *store.Store
 	Executions *harness.Executions
 	Registry   *registry.Registry
-	Allowlists *harness.Allowlists
+	Allowlists *gates.Allowlists
 	// Triggers supplies trigger and inbox figures, webhook deliveries and
 	// dead letters; nil hides those parts.
 	Triggers *triggers.Service

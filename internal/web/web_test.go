@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/PuerkitoBio/goquery"
@@ -35,7 +36,7 @@ const guardedDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequen
 type bundle struct {
 	url    string
 	execs  *harness.Executions
-	als    *harness.Allowlists
+	als    *gates.Allowlists
 	routes []*echo.Route // every route the UI has
 }
 
@@ -69,8 +70,8 @@ func setupConns(t testing.TB, edit func(*web.Options), add func(*registry.Regist
 	}
 	must(t, reg.Start(context.Background()))
 	st := storetest.New(t)
-	als := harness.NewAllowlists(st)
-	al, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
+	als := gates.NewAllowlists(st)
+	al, err := gates.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["*"]}}}`))
 	must(t, err)
 	_, err = als.Put(context.Background(), al, "setup")
 	must(t, err)
@@ -300,7 +301,7 @@ func TestAllowlistEdit(t *testing.T) {
 	}
 	// The messages are the API's: those of harness.ParseAllowlist on the
 	// same body.
-	_, err := harness.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["echo","ui.["],"secrets":{"pw":"nodot"}},"ghost host":{"ops":["x"]}}}`))
+	_, err := gates.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["echo","ui.["],"secrets":{"pw":"nodot"}},"ghost host":{"ops":["x"]}}}`))
 	want := map[string]string{}
 	for _, fe := range err.(*fault.ValidationError).Problems {
 		want[fe.Path] = fe.Message
@@ -365,11 +366,11 @@ func TestAllowlistEdit(t *testing.T) {
 	})
 }
 
-func waitPending(t testing.TB, b *bundle) *harness.Approval {
+func waitPending(t testing.TB, b *bundle) *gates.Approval {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		aps, err := b.execs.Approvals().List(context.Background(), harness.ApprovalPending, 10)
+		aps, err := b.execs.Approvals().List(context.Background(), gates.ApprovalPending, 10)
 		must(t, err)
 		if len(aps) > 0 {
 			return aps[0]

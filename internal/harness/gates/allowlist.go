@@ -1,4 +1,4 @@
-package harness
+package gates
 
 import (
 	"bytes"
@@ -131,7 +131,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 
 // mcpGrant returns the grant for an attached server, if the allowlist has
 // one for exactly that URL or command line.
-func (al *Allowlist) mcpGrant(spec document.AttachSpec) (MCPGrant, bool) {
+func (al *Allowlist) MCPGrant(spec document.AttachSpec) (MCPGrant, bool) {
 	if al == nil {
 		return MCPGrant{}, false
 	}
@@ -171,7 +171,7 @@ func (al *Allowlist) allows(conn, op string) bool {
 }
 
 // check reports what doc asks for beyond al.
-func (al *Allowlist) check(doc *document.Document, base string) []fault.FieldError {
+func (al *Allowlist) Check(doc *document.Document, base string) []fault.FieldError {
 	var problems []fault.FieldError
 	deny := func(p, format string, args ...any) {
 		problems = append(problems, fault.FieldError{Path: p, Code: CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
@@ -190,7 +190,7 @@ func (al *Allowlist) check(doc *document.Document, base string) []fault.FieldErr
 			continue
 		}
 		if spec, ok := doc.Attached[name]; ok {
-			g, ok := al.mcpGrant(spec)
+			g, ok := al.MCPGrant(spec)
 			if !ok {
 				deny(at+"/mcp", "the allowlist grants no server %q at that exact url or command", name)
 				continue
@@ -216,7 +216,7 @@ func (al *Allowlist) check(doc *document.Document, base string) []fault.FieldErr
 			// A verify's profile read: its name is granted like an
 			// operation's.
 			if spec, ok := doc.Attached[n.Connection]; ok {
-				if g, ok := al.mcpGrant(spec); ok && !document.MatchOp(g.Ops, n.Op) {
+				if g, ok := al.MCPGrant(spec); ok && !document.MatchOp(g.Ops, n.Op) {
 					deny(n.Path+"/read", "the allowlist does not grant read %q of server %q (step %s)", n.Op, n.Connection, n.ID)
 				}
 			} else if granted(n.Connection) && !al.allows(n.Connection, n.Op) {
@@ -225,7 +225,7 @@ func (al *Allowlist) check(doc *document.Document, base string) []fault.FieldErr
 			return
 		}
 		if spec, ok := doc.Attached[n.Connection]; ok && n.Kind == document.KindCall {
-			if g, ok := al.mcpGrant(spec); ok && !document.MatchOp(g.Ops, n.Op) {
+			if g, ok := al.MCPGrant(spec); ok && !document.MatchOp(g.Ops, n.Op) {
 				deny(n.Path+"/op", "the allowlist does not grant operation %q of server %q (step %s)", n.Op, n.Connection, n.ID)
 			}
 			for _, s := range n.Secrets {
@@ -488,4 +488,30 @@ func Describe(reg *registry.Registry, al *Allowlist) map[string][]connect.Operat
 		out[conn] = ops
 	}
 	return out
+}
+
+// checkHandle reports what a handle asks of its pool beyond al: the pool
+// must be granted, and every setup field must have patterns in the grant
+// that its value matches (a string as is, anything else as JSON).
+func (al *Allowlist) checkHandle(h document.Handle, at string, deny func(p, format string, args ...any)) {
+	var g Grant
+	ok := false
+	if al != nil {
+		g, ok = al.Connections[h.Pool]
+	}
+	if !ok {
+		deny(at, "the allowlist grants no access to pool %q", h.Pool)
+		return
+	}
+	for _, field := range document.SortedKeys(h.Setup) {
+		p := at + "/setup/" + fault.Escape(field)
+		patterns, granted := g.Setup[field]
+		if !granted {
+			deny(p, "the allowlist grants no setup field %q for pool %q", field, h.Pool)
+			continue
+		}
+		if !document.MatchAny(patterns, document.SetupText(h.Setup[field])) {
+			deny(p, "setup field %q of pool %q does not match the patterns the allowlist grants", field, h.Pool)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package harness
+package gates
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ func TestListWhereFiltersBeforeTheLimit(t *testing.T) {
 		t.Helper()
 		ap := &Approval{ID: id, State: ApprovalPending, Execution: "ex_" + id, Connection: "c", Op: "op",
 			RequestedBy: by, CreatedAt: at, ExpiresAt: at.Add(24 * time.Hour)}
-		if _, err := a.request(t.Context(), ap); err != nil {
+		if _, err := a.Request(t.Context(), ap); err != nil {
 			t.Fatal(err)
 		}
 	}

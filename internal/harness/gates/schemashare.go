@@ -1,4 +1,4 @@
-package harness
+package gates
 
 import (
 	"encoding/json"

@@ -1,4 +1,11 @@
-package harness
+// Package gates owns what stands between a call and a connection: the six
+// gates as one Pipeline (declared, schema with its bounded and shared
+// compiles, refs, policy, approver, secrets and the caller's credentials),
+// the allowlists that say what a principal's executions may use, and the
+// approval queue where guarded calls wait for a person. The engine runs
+// every call and every read through one Pipeline; the API and the admin UI
+// read and decide approvals and manage allowlists here.
+package gates
 
 import (
 	"bytes"
@@ -59,14 +66,24 @@ type Options struct {
 	// (DefaultSchemaMaxNodes, DefaultSchemaCompileTimeout when zero).
 	SchemaMaxNodes       int
 	SchemaCompileTimeout time.Duration
+	// Compile stands in for gate 2's JSON Schema compile; nil is the
+	// compile itself. Tests stand in a slow one.
+	Compile func(conn string, op connect.Operation) (*jsonschema.Schema, error)
 }
 
 // New returns the gates configured by o.
 func New(o Options) *Pipeline {
-	return &Pipeline{
+	p := &Pipeline{
 		schemas: schemas{maxNodes: o.SchemaMaxNodes, timeout: o.SchemaCompileTimeout},
 		sealer:  o.Sealer, secrets: o.Secrets, credentials: o.Credentials, redactor: o.Redactor, logger: o.Logger,
 	}
+	if o.Compile != nil {
+		p.schemas.build = func(conn string, op connect.Operation) compiled {
+			sch, err := o.Compile(conn, op)
+			return compiled{sch: sch, err: err}
+		}
+	}
+	return p
 }
 
 // Call is one call as the gates see it: its arguments evaluated, secrets

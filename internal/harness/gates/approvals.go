@@ -1,4 +1,4 @@
-package harness
+package gates
 
 import (
 	"context"
@@ -73,20 +73,42 @@ type Approvals struct {
 	decided func(ap *Approval)
 }
 
+// EventApprovalDecision is the event of a decision on the execution's
+// stream: {approval, state, by, step}.
+const EventApprovalDecision = "approval.decided"
+
+// ApprovalHooks are the engine's side of the queue.
+type ApprovalHooks struct {
+	// Resume enqueues the execution an approval belongs to once decided.
+	Resume func(ctx context.Context, execution string) error
+	// Emit puts the decision on the execution's event stream.
+	Emit func(ctx context.Context, exec, typ string, data map[string]any)
+	// Approvers returns whom a connection's policy lets decide its calls
+	// (nil: anyone with the approve role).
+	Approvers func(connection string) []string
+	// Decided records a decision for the metrics; nil: none.
+	Decided func(ap *Approval)
+}
+
+// NewApprovals is the approval queue kept in st, calling back through h.
+func NewApprovals(st *store.Store, h ApprovalHooks) *Approvals {
+	return &Approvals{store: st, resume: h.Resume, emit: h.Emit, approvers: h.Approvers, decided: h.Decided}
+}
+
 func (a *Approvals) key(id string) string { return a.store.Key("approval", "{"+id+"}") }
 func (a *Approvals) pendingKey() string   { return a.store.Key("approvals", "pending") }
 func (a *Approvals) allKey() string       { return a.store.Key("approvals", "all") }
 
 // approvalID is derived from the execution and the step's ledger key, so a
 // replayed step finds the approval it asked for instead of asking again.
-func approvalID(execution, stepKey string) string {
+func ApprovalID(execution, stepKey string) string {
 	sum := sha256.Sum256([]byte(execution + "\x00" + stepKey))
 	return "ap_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
 }
 
 // request writes a pending approval unless one with its id exists, and
 // returns the stored one.
-func (a *Approvals) request(ctx context.Context, ap *Approval) (*Approval, error) {
+func (a *Approvals) Request(ctx context.Context, ap *Approval) (*Approval, error) {
 	data, err := json.Marshal(ap)
 	if err != nil {
 		return nil, fmt.Errorf("approvals: encode %s: %w", ap.ID, err)
@@ -268,7 +290,7 @@ func (a *Approvals) Decide(ctx context.Context, id string, state ApprovalState, 
 }
 
 // expire decides every pending approval whose time has passed.
-func (a *Approvals) expire(ctx context.Context) {
+func (a *Approvals) Expire(ctx context.Context) {
 	ids, err := a.store.Client.ZRangeByScore(ctx, a.pendingKey(), &redis.ZRangeBy{
 		Min: "-inf", Max: fmt.Sprint(time.Now().UnixMilli()), Count: 100,
 	}).Result()
@@ -279,4 +301,10 @@ func (a *Approvals) expire(ctx context.Context) {
 		_, _ = a.Decide(ctx, id, ApprovalExpired, authz.SystemName, "no decision before the approval expired")
 		a.store.Client.ZRem(ctx, a.pendingKey(), id)
 	}
+}
+
+// PendingApprovals counts the approvals waiting for a person, for the
+// approvals-pending gauge.
+func (a *Approvals) PendingApprovals(ctx context.Context) (int64, error) {
+	return a.store.Client.ZCard(ctx, a.pendingKey()).Result()
 }
