@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/models"
 )
@@ -30,7 +30,7 @@ type modelRouter struct {
 
 // newModels returns the harness's Models, or nil when none are configured
 // (documents with model nodes are then refused at submission).
-func newModels(specs map[string]config.ModelProvider, secrets secrets.SecretStore, redactor *secrets.SecretRedactor) harness.Models {
+func newModels(specs map[string]config.ModelProvider, secrets secrets.SecretStore, redactor *secrets.SecretRedactor) agent.Models {
 	if len(specs) == 0 {
 		return nil
 	}
@@ -94,7 +94,7 @@ func openAIBase(u string) string {
 }
 
 // Turn implements harness.Models.
-func (m *modelRouter) Turn(ctx context.Context, req harness.ModelRequest, onDelta func(harness.ModelDelta)) (*harness.ModelResponse, error) {
+func (m *modelRouter) Turn(ctx context.Context, req agent.ModelRequest, onDelta func(agent.ModelDelta)) (*agent.ModelResponse, error) {
 	name, model, _ := strings.Cut(req.Model, "/")
 	p, err := m.provider(ctx, name)
 	if err != nil {
@@ -104,7 +104,7 @@ func (m *modelRouter) Turn(ctx context.Context, req harness.ModelRequest, onDelt
 		if onDelta == nil {
 			return
 		}
-		hd := harness.ModelDelta{Text: d.Text}
+		hd := agent.ModelDelta{Text: d.Text}
 		if tc := d.ToolCall; tc != nil {
 			hd.ToolCallIndex, hd.ToolCallID, hd.ToolName, hd.ArgsFragment = tc.Index, tc.ID, tc.Name, tc.ArgsFragment
 		}
@@ -113,15 +113,15 @@ func (m *modelRouter) Turn(ctx context.Context, req harness.ModelRequest, onDelt
 	if err != nil {
 		return nil, m.redactor.Error(err)
 	}
-	out := &harness.ModelResponse{Text: resp.Text, StopReason: string(resp.StopReason),
-		Usage: harness.ModelUsage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}}
+	out := &agent.ModelResponse{Text: resp.Text, StopReason: string(resp.StopReason),
+		Usage: agent.ModelUsage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}}
 	for _, c := range resp.ToolCalls {
-		out.ToolCalls = append(out.ToolCalls, harness.ModelToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
+		out.ToolCalls = append(out.ToolCalls, agent.ModelToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
 	}
 	return out, nil
 }
 
-func toModelsRequest(model string, req harness.ModelRequest) models.Request {
+func toModelsRequest(model string, req agent.ModelRequest) models.Request {
 	out := models.Request{Model: model, Instructions: req.Instructions, ToolChoice: req.ToolChoice, MaxTokens: req.MaxTokens, OutputSchema: req.OutputSchema}
 	for _, msg := range req.Messages {
 		mm := models.Message{Role: models.Role(msg.Role), Text: msg.Text}

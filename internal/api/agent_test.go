@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
@@ -34,14 +35,14 @@ func (agentModels) Check(model string) error {
 	return nil
 }
 
-func (agentModels) Turn(_ context.Context, req harness.ModelRequest, onDelta func(harness.ModelDelta)) (*harness.ModelResponse, error) {
+func (agentModels) Turn(_ context.Context, req agent.ModelRequest, onDelta func(agent.ModelDelta)) (*agent.ModelResponse, error) {
 	if len(req.Messages) == 1 {
-		return &harness.ModelResponse{ToolCalls: []harness.ModelToolCall{{ID: "c1", Name: "mem_add", Args: json.RawMessage(`{"a":2,"b":3}`)}},
-			Usage: harness.ModelUsage{InputTokens: 12, OutputTokens: 4}}, nil
+		return &agent.ModelResponse{ToolCalls: []agent.ModelToolCall{{ID: "c1", Name: "mem_add", Args: json.RawMessage(`{"a":2,"b":3}`)}},
+			Usage: agent.ModelUsage{InputTokens: 12, OutputTokens: 4}}, nil
 	}
 	result := req.Messages[2].ToolResults[0].Content
-	onDelta(harness.ModelDelta{Text: "The sum is " + result})
-	return &harness.ModelResponse{Text: "The sum is " + result, Usage: harness.ModelUsage{InputTokens: 20, OutputTokens: 6}}, nil
+	onDelta(agent.ModelDelta{Text: "The sum is " + result})
+	return &agent.ModelResponse{Text: "The sum is " + result, Usage: agent.ModelUsage{InputTokens: 20, OutputTokens: 6}}, nil
 }
 
 func setupAgents(t *testing.T) *bundle {

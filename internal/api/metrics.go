@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 )
 
 // Metrics holds patchbay's Prometheus collectors on a registry of its own,
@@ -114,9 +115,9 @@ func (m *Metrics) LookTokens(read, form string, tokens int) {
 }
 
 var (
-	_ harness.Observer      = (*Metrics)(nil)
-	_ harness.TokenObserver = (*Metrics)(nil)
-	_ harness.LookObserver  = (*Metrics)(nil)
+	_ harness.Observer    = (*Metrics)(nil)
+	_ agent.TokenObserver = (*Metrics)(nil)
+	_ agent.LookObserver  = (*Metrics)(nil)
 )
 
 func (m *Metrics) handler() echo.HandlerFunc {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
@@ -199,7 +200,7 @@ type ExecutionsOptions struct {
 	Credentials connect.Credentials
 	// Models runs the rounds of model nodes; nil: documents with model
 	// nodes are refused.
-	Models Models
+	Models agent.Models
 	// Tracer records runs, steps, calls and model rounds as spans (see
 	// trace.go); nil: no tracing, at no cost.
 	Tracer trace.Tracer
@@ -241,7 +242,7 @@ type Executions struct {
 	// life is Run's context: work that outlives a run (renewing the
 	// leases of waiting executions) stops with it.
 	life      context.Context
-	models    Models
+	models    agent.Models
 	tracer    trace.Tracer
 	approvals *gates.Approvals
 	// pipeline is the gates every call passes.

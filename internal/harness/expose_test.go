@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
@@ -36,7 +37,7 @@ func bigServer() *connecttest.Memory {
 	return connecttest.NewMemory(ops...)
 }
 
-func toolList(req harness.ModelRequest) string {
+func toolList(req agent.ModelRequest) string {
 	names := make([]string, len(req.Tools))
 	for i, tool := range req.Tools {
 		names[i] = tool.Name
@@ -71,7 +72,7 @@ func TestExposeCallPassesTheSameGates(t *testing.T) {
 		must(t, reg.Add("big", mem))
 		must(t, reg.SetPolicy("big", registry.Policy{Deny: []string{"op08"}, Approve: []string{"op09"}}))
 		must(t, reg.Start(context.Background()))
-		var round []harness.ModelToolCall
+		var round []agent.ModelToolCall
 		if expose == document.ExposeCall {
 			round = append(round, toolCall("list", "big_ops", `{}`), toolCall("find", "big_ops", `{"query":"op42"}`))
 		}
@@ -83,7 +84,7 @@ func TestExposeCallPassesTheSameGates(t *testing.T) {
 				round = append(round, toolCall(id, "big_"+c.op, c.args))
 			}
 		}
-		models := &scriptModels{rounds: []harness.ModelResponse{{ToolCalls: round}, {Text: "done"}}}
+		models := &scriptModels{rounds: []agent.ModelResponse{{ToolCalls: round}, {Text: "done"}}}
 		execs := startWorkers(t, storetest.New(t), reg, 1, "agents", `{"connections":{"big":{"ops":["op0*","op1*"]}}}`, harness.ExecutionsOptions{Models: models})
 		doc := `{"version":1,"connections":{"big":{"expose":"` + expose + `"}},"root":{"kind":"model","id":"turn","model":"fake/m"}}`
 		ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "agents"})
@@ -193,7 +194,7 @@ func TestExposeProfile(t *testing.T) {
 	model := `"root":{"kind":"model","id":"turn","model":"fake/m"}}`
 
 	// One connection under the profile, one without.
-	models.rounds = []harness.ModelResponse{{ToolCalls: []harness.ModelToolCall{
+	models.rounds = []agent.ModelResponse{{ToolCalls: []agent.ModelToolCall{
 		toolCall("1", "a_ui_click", `{"element":"OK"}`),
 		toolCall("2", "a_call", `{"op":"ui.hover","args":{"element":"Menu"}}`),
 		toolCall("3", "a_call", `{"op":"snapshot"}`),
@@ -215,7 +216,7 @@ func TestExposeProfile(t *testing.T) {
 
 	// expose eager on a profile entry: every operation a tool of its own.
 	before := len(models.requests())
-	models.rounds = []harness.ModelResponse{{Text: "done"}}
+	models.rounds = []agent.ModelResponse{{Text: "done"}}
 	ex = runDocAs(t, execs, `{"version":1,"connections":{"a":{"profile":"browser@^1","expose":"eager"}},`+model, "web")
 	if ex.Status != harness.ExecSucceeded {
 		t.Fatalf("execution %s %+v", ex.Status, ex.Error)
@@ -226,7 +227,7 @@ func TestExposeProfile(t *testing.T) {
 
 	// Two connections under one profile.
 	before = len(models.requests())
-	models.rounds = []harness.ModelResponse{{ToolCalls: []harness.ModelToolCall{
+	models.rounds = []agent.ModelResponse{{ToolCalls: []agent.ModelToolCall{
 		toolCall("1", "ui_click", `{"target":"b","element":"OK"}`),
 		toolCall("2", "connection_call", `{"target":"a","op":"ui.hover","args":{"element":"Menu"}}`),
 		toolCall("3", "connection_call", `{"target":"plain","op":"x"}`),

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
@@ -46,10 +47,10 @@ func (c *lookCounter) get(key string) int {
 
 // lookMessages is the look layer text of each request: the user
 // messages after the first (the input).
-func lookMessages(req harness.ModelRequest) []string {
+func lookMessages(req agent.ModelRequest) []string {
 	var out []string
 	for i, m := range req.Messages {
-		if i > 0 && m.Role == harness.RoleUser {
+		if i > 0 && m.Role == agent.RoleUser {
 			out = append(out, m.Text)
 		}
 	}
@@ -62,7 +63,7 @@ func lookEvents(t *testing.T, execs *harness.Executions, id string) []map[string
 	must(t, err)
 	var out []map[string]any
 	for _, ev := range events {
-		if ev.Type == harness.EventLook {
+		if ev.Type == agent.EventLook {
 			out = append(out, ev.Data)
 		}
 	}
@@ -81,10 +82,10 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 		page.titles = []string{"Sign in", "Sign in"}
 		srv := pageServer(page)
 		reg := startRegistry(t, map[string]connect.Provider{"web": srv}, nil)
-		models := &scriptModels{rounds: []harness.ModelResponse{
-			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_call", `{"op":"ui.hover","args":{"element":"button \"Sign in\""}}`)}},
-			{ToolCalls: []harness.ModelToolCall{toolCall("c2", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
-			{ToolCalls: []harness.ModelToolCall{toolCall("c3", "web_look", `{"read":"screen.current"}`), toolCall("c4", "web_look", `{"read":"ui.tree"}`),
+		models := &scriptModels{rounds: []agent.ModelResponse{
+			{ToolCalls: []agent.ModelToolCall{toolCall("c1", "web_call", `{"op":"ui.hover","args":{"element":"button \"Sign in\""}}`)}},
+			{ToolCalls: []agent.ModelToolCall{toolCall("c2", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
+			{ToolCalls: []agent.ModelToolCall{toolCall("c3", "web_look", `{"read":"screen.current"}`), toolCall("c4", "web_look", `{"read":"ui.tree"}`),
 				toolCall("c5", "web_call", `{"op":"screen.current","args":{}}`)}},
 			{Text: "Signed in."},
 		}}
@@ -151,7 +152,7 @@ func TestModelLooksAtItsConnection(t *testing.T) {
 
 		// The look tool: offered with the ask reads only, answering the
 		// read with its sensitive image withheld.
-		var lookTool *harness.ModelTool
+		var lookTool *agent.ModelTool
 		for i, tool := range reqs[0].Tools {
 			if tool.Name == "web_look" {
 				lookTool = &reqs[0].Tools[i]
@@ -202,8 +203,8 @@ func TestLookDiffsAcrossAResume(t *testing.T) {
 		page := newPage()
 		reg := startRegistry(t, map[string]connect.Provider{"web": pageServer(page)}, nil)
 		must(t, reg.SetPolicy("web", registry.Policy{Approve: []string{"ui.click"}}))
-		models := &scriptModels{rounds: []harness.ModelResponse{
-			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
+		models := &scriptModels{rounds: []agent.ModelResponse{
+			{ToolCalls: []agent.ModelToolCall{toolCall("c1", "web_ui_click", `{"element":"button \"Sign in\""}`)}},
 			{Text: "Done."},
 		}}
 		execs := startWorkers(t, st, reg, 1, "agents", `{"connections":{"web":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: models})
@@ -277,8 +278,8 @@ func TestReadsOnAPoolHandle(t *testing.T) {
 			}})
 		must(t, err)
 		reg := startRegistry(t, map[string]connect.Provider{"browsers": prov}, nil)
-		models := &scriptModels{rounds: []harness.ModelResponse{
-			{ToolCalls: []harness.ModelToolCall{toolCall("c1", "app_ui_click", `{"element":"button \"Sign in\""}`)}},
+		models := &scriptModels{rounds: []agent.ModelResponse{
+			{ToolCalls: []agent.ModelToolCall{toolCall("c1", "app_ui_click", `{"element":"button \"Sign in\""}`)}},
 			{Text: "Signed in."},
 		}}
 		execs := startWorkers(t, st, reg, 1, "test", `{"connections":{"browsers":{"ops":["*"]}}}`, harness.ExecutionsOptions{Models: models})

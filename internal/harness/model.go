@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
-	"strings"
-	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
@@ -59,127 +57,6 @@ import (
 //     node's path gives (fresh: path), exactly as a call step would, and
 //     later calls of the turn land on the same leased connection.
 
-// kindTool marks the ledger entry of one tool call a model made, and
-// kindRound the entry of one model round.
-const (
-	kindTool  = "tool"
-	kindRound = "model.round"
-)
-
-// Model turn limits at run time.
-const (
-	// maxToolResult bounds one tool result sent to the model.
-	maxToolResult = 64 << 10
-	// deltaFlushEvery coalesces streamed text into events, so a long
-	// answer is a few dozen events rather than thousands.
-	deltaFlushEvery = 100 * time.Millisecond
-	deltaFlushBytes = 4 << 10
-)
-
-// Event types of model turns.
-const (
-	EventModelDelta = "model.delta" // {key, id, round, text}: streamed text, coalesced
-	EventModelRound = "model.round" // {key, id, round, toolCalls, usage, stopReason}
-)
-
-// Models runs model turns for the harness; cmd/server adapts
-// internal/models to it, so the harness imports no provider SDK.
-type Models interface {
-	// Check reports whether model ("<provider>/<name>") can be served;
-	// the error says what is missing (an unknown provider).
-	Check(model string) error
-	// Turn runs one round: the transcript and tools in, what the model
-	// said or asked to call out. onDelta receives streamed fragments.
-	Turn(ctx context.Context, req ModelRequest, onDelta func(ModelDelta)) (*ModelResponse, error)
-}
-
-// TokenObserver is implemented by an Observer that counts model tokens.
-// It is a separate interface so existing Observers keep compiling.
-type TokenObserver interface {
-	// ModelTokens records tokens of one round; direction is "input" or
-	// "output".
-	ModelTokens(provider, model, direction string, tokens int64)
-}
-
-// Transcript roles.
-const (
-	RoleUser      = "user"
-	RoleAssistant = "assistant"
-	RoleTool      = "tool" // the results of the previous message's tool calls
-)
-
-// ModelRequest is one round, provider-neutral.
-type ModelRequest struct {
-	// Model is "<provider>/<name>" as the document wrote it.
-	Model        string
-	Instructions string
-	Messages     []ModelMessage
-	Tools        []ModelTool
-	// ToolChoice is "", "auto", "none", "required" or a tool name.
-	ToolChoice string
-	MaxTokens  int64
-	// OutputSchema is the JSON Schema the final answer must match (nil:
-	// free text). Instructions already ask for it in words; a provider
-	// that can also constrain its output to a schema should.
-	OutputSchema json.RawMessage
-}
-
-// ModelMessage is one transcript entry.
-type ModelMessage struct {
-	Role        string
-	Text        string
-	ToolCalls   []ModelToolCall
-	ToolResults []ModelToolResult
-}
-
-// ModelTool is a tool as the model is given it.
-type ModelTool struct {
-	Name string
-	// Description starts with the connection(s) in brackets and ends with
-	// the operation's behaviour hints.
-	Description string
-	InputSchema json.RawMessage
-	Annotations connect.Annotations
-}
-
-// ModelToolCall is a call the model asked for.
-type ModelToolCall struct {
-	ID   string          `json:"id"`
-	Name string          `json:"name"`
-	Args json.RawMessage `json:"args"`
-}
-
-// ModelToolResult answers one tool call; Content is redacted.
-type ModelToolResult struct {
-	CallID  string
-	Content string
-	IsError bool
-}
-
-// ModelUsage is the token use of one round.
-type ModelUsage struct {
-	InputTokens  int64 `json:"inputTokens"`
-	OutputTokens int64 `json:"outputTokens"`
-}
-
-// ModelResponse is what one round returned.
-type ModelResponse struct {
-	Text       string          `json:"text,omitempty"`
-	ToolCalls  []ModelToolCall `json:"toolCalls,omitempty"`
-	StopReason string          `json:"stopReason,omitempty"`
-	Usage      ModelUsage      `json:"usage"`
-}
-
-// ModelDelta is a streamed fragment of a round: text, or a piece of a tool
-// call (ToolCallIndex, with the id and name on its first piece).
-type ModelDelta struct {
-	Text          string
-	ToolCallIndex int
-	ToolCallID    string
-	ToolName      string
-	ArgsFragment  string
-}
-
 // checkModels is the submit-time check of a document's model nodes:
 // the provider exists, the allowlist grants what the tools pick (nil al
 // with trusted false grants nothing), and a toolChoice names a tool, when
@@ -204,13 +81,13 @@ func (e *Executions) checkModels(doc *document.Document, al *gates.Allowlist, tr
 		}
 		if !trusted {
 			for _, pick := range spec.Picks {
-				problems = append(problems, checkPick(doc, al, pick)...)
+				problems = append(problems, agent.CheckPick(doc, al, pick)...)
 			}
 		}
 		if ts, ok, err := e.staticTools(doc, n, al, trusted); err != nil {
 			add(n.Path+"/tools", document.CodeToolIDCollision, "%s", err.(*fault.Error).Message)
 		} else if ok {
-			if err := ts.checkChoice(spec.ToolChoice); err != nil {
+			if err := ts.CheckChoice(spec.ToolChoice); err != nil {
 				add(n.Path+"/toolChoice", document.CodeUnknownToolChoice, "%s", err.(*fault.Error).Message)
 			}
 		}
@@ -218,93 +95,11 @@ func (e *Executions) checkModels(doc *document.Document, al *gates.Allowlist, tr
 	return problems
 }
 
-// checkPick reports what a pick asks for beyond the allowlist: each ops
-// glob must lie inside a granted one.
-func checkPick(doc *document.Document, al *gates.Allowlist, pick document.ToolPick) []fault.FieldError {
-	var problems []fault.FieldError
-	deny := func(at, format string, args ...any) {
-		problems = append(problems, fault.FieldError{Path: at, Code: gates.CodeConnectionNotAllowed, Message: fmt.Sprintf(format, args...)})
-	}
-	spec := pick.Attach
-	if spec == nil {
-		if s, ok := doc.Attached[pick.Connection]; ok {
-			spec = &s
-		}
-	}
-	var granted []string
-	h, isHandle := doc.Handles[pick.Connection]
-	switch {
-	case isHandle:
-		// A handle's tools are its pool's operations, judged by the
-		// pool's grant as a call step through the handle is.
-		g, ok := gates.Grant{}, al != nil
-		if ok {
-			g, ok = al.Connections[h.Pool]
-		}
-		if !ok {
-			deny(pick.Path+"/connection", "the allowlist grants no access to pool %q (handle %s)", h.Pool, pick.Connection)
-			return problems
-		}
-		granted = g.Ops
-	case spec != nil:
-		g, ok := al.MCPGrant(*spec)
-		if !ok {
-			deny(pick.Path, "the allowlist grants no server %q at that exact url or command", spec.Name)
-			return problems
-		}
-		if pick.Attach != nil {
-			for _, sec := range spec.Secrets() {
-				if !containsString(g.Secrets, sec) {
-					deny(pick.Path+"/mcp", "the allowlist does not grant secret %q to server %q", sec, spec.Name)
-				}
-			}
-		}
-		granted = g.Ops
-	default:
-		g, ok := gates.Grant{}, al != nil
-		if ok {
-			g, ok = al.Connections[pick.Connection]
-		}
-		if !ok {
-			deny(pick.Path+"/connection", "the allowlist grants no access to connection %q", pick.Connection)
-			return problems
-		}
-		granted = g.Ops
-	}
-	for i, glob := range pick.Ops {
-		if !globInside(glob, granted) {
-			deny(fmt.Sprintf("%s/ops/%d", pick.Path, i), "%q is not inside the operations the allowlist grants on %s (%s)", glob, pick.Connection, strings.Join(granted, ", "))
-		}
-	}
-	return problems
-}
-
-// globInside reports whether every name glob matches is matched by one of
-// granted: glob, read as a name, matches a granted glob ("ui.tap" and
-// "ui.*" lie inside "ui.*"; "*" does not).
-func globInside(glob string, granted []string) bool {
-	for _, g := range granted {
-		if ok, _ := path.Match(g, glob); ok {
-			return true
-		}
-	}
-	return false
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // staticTools builds a node's tool set from the registry alone, when no
 // server must be attached for it and every connection involved is ready.
 // An error is a tool id two connections share (CodeToolIDCollision).
-func (e *Executions) staticTools(doc *document.Document, n *document.Node, al *gates.Allowlist, trusted bool) (*toolSet, bool, error) {
-	var turn []toolSource
+func (e *Executions) staticTools(doc *document.Document, n *document.Node, al *gates.Allowlist, trusted bool) (*agent.ToolSet, bool, error) {
+	var turn []agent.ToolSource
 	for _, name := range doc.Connections {
 		if _, ok := doc.Attached[name]; ok {
 			return nil, false, nil
@@ -313,14 +108,14 @@ func (e *Executions) staticTools(doc *document.Document, n *document.Node, al *g
 		if err != nil || conn.State() != connect.StateReady {
 			return nil, false, nil
 		}
-		turn = append(turn, sourceOf(doc, name, grantedOps(al, trusted, src, nil, conn.Manifest().Operations)))
+		turn = append(turn, agent.SourceOf(doc, name, agent.GrantedOps(al, trusted, src, nil, conn.Manifest().Operations)))
 	}
 	for _, pick := range n.Model.Picks {
 		if pick.Attach != nil {
 			return nil, false, nil
 		}
 	}
-	ts, err := buildToolSet(turn, n.Model.Picks, n.Model.HasTools)
+	ts, err := agent.BuildToolSet(turn, n.Model.Picks, n.Model.HasTools)
 	return ts, err == nil, err
 }
 
@@ -336,38 +131,6 @@ func (e *Executions) toolConn(doc *document.Document, name string) (grantName st
 	}
 	conn, err = e.reg.Get(name)
 	return name, conn, err
-}
-
-// grantedOps cuts ops to what the allowlist grants on a connection (spec:
-// a server the document or a node attaches).
-func grantedOps(al *gates.Allowlist, trusted bool, name string, spec *document.AttachSpec, ops []connect.Operation) []connect.Operation {
-	if trusted {
-		return ops
-	}
-	var globs []string
-	if spec != nil {
-		g, ok := al.MCPGrant(*spec)
-		if !ok {
-			return nil
-		}
-		globs = g.Ops
-	} else {
-		if al == nil {
-			return nil
-		}
-		g, ok := al.Connections[name]
-		if !ok {
-			return nil
-		}
-		globs = g.Ops
-	}
-	var out []connect.Operation
-	for _, op := range ops {
-		if document.MatchOp(globs, op.Name) {
-			out = append(out, op)
-		}
-	}
-	return out
 }
 
 // model runs a model node: rounds of the model and its tool calls until
@@ -410,14 +173,14 @@ func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := layer.addLookTools(ts); err != nil {
+	if err := layer.AddLookTools(ts); err != nil {
 		return nil, &stepError{step: n.ID, code: string(document.CodeToolIDCollision), err: err}
 	}
-	if err := ts.checkChoice(spec.ToolChoice); err != nil {
+	if err := ts.CheckChoice(spec.ToolChoice); err != nil {
 		return nil, &stepError{step: n.ID, code: string(document.CodeUnknownToolChoice), err: err}
 	}
-	req := ModelRequest{Model: spec.Ref, Instructions: spec.Instructions, Tools: ts.list(), ToolChoice: spec.ToolChoice, MaxTokens: spec.MaxTokens,
-		Messages: []ModelMessage{{Role: RoleUser, Text: input}}}
+	req := agent.ModelRequest{Model: spec.Ref, Instructions: spec.Instructions, Tools: ts.List(), ToolChoice: spec.ToolChoice, MaxTokens: spec.MaxTokens,
+		Messages: []agent.ModelMessage{{Role: agent.RoleUser, Text: input}}}
 	if spec.Output != nil {
 		req.Instructions = document.OutputInstruction(spec.Instructions, spec.Output.Raw)
 		req.OutputSchema = spec.Output.Raw
@@ -434,14 +197,14 @@ func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error)
 			return nil, err
 		}
 		if seen != "" {
-			req.Messages = append(req.Messages, ModelMessage{Role: RoleUser, Text: seen})
+			req.Messages = append(req.Messages, agent.ModelMessage{Role: agent.RoleUser, Text: seen})
 		}
 		resp, err := r.round(ctx, f, n, round, req)
 		if err != nil {
 			return nil, err
 		}
 		effected = map[string]bool{}
-		req.Messages = append(req.Messages, ModelMessage{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
+		req.Messages = append(req.Messages, agent.ModelMessage{Role: agent.RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
 			if spec.Output == nil {
 				return resp.Text, nil
@@ -456,7 +219,7 @@ func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error)
 			// One more round, derived from the recorded answer, so a
 			// resumed run asks (or replays) exactly the same.
 			corrections++
-			req.Messages = append(req.Messages, ModelMessage{Role: RoleUser,
+			req.Messages = append(req.Messages, agent.ModelMessage{Role: agent.RoleUser,
 				Text: err.Error() + ". Answer again with only the JSON value, matching the schema in your instructions."})
 			continue
 		}
@@ -473,7 +236,7 @@ func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error)
 			}
 			return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("the model still calls tools after %d rounds; set until {\"maxRounds\": n} to stop earlier on purpose", limit)}
 		}
-		results := make([]ModelToolResult, 0, len(resp.ToolCalls))
+		results := make([]agent.ModelToolResult, 0, len(resp.ToolCalls))
 		for _, call := range resp.ToolCalls {
 			res, isLook, err := r.lookCall(ctx, f, n, round, layer, call)
 			if !isLook {
@@ -487,18 +250,14 @@ func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error)
 			}
 			results = append(results, res)
 		}
-		req.Messages = append(req.Messages, ModelMessage{Role: RoleTool, ToolResults: results})
-		if forcesCall(req.ToolChoice) {
+		req.Messages = append(req.Messages, agent.ModelMessage{Role: agent.RoleTool, ToolResults: results})
+		if agent.ForcesCall(req.ToolChoice) {
 			// A forced call is the first round's: forced every round, the
 			// model could never answer and the loop never end.
 			req.ToolChoice = "auto"
 		}
 	}
 }
-
-// forcesCall reports whether a tool choice makes the model call a tool
-// ("required", its synonym "any", or a tool's name).
-func forcesCall(choice string) bool { return choice != "" && choice != "auto" && choice != "none" }
 
 // modelInput is the user message: the node's input (default $input), as
 // text; anything but a string is sent as JSON.
@@ -529,25 +288,26 @@ func (r *run) modelInput(ctx context.Context, f *frame, spec *document.ModelSpec
 }
 
 // round runs (or replays) one round of the model.
-func (r *run) round(ctx context.Context, f *frame, n *document.Node, round int, req ModelRequest) (*ModelResponse, error) {
-	rn := &document.Node{Kind: kindRound, ID: fmt.Sprintf("%s/round:%d", n.ID, round), Op: n.Model.Ref}
+func (r *run) round(ctx context.Context, f *frame, n *document.Node, round int, req agent.ModelRequest) (*agent.ModelResponse, error) {
+	rn := &document.Node{Kind: agent.KindRound, ID: fmt.Sprintf("%s/round:%d", n.ID, round), Op: n.Model.Ref}
 	key := rn.ID + f.suffix
 	if out, err, ok := r.replayed(key, rn); ok {
 		if err != nil {
 			return nil, err
 		}
-		return decodeRound(out)
+		return agent.DecodeRound(out)
 	}
 	r.begin(rn, key, "")
 	r.update(key, func(st *StepRecord) { st.Status = StepPending })
 	if err := r.save(ctx); err != nil {
 		return nil, err
 	}
-	stream := &deltaStream{r: r, ctx: ctx, key: key, id: n.ID, round: round, last: time.Now()}
+	emit := func(ctx context.Context, data map[string]any) { r.e.emit(ctx, r.rec.ID, agent.EventModelDelta, data) }
+	stream := agent.NewDeltaStream(ctx, emit, key, n.ID, round)
 	tctx, endRound := r.traceRound(ctx, n.Model)
-	resp, err := r.e.models.Turn(tctx, req, stream.add)
+	resp, err := r.e.models.Turn(tctx, req, stream.Add)
 	endRound(resp, err)
-	stream.flush()
+	stream.Flush()
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
@@ -559,48 +319,17 @@ func (r *run) round(ctx context.Context, f *frame, n *document.Node, round int, 
 	for i, c := range resp.ToolCalls {
 		names[i] = c.Name
 	}
-	r.e.emit(ctx, r.rec.ID, EventModelRound, map[string]any{"key": key, "id": n.ID, "round": round, "toolCalls": names,
+	r.e.emit(ctx, r.rec.ID, agent.EventModelRound, map[string]any{"key": key, "id": n.ID, "round": round, "toolCalls": names,
 		"usage": resp.Usage, "stopReason": resp.StopReason})
-	out, err := r.done(ctx, key, rn, r.e.redact(roundOutput(n.Model.Ref, resp)))
+	out, err := r.done(ctx, key, rn, r.e.redact(agent.RoundOutput(n.Model.Ref, resp)))
 	if err != nil {
 		return nil, err
 	}
-	return decodeRound(out)
+	return agent.DecodeRound(out)
 }
 
-// roundOutput is what the ledger keeps of a round: the response with its
-// tool calls, and its token use.
-func roundOutput(model string, resp *ModelResponse) any {
-	data, err := json.Marshal(resp)
-	if err != nil {
-		return map[string]any{"model": model}
-	}
-	var m map[string]any
-	_ = json.Unmarshal(data, &m)
-	m["model"] = model
-	return m
-}
-
-func decodeRound(out any) (*ModelResponse, error) {
-	return decodeLedger[ModelResponse]("model round", out)
-}
-
-// decodeLedger turns a ledger entry's output (decoded JSON) back into the
-// T it was written from; what names the entry in an error.
-func decodeLedger[T any](what string, out any) (*T, error) {
-	data, err := json.Marshal(out)
-	if err != nil {
-		return nil, fmt.Errorf("%s: decode ledger: %w", what, err)
-	}
-	var v T
-	if err := json.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("%s: decode ledger: %w", what, err)
-	}
-	return &v, nil
-}
-
-func (r *run) countTokens(spec *document.ModelSpec, u ModelUsage) {
-	obs, ok := r.e.observer.(TokenObserver)
+func (r *run) countTokens(spec *document.ModelSpec, u agent.ModelUsage) {
+	obs, ok := r.e.observer.(agent.TokenObserver)
 	if !ok {
 		return
 	}
@@ -608,43 +337,13 @@ func (r *run) countTokens(spec *document.ModelSpec, u ModelUsage) {
 	obs.ModelTokens(spec.Provider(), spec.Name(), "output", u.OutputTokens)
 }
 
-// deltaStream turns streamed text into model.delta events, coalesced.
-type deltaStream struct {
-	r     *run
-	ctx   context.Context
-	key   string
-	id    string
-	round int
-	buf   strings.Builder
-	last  time.Time
-}
-
-func (d *deltaStream) add(md ModelDelta) {
-	if md.Text == "" {
-		return
-	}
-	d.buf.WriteString(md.Text)
-	if time.Since(d.last) >= deltaFlushEvery || d.buf.Len() >= deltaFlushBytes {
-		d.flush()
-	}
-}
-
-func (d *deltaStream) flush() {
-	if d.buf.Len() == 0 {
-		return
-	}
-	d.r.e.emit(d.ctx, d.r.rec.ID, EventModelDelta, map[string]any{"key": d.key, "id": d.id, "round": d.round, "text": d.buf.String()})
-	d.buf.Reset()
-	d.last = time.Now()
-}
-
 // toolCall runs one tool call of a round as a call step of its own (ledger
 // key "<node>/round:<n>/tool:<call id>"), through the same gates,
 // approvals included. A refusal or failure goes back to the model as an
 // error result; only waiting, fencing and storage failures stop the turn.
-func (r *run) toolCall(ctx context.Context, f *frame, n *document.Node, round int, ts *toolSet, call ModelToolCall) (ModelToolResult, error) {
-	tn := &document.Node{Kind: kindTool, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID)}
-	res := ModelToolResult{CallID: call.ID}
+func (r *run) toolCall(ctx context.Context, f *frame, n *document.Node, round int, ts *agent.ToolSet, call agent.ModelToolCall) (agent.ModelToolResult, error) {
+	tn := &document.Node{Kind: agent.KindTool, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID)}
+	res := agent.ModelToolResult{CallID: call.ID}
 	var args map[string]any
 	if len(call.Args) > 0 && json.Unmarshal(call.Args, &args) != nil {
 		args = nil
@@ -652,10 +351,10 @@ func (r *run) toolCall(ctx context.Context, f *frame, n *document.Node, round in
 	if args == nil {
 		args = map[string]any{}
 	}
-	if t := ts.byName[call.Name]; t != nil && t.Lists {
+	if t := ts.ByName[call.Name]; t != nil && t.Lists {
 		return r.listOps(t.Pair, res, args), nil
 	}
-	conn, op, rest, rerr := ts.resolve(call.Name, args)
+	conn, op, rest, rerr := ts.Resolve(call.Name, args)
 	tn.Connection, tn.Op = conn, op
 	var out any
 	var err error
@@ -692,18 +391,6 @@ func (r *run) refused(ctx context.Context, f *frame, tn *document.Node, reason e
 	return nil, r.fail(ctx, key, tn, reason)
 }
 
-func toolErrorText(err error) string {
-	var se *stepError
-	if errors.As(err, &se) {
-		msg := se.err.Error()
-		if se.code == fault.KindSteeringDenied {
-			return "steering_denied: " + msg
-		}
-		return se.code + ": " + msg
-	}
-	return err.Error()
-}
-
 // toolContent is a tool result as the model reads it: text as is,
 // anything else as JSON; redacted and bounded.
 func (r *run) toolContent(out any) string {
@@ -715,22 +402,13 @@ func (r *run) toolContent(out any) string {
 		}
 		s = string(data)
 	}
-	return boundForModel(r.e.redactor.String(s))
-}
-
-// boundForModel cuts text the model is given (a tool result, a read) to
-// maxToolResult, saying how long it was.
-func boundForModel(s string) string {
-	if len(s) > maxToolResult {
-		s = connect.CutOnRune(s, maxToolResult) + fmt.Sprintf("… [cut: %d bytes in all]", len(s))
-	}
-	return s
+	return agent.BoundForModel(r.e.redactor.String(s))
 }
 
 // toolSet builds the node's tools from the turn's connections, attaching
 // the servers the document or the node brings as needed, each cut to what
 // the execution's allowlist grants.
-func (r *run) toolSet(ctx context.Context, n *document.Node) (*toolSet, error) {
+func (r *run) toolSet(ctx context.Context, n *document.Node) (*agent.ToolSet, error) {
 	al, trusted, err := r.grants(ctx)
 	if err != nil {
 		return nil, err
@@ -740,7 +418,7 @@ func (r *run) toolSet(ctx context.Context, n *document.Node) (*toolSet, error) {
 	for _, p := range spec.Picks {
 		picked[p.Connection] = true
 	}
-	var turn []toolSource
+	var turn []agent.ToolSource
 	for _, name := range r.doc.Connections {
 		if _, isHandle := r.doc.Handles[name]; isHandle {
 			pool, conn, err := r.e.toolConn(r.doc, name)
@@ -750,7 +428,7 @@ func (r *run) toolSet(ctx context.Context, n *document.Node) (*toolSet, error) {
 			if err != nil {
 				return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 			}
-			turn = append(turn, sourceOf(r.doc, name, grantedOps(al, trusted, pool, nil, conn.Manifest().Operations)))
+			turn = append(turn, agent.SourceOf(r.doc, name, agent.GrantedOps(al, trusted, pool, nil, conn.Manifest().Operations)))
 			continue
 		}
 		attach, isAttached := r.doc.Attached[name]
@@ -765,7 +443,7 @@ func (r *run) toolSet(ctx context.Context, n *document.Node) (*toolSet, error) {
 		if isAttached {
 			as = &attach
 		}
-		turn = append(turn, sourceOf(r.doc, name, grantedOps(al, trusted, name, as, conn.Manifest().Operations)))
+		turn = append(turn, agent.SourceOf(r.doc, name, agent.GrantedOps(al, trusted, name, as, conn.Manifest().Operations)))
 	}
 	for _, p := range spec.Picks {
 		if p.Attach == nil {
@@ -775,9 +453,9 @@ func (r *run) toolSet(ctx context.Context, n *document.Node) (*toolSet, error) {
 		if err != nil {
 			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
 		}
-		turn = append(turn, toolSource{Name: p.Connection, Step: true, Ops: grantedOps(al, trusted, p.Connection, p.Attach, conn.Manifest().Operations)})
+		turn = append(turn, agent.ToolSource{Name: p.Connection, Step: true, Ops: agent.GrantedOps(al, trusted, p.Connection, p.Attach, conn.Manifest().Operations)})
 	}
-	ts, err := buildToolSet(turn, spec.Picks, spec.HasTools)
+	ts, err := agent.BuildToolSet(turn, spec.Picks, spec.HasTools)
 	if err != nil {
 		return nil, &stepError{step: n.ID, code: string(document.CodeToolIDCollision), err: err}
 	}
@@ -795,4 +473,29 @@ func (r *run) grants(ctx context.Context) (*gates.Allowlist, bool, error) {
 		return nil, false, &storageError{err}
 	}
 	return al, false, nil
+}
+
+// listOps answers a call of an _ops tool from the turn's tool set. No
+// connection is called, so no ledger entry is written: a resumed turn
+// answers it again from the same tool set.
+func (r *run) listOps(p *agent.CallPair, res agent.ModelToolResult, args map[string]any) agent.ModelToolResult {
+	page, err := p.List(args)
+	if err != nil {
+		res.IsError, res.Content = true, fault.KindSteeringDenied+": "+err.Error()
+		return res
+	}
+	res.Content = r.toolContent(page)
+	return res
+}
+
+func toolErrorText(err error) string {
+	var se *stepError
+	if errors.As(err, &se) {
+		msg := se.err.Error()
+		if se.code == fault.KindSteeringDenied {
+			return "steering_denied: " + msg
+		}
+		return se.code + ": " + msg
+	}
+	return err.Error()
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
@@ -20,7 +21,7 @@ import (
 
 // agentPool registers pool "browsers" over fake browsers for model turns;
 // the grant offers only whoami and click of the pool's operations.
-func agentPool(t *testing.T, st *store.Store, models harness.Models) poolBundle {
+func agentPool(t *testing.T, st *store.Store, models agent.Models) poolBundle {
 	t.Helper()
 	pool, err := pools.New(st, "browsers", 2, nil)
 	must(t, err)
@@ -44,9 +45,9 @@ func TestModelDrivesAPooledHandle(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		t.Parallel()
-		models := &scriptModels{rounds: []harness.ModelResponse{
-			{Text: "Who am I?", ToolCalls: []harness.ModelToolCall{toolCall("c1", "app_whoami", `{}`)}},
-			{ToolCalls: []harness.ModelToolCall{toolCall("c2", "app_whoami", `{}`), toolCall("c3", "app_flaky", `{}`)}},
+		models := &scriptModels{rounds: []agent.ModelResponse{
+			{Text: "Who am I?", ToolCalls: []agent.ModelToolCall{toolCall("c1", "app_whoami", `{}`)}},
+			{ToolCalls: []agent.ModelToolCall{toolCall("c2", "app_whoami", `{}`), toolCall("c3", "app_flaky", `{}`)}},
 			{Text: "Same browser twice."},
 		}}
 		b := agentPool(t, st, models)
@@ -138,8 +139,8 @@ func TestModelHandlePicks(t *testing.T) {
 // shorthand picking a pool gets a browser of its own, named after the pool.
 func TestAgentShorthandOnAPool(t *testing.T) {
 	t.Parallel()
-	models := &scriptModels{rounds: []harness.ModelResponse{
-		{ToolCalls: []harness.ModelToolCall{toolCall("c1", "browsers_click", `{}`)}},
+	models := &scriptModels{rounds: []agent.ModelResponse{
+		{ToolCalls: []agent.ModelToolCall{toolCall("c1", "browsers_click", `{}`)}},
 		{Text: "Followed the link."},
 	}}
 	b := agentPool(t, storetest.New(t), models)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
@@ -25,7 +26,7 @@ func outputDoc(schema string) string {
 		{"kind":"call","id":"echo","connection":"svc","op":"echo","args":{"city":{"$expr":"$steps.turn.city"}}}]}}`
 }
 
-func outputSetup(t *testing.T, models harness.Models) (*harness.Executions, *connecttest.Memory) {
+func outputSetup(t *testing.T, models agent.Models) (*harness.Executions, *connecttest.Memory) {
 	t.Helper()
 	mem := connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}, Fn: func(_ context.Context, a map[string]any) (any, error) {
 		return a, nil
@@ -57,7 +58,7 @@ func TestModelStructuredOutput(t *testing.T) {
 			t.Parallel()
 			models := &scriptModels{}
 			for _, a := range tt.answers {
-				models.rounds = append(models.rounds, harness.ModelResponse{Text: a})
+				models.rounds = append(models.rounds, agent.ModelResponse{Text: a})
 			}
 			execs, mem := outputSetup(t, models)
 			ex := runDocAs(t, execs, outputDoc(citySchema), "out")
@@ -72,7 +73,7 @@ func TestModelStructuredOutput(t *testing.T) {
 			}
 			if tt.requests == 2 {
 				fix := reqs[1].Messages[len(reqs[1].Messages)-1]
-				if fix.Role != harness.RoleUser || !strings.Contains(fix.Text, "Answer again with only the JSON value") {
+				if fix.Role != agent.RoleUser || !strings.Contains(fix.Text, "Answer again with only the JSON value") {
 					t.Fatalf("corrective message = %+v", fix)
 				}
 			}

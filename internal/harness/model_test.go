@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
@@ -27,9 +28,9 @@ import (
 // the assistant messages in its transcript) answers with rounds[n-1]. It
 // records every request and streams the text in small pieces.
 type scriptModels struct {
-	rounds []harness.ModelResponse
+	rounds []agent.ModelResponse
 	mu     sync.Mutex
-	reqs   []harness.ModelRequest
+	reqs   []agent.ModelRequest
 }
 
 func (s *scriptModels) Check(model string) error {
@@ -39,13 +40,13 @@ func (s *scriptModels) Check(model string) error {
 	return nil
 }
 
-func (s *scriptModels) Turn(_ context.Context, req harness.ModelRequest, onDelta func(harness.ModelDelta)) (*harness.ModelResponse, error) {
+func (s *scriptModels) Turn(_ context.Context, req agent.ModelRequest, onDelta func(agent.ModelDelta)) (*agent.ModelResponse, error) {
 	s.mu.Lock()
 	s.reqs = append(s.reqs, req)
 	s.mu.Unlock()
 	round := 1
 	for _, m := range req.Messages {
-		if m.Role == harness.RoleAssistant {
+		if m.Role == agent.RoleAssistant {
 			round++
 		}
 	}
@@ -54,19 +55,19 @@ func (s *scriptModels) Turn(_ context.Context, req harness.ModelRequest, onDelta
 	}
 	resp := s.rounds[round-1]
 	for _, word := range strings.SplitAfter(resp.Text, " ") {
-		onDelta(harness.ModelDelta{Text: word})
+		onDelta(agent.ModelDelta{Text: word})
 	}
 	return &resp, nil
 }
 
-func (s *scriptModels) requests() []harness.ModelRequest {
+func (s *scriptModels) requests() []agent.ModelRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]harness.ModelRequest(nil), s.reqs...)
+	return append([]agent.ModelRequest(nil), s.reqs...)
 }
 
-func toolCall(id, name, args string) harness.ModelToolCall {
-	return harness.ModelToolCall{ID: id, Name: name, Args: json.RawMessage(args)}
+func toolCall(id, name, args string) agent.ModelToolCall {
+	return agent.ModelToolCall{ID: id, Name: name, Args: json.RawMessage(args)}
 }
 
 func step(ex *harness.Execution, key string) *harness.StepRecord {
@@ -101,10 +102,10 @@ func TestModelLoopWaitsForApproval(t *testing.T) {
 		must(t, reg.Add("svc", mem))
 		must(t, reg.SetPolicy("svc", registry.Policy{Approve: []string{"send"}}))
 		must(t, reg.Start(ctx))
-		models := &scriptModels{rounds: []harness.ModelResponse{
-			{Text: "Looking it up.", ToolCalls: []harness.ModelToolCall{toolCall("c1", "svc_lookup", `{"q":"pb"}`)}, Usage: harness.ModelUsage{InputTokens: 10, OutputTokens: 5}},
-			{ToolCalls: []harness.ModelToolCall{toolCall("c2", "svc_send", `{"to":"ops"}`)}, Usage: harness.ModelUsage{InputTokens: 20, OutputTokens: 6}},
-			{Text: "Sent it to ops, all done.", Usage: harness.ModelUsage{InputTokens: 30, OutputTokens: 7}},
+		models := &scriptModels{rounds: []agent.ModelResponse{
+			{Text: "Looking it up.", ToolCalls: []agent.ModelToolCall{toolCall("c1", "svc_lookup", `{"q":"pb"}`)}, Usage: agent.ModelUsage{InputTokens: 10, OutputTokens: 5}},
+			{ToolCalls: []agent.ModelToolCall{toolCall("c2", "svc_send", `{"to":"ops"}`)}, Usage: agent.ModelUsage{InputTokens: 20, OutputTokens: 6}},
+			{Text: "Sent it to ops, all done.", Usage: agent.ModelUsage{InputTokens: 30, OutputTokens: 7}},
 		}}
 		red := secrets.NewSecretRedactor()
 		red.Add(leaked)
@@ -149,7 +150,7 @@ func TestModelLoopWaitsForApproval(t *testing.T) {
 			t.Fatalf("tools = %+v", first.Tools)
 		}
 		result := reqs[1].Messages[2]
-		if result.Role != harness.RoleTool || result.ToolResults[0].CallID != "c1" || result.ToolResults[0].IsError ||
+		if result.Role != agent.RoleTool || result.ToolResults[0].CallID != "c1" || result.ToolResults[0].IsError ||
 			!strings.Contains(result.ToolResults[0].Content, `"found":"pb"`) {
 			t.Fatalf("tool result = %+v", result)
 		}
@@ -182,9 +183,9 @@ func TestModelLoopWaitsForApproval(t *testing.T) {
 		rounds := 0
 		for _, ev := range events {
 			switch ev.Type {
-			case harness.EventModelDelta:
+			case agent.EventModelDelta:
 				text.WriteString(ev.Data["text"].(string))
-			case harness.EventModelRound:
+			case agent.EventModelRound:
 				rounds++
 			}
 		}
@@ -208,7 +209,7 @@ func waitStatus(t *testing.T, execs *harness.Executions, id string, want harness
 
 // devices has two connections offering the same ui.tap (merged into one
 // tool with a target) and a web connection whose ui.tap differs.
-func devices(t *testing.T, models harness.Models) (*harness.Executions, map[string]*connecttest.Memory) {
+func devices(t *testing.T, models agent.Models) (*harness.Executions, map[string]*connecttest.Memory) {
 	t.Helper()
 	tap := connect.Operation{Name: "ui.tap", InputSchema: json.RawMessage(`{"type":"object","properties":{"element":{"type":"string"}},"required":["element"]}`)}
 	mems := map[string]*connecttest.Memory{
@@ -228,9 +229,9 @@ func devices(t *testing.T, models harness.Models) (*harness.Executions, map[stri
 
 func TestMergedToolRefusesOtherTargets(t *testing.T) {
 	t.Parallel()
-	models := &scriptModels{rounds: []harness.ModelResponse{
-		{ToolCalls: []harness.ModelToolCall{toolCall("t1", "ui_tap", `{"target":"android","element":"Settings"}`)}},
-		{ToolCalls: []harness.ModelToolCall{toolCall("t2", "ui_tap", `{"target":"ios","element":"Settings"}`)}},
+	models := &scriptModels{rounds: []agent.ModelResponse{
+		{ToolCalls: []agent.ModelToolCall{toolCall("t1", "ui_tap", `{"target":"android","element":"Settings"}`)}},
+		{ToolCalls: []agent.ModelToolCall{toolCall("t2", "ui_tap", `{"target":"ios","element":"Settings"}`)}},
 		{Text: "Opened settings."},
 	}}
 	execs, mems := devices(t, models)
@@ -275,7 +276,7 @@ func TestMergedToolRefusesOtherTargets(t *testing.T) {
 
 func TestDefaultToolsAreTheGrantedOnes(t *testing.T) {
 	t.Parallel()
-	models := &scriptModels{rounds: []harness.ModelResponse{{Text: "ok"}}}
+	models := &scriptModels{rounds: []agent.ModelResponse{{Text: "ok"}}}
 	execs, _ := devices(t, models)
 	doc := `{"version":1,"connections":{"ios":{},"android":{},"web":{}},"root":{"kind":"model","id":"turn","model":"fake/m"}}`
 	ex := runDocAs(t, execs, doc, "devices")
@@ -338,7 +339,7 @@ func TestToolChoiceCheckedWhenAttached(t *testing.T) {
 	t.Parallel()
 	reg := registry.NewRegistry(nil)
 	must(t, reg.Start(context.Background()))
-	models := &scriptModels{rounds: []harness.ModelResponse{{Text: "never"}}}
+	models := &scriptModels{rounds: []agent.ModelResponse{{Text: "never"}}}
 	execs := startWorkers(t, storetest.New(t), reg, 1, "docs", `{"mcp":[{"name":"linear","url":"https://mcp.linear.test/mcp","ops":["issues.*"]}]}`,
 		harness.ExecutionsOptions{Attacher: &fakeAttacher{}, Models: models})
 	doc := `{"version":1,"root":{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"linear","type":"http","url":"https://mcp.linear.test/mcp"}}],"toolChoice":"linear_issues_close"}}`
@@ -353,11 +354,11 @@ func TestToolChoiceCheckedWhenAttached(t *testing.T) {
 	// The same server with a choice it offers runs. The next node has no
 	// tools, so it is not offered the step's server: the script makes it
 	// call linear_issues_list anyway, which is refused, then answer.
-	models.rounds = []harness.ModelResponse{{ToolCalls: []harness.ModelToolCall{toolCall("1", "linear_issues_list", `{}`)}}, {Text: "PB-1"}}
+	models.rounds = []agent.ModelResponse{{ToolCalls: []agent.ModelToolCall{toolCall("1", "linear_issues_list", `{}`)}}, {Text: "PB-1"}}
 	doc = `{"version":1,"root":{"kind":"sequence","id":"s","steps":[
 		{"kind":"model","id":"m","model":"fake/x","tools":[{"mcp":{"name":"linear","type":"http","url":"https://mcp.linear.test/mcp"}}],"toolChoice":"linear_issues_list"},
 		{"kind":"model","id":"plain","model":"fake/x","input":{"$expr":"$steps.m"}}]}}`
-	models.rounds = append(models.rounds, harness.ModelResponse{Text: "done"})
+	models.rounds = append(models.rounds, agent.ModelResponse{Text: "done"})
 	ex = runDocAs(t, execs, doc, "docs")
 	if ex.Status != harness.ExecSucceeded {
 		t.Fatalf("execution %s %+v", ex.Status, ex.Error)
@@ -386,7 +387,7 @@ func TestToolIDCollisionAcrossConnections(t *testing.T) {
 	must(t, reg.Add("gh", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "issues/list"}})))
 	must(t, reg.Add("gh_issues", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "list"}})))
 	must(t, reg.Start(context.Background()))
-	models := &scriptModels{rounds: []harness.ModelResponse{{Text: "never"}}}
+	models := &scriptModels{rounds: []agent.ModelResponse{{Text: "never"}}}
 	execs := startWorkers(t, storetest.New(t), reg, 1, "both", `{"connections":{"gh":{"ops":["*"]},"gh_issues":{"ops":["*"]}}}`,
 		harness.ExecutionsOptions{Models: models})
 	doc := `{"version":1,"connections":{"gh":{},"gh_issues":{}},"root":{"kind":"model","id":"m","model":"fake/x"}}`

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -242,7 +243,7 @@ func (r *run) subject(ctx context.Context, f *frame, n *document.Node) (any, err
 			span.end("", 0, err)
 			return nil, err
 		}
-		span.end("", estimateTokens(rd.Text), nil)
+		span.end("", agent.EstimateTokens(rd.Text), nil)
 		return rd.Value, nil
 	}
 	out, _, err := r.send(ctx, f, n.Subject, nil)

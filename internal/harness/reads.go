@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
@@ -223,7 +224,7 @@ func (r *run) readGranted(ctx context.Context, name, read string) error {
 		}
 		spec = attachSpecOf(r.doc, name)
 	}
-	if len(grantedOps(al, false, grant, spec, []connect.Operation{{Name: read}})) == 0 {
+	if len(agent.GrantedOps(al, false, grant, spec, []connect.Operation{{Name: read}})) == 0 {
 		return fault.Deny(fault.GateDeclared, fmt.Sprintf("the allowlist does not grant read %s of connection %s", read, name))
 	}
 	return nil
@@ -265,7 +266,7 @@ func (r *run) reading(ctx context.Context, conn *registry.Connection, src docume
 	if err != nil {
 		return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
 	}
-	text = boundForModel(r.e.redactor.String(text))
+	text = agent.BoundForModel(r.e.redactor.String(text))
 	return &Reading{Connection: conn.Name(), Read: read, Profile: src.Profile.ID(), Value: shown, Text: text, Identity: id}, nil
 }
 

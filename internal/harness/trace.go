@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
@@ -325,16 +326,16 @@ func (s readSpan) end(form string, tokens int, err error) {
 
 // traceRound starts the GenAI client span of one model round. end adds
 // the response's model, token use and finish reason.
-func (r *run) traceRound(ctx context.Context, spec *document.ModelSpec) (context.Context, func(*ModelResponse, error)) {
+func (r *run) traceRound(ctx context.Context, spec *document.ModelSpec) (context.Context, func(*agent.ModelResponse, error)) {
 	if r.e.tracer == nil {
-		return ctx, func(*ModelResponse, error) {}
+		return ctx, func(*agent.ModelResponse, error) {}
 	}
 	ctx, span := r.e.tracer.Start(ctx, "chat "+spec.Name(), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.provider.name", spec.Provider()),
 		attribute.String("gen_ai.request.model", spec.Name()),
 	))
-	return ctx, func(resp *ModelResponse, err error) {
+	return ctx, func(resp *agent.ModelResponse, err error) {
 		if resp != nil {
 			span.SetAttributes(
 				attribute.Int64("gen_ai.usage.input_tokens", resp.Usage.InputTokens),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
@@ -118,7 +119,7 @@ func tracedSvc(t *testing.T) (*registry.Registry, *scriptModels) {
 	must(t, reg.Add("svc", mem))
 	must(t, reg.SetPolicy("svc", registry.Policy{Approve: []string{"send"}}))
 	must(t, reg.Start(context.Background()))
-	models := &scriptModels{rounds: []harness.ModelResponse{{Text: "ok, send it.", StopReason: "end_turn", Usage: harness.ModelUsage{InputTokens: 12, OutputTokens: 4}}}}
+	models := &scriptModels{rounds: []agent.ModelResponse{{Text: "ok, send it.", StopReason: "end_turn", Usage: agent.ModelUsage{InputTokens: 12, OutputTokens: 4}}}}
 	return reg, models
 }
 
@@ -302,8 +303,8 @@ func TestLookSpans(t *testing.T) {
 	st := storetest.New(t)
 	page := newPage()
 	reg := startRegistry(t, map[string]connect.Provider{"web": pageServer(page)}, nil)
-	models := &scriptModels{rounds: []harness.ModelResponse{
-		{ToolCalls: []harness.ModelToolCall{toolCall("c1", "web_look", `{"read":"screen.current"}`)}},
+	models := &scriptModels{rounds: []agent.ModelResponse{
+		{ToolCalls: []agent.ModelToolCall{toolCall("c1", "web_look", `{"read":"screen.current"}`)}},
 		{Text: "Seen."},
 	}}
 	rec := newRecorder(nil)

@@ -1,4 +1,4 @@
-package harness
+package agent
 
 import (
 	"encoding/json"
@@ -25,9 +25,9 @@ func browserProfile(t testing.TB) *profiles.Profile {
 }
 
 // toolNames lists a tool set as name:targets, in order.
-func toolNames(ts *toolSet) string {
+func toolNames(ts *ToolSet) string {
 	var got []string
-	for _, tool := range ts.tools {
+	for _, tool := range ts.Tools {
 		targets := tool.Targets
 		if tool.Pair != nil {
 			targets = tool.Pair.Targets
@@ -48,56 +48,56 @@ func TestBuildToolSetExposure(t *testing.T) {
 	// A declaring server may take more than the profile does: its schema
 	// differs, yet it is the same profile operation.
 	clickMore := `{"type":"object","required":["element"],"properties":{"element":{"type":"string"},"button":{"type":"string"}}}`
-	web := func(name, clickSchema string) toolSource {
-		return toolSource{Name: name, Expose: document.ExposeProfile, Profile: browser, Ops: []connect.Operation{
+	web := func(name, clickSchema string) ToolSource {
+		return ToolSource{Name: name, Expose: document.ExposeProfile, Profile: browser, Ops: []connect.Operation{
 			op("navigate", string(browser.Operations["navigate"].Input)), op("ui.click", clickSchema),
 			op("ui.hover", string(browser.Operations["ui.hover"].Input)), op("snapshot", obj)}}
 	}
 	tests := []struct {
 		name     string
-		turn     []toolSource
+		turn     []ToolSource
 		picks    []document.ToolPick
 		hasPicks bool
 		want     string
 	}{
 		{"call connection gets a pair of its own",
-			[]toolSource{{Name: "big", Expose: document.ExposeCall, Ops: []connect.Operation{op("a", obj), op("b", obj)}}, {Name: "small", Ops: []connect.Operation{op("x", obj)}}},
+			[]ToolSource{{Name: "big", Expose: document.ExposeCall, Ops: []connect.Operation{op("a", obj), op("b", obj)}}, {Name: "small", Ops: []connect.Operation{op("x", obj)}}},
 			nil, false, "small_x:small,big_ops:big,big_call:big"},
 		{"eager is as without expose",
-			[]toolSource{{Name: "big", Expose: document.ExposeEager, Ops: []connect.Operation{op("a", obj), op("b", obj)}}},
+			[]ToolSource{{Name: "big", Expose: document.ExposeEager, Ops: []connect.Operation{op("a", obj), op("b", obj)}}},
 			nil, false, "big_a:big,big_b:big"},
 		{"call connections share one pair",
-			[]toolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj), op("y", obj)}}},
+			[]ToolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj), op("y", obj)}}},
 			nil, false, "connection_ops:a|b,connection_call:a|b"},
 		{"a pick keeps the shared names and cuts the targets",
-			[]toolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: document.ExposeCall, Ops: []connect.Operation{op("y", obj)}}},
+			[]ToolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}, {Name: "b", Expose: document.ExposeCall, Ops: []connect.Operation{op("y", obj)}}},
 			[]document.ToolPick{{Connection: "b"}}, true, "connection_ops:b,connection_call:b"},
 		{"ops globs that pick nothing called leave no pair",
-			[]toolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}},
+			[]ToolSource{{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{op("x", obj)}}},
 			[]document.ToolPick{{Connection: "a", Ops: []string{"z*"}}}, true, ""},
 		{"nothing granted, no pair",
-			[]toolSource{{Name: "a", Expose: document.ExposeCall}},
+			[]ToolSource{{Name: "a", Expose: document.ExposeCall}},
 			nil, false, ""},
 		{"profile: the eager set as tools, the rest through the pair",
-			[]toolSource{web("app", click)},
+			[]ToolSource{web("app", click)},
 			nil, false, "app_navigate:app,app_ui_click:app,app_ops:app,app_call:app"},
 		{"one profile on two connections: merged tools and a shared pair",
-			[]toolSource{web("a", click), web("b", clickMore)},
+			[]ToolSource{web("a", click), web("b", clickMore)},
 			nil, false, "navigate:a|b,ui_click:a|b,connection_ops:a|b,connection_call:a|b"},
 		{"the same schemas without a profile merge as before",
-			[]toolSource{{Name: "a", Ops: []connect.Operation{op("ui.click", click)}}, {Name: "b", Ops: []connect.Operation{op("ui.click", click)}}},
+			[]ToolSource{{Name: "a", Ops: []connect.Operation{op("ui.click", click)}}, {Name: "b", Ops: []connect.Operation{op("ui.click", click)}}},
 			nil, false, "ui_click:a|b"},
 		{"other schemas without a profile do not merge",
-			[]toolSource{{Name: "a", Ops: []connect.Operation{op("ui.click", click)}}, {Name: "b", Ops: []connect.Operation{op("ui.click", clickMore)}}},
+			[]ToolSource{{Name: "a", Ops: []connect.Operation{op("ui.click", click)}}, {Name: "b", Ops: []connect.Operation{op("ui.click", clickMore)}}},
 			nil, false, "a_ui_click:a,b_ui_click:b"},
 		{"a profile connection and a call connection share the pair",
-			[]toolSource{web("a", click), {Name: "big", Expose: document.ExposeCall, Ops: []connect.Operation{op("navigate", obj)}}},
+			[]ToolSource{web("a", click), {Name: "big", Expose: document.ExposeCall, Ops: []connect.Operation{op("navigate", obj)}}},
 			nil, false, "a_navigate:a,a_ui_click:a,connection_ops:a|big,connection_call:a|big"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ts, err := buildToolSet(tt.turn, tt.picks, tt.hasPicks)
+			ts, err := BuildToolSet(tt.turn, tt.picks, tt.hasPicks)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +108,7 @@ func TestBuildToolSetExposure(t *testing.T) {
 	}
 
 	// The merged profile tool takes the profile's schema plus target.
-	ts, err := buildToolSet([]toolSource{web("a", click), web("b", clickMore)}, nil, false)
+	ts, err := BuildToolSet([]ToolSource{web("a", click), web("b", clickMore)}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,9 +116,11 @@ func TestBuildToolSetExposure(t *testing.T) {
 		Properties map[string]any `json:"properties"`
 		Required   []string       `json:"required"`
 	}
-	must(t, json.Unmarshal(ts.byName["ui_click"].InputSchema, &schema))
+	if err := json.Unmarshal(ts.ByName["ui_click"].InputSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
 	if _, extra := schema.Properties["button"]; extra || schema.Properties["target"] == nil || strings.Join(schema.Required, ",") != "element,target" {
-		t.Fatalf("merged ui_click schema = %s", ts.byName["ui_click"].InputSchema)
+		t.Fatalf("merged ui_click schema = %s", ts.ByName["ui_click"].InputSchema)
 	}
 }
 
@@ -127,12 +129,12 @@ func TestBuildToolSetExposure(t *testing.T) {
 // and c.
 func TestPairNameCollides(t *testing.T) {
 	t.Parallel()
-	turn := []toolSource{
+	turn := []ToolSource{
 		{Name: "a", Expose: document.ExposeCall, Ops: []connect.Operation{{Name: "x"}}},
 		{Name: "b", Ops: []connect.Operation{{Name: "a_call"}}},
 		{Name: "c", Ops: []connect.Operation{{Name: "a_call"}}},
 	}
-	_, err := buildToolSet(turn, nil, false)
+	_, err := BuildToolSet(turn, nil, false)
 	var he *fault.Error
 	if !errors.As(err, &he) || he.Code != document.CodeToolIDCollision || !strings.Contains(err.Error(), `"a_call"`) || !strings.Contains(err.Error(), "call tool of connection a") {
 		t.Fatalf("err = %v, want a collision on a_call", err)
@@ -153,9 +155,11 @@ func fiftyOps() []connect.Operation {
 func TestOpsListing(t *testing.T) {
 	t.Parallel()
 	ops := fiftyOps()
-	ts, err := buildToolSet([]toolSource{{Name: "big", Expose: document.ExposeCall, Ops: ops}, {Name: "two", Expose: document.ExposeCall, Ops: ops[:2]}}, nil, false)
-	must(t, err)
-	pair := ts.byName["connection_ops"].Pair
+	ts, err := BuildToolSet([]ToolSource{{Name: "big", Expose: document.ExposeCall, Ops: ops}, {Name: "two", Expose: document.ExposeCall, Ops: ops[:2]}}, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair := ts.ByName["connection_ops"].Pair
 	tests := []struct {
 		name  string
 		args  string
@@ -173,9 +177,13 @@ func TestOpsListing(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var args map[string]any
-			must(t, json.Unmarshal([]byte(tt.args), &args))
-			page, err := pair.list(args)
-			must(t, err)
+			if err := json.Unmarshal([]byte(tt.args), &args); err != nil {
+				t.Fatal(err)
+			}
+			page, err := pair.List(args)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var names []string
 			for _, e := range page.Operations {
 				names = append(names, e.Target+"."+e.Name)
@@ -194,9 +202,11 @@ func TestOpsListing(t *testing.T) {
 	}
 	for _, bad := range []string{`{"target":"nope"}`, `{"offset":-1}`, `{"offset":1.5}`, `{"query":3}`, `{"page":2}`} {
 		var args map[string]any
-		must(t, json.Unmarshal([]byte(bad), &args))
+		if err := json.Unmarshal([]byte(bad), &args); err != nil {
+			t.Fatal(err)
+		}
 		var d *fault.Denied
-		if _, err := pair.list(args); !errors.As(err, &d) {
+		if _, err := pair.List(args); !errors.As(err, &d) {
 			t.Errorf("list(%s) = %v, want a refusal", bad, err)
 		}
 	}
@@ -210,11 +220,15 @@ func TestOpsPageBytes(t *testing.T) {
 	for i := range ops {
 		ops[i].InputSchema = json.RawMessage(big)
 	}
-	ts, err := buildToolSet([]toolSource{{Name: "big", Expose: document.ExposeCall, Ops: ops}}, nil, false)
-	must(t, err)
-	page, err := ts.byName["big_ops"].Pair.list(map[string]any{})
-	must(t, err)
-	if n := len(mustJSON(page)); n > opsPageBytes+1024 || len(page.Operations) < 2 || page.Next == nil || *page.Next != len(page.Operations) {
+	ts, err := BuildToolSet([]ToolSource{{Name: "big", Expose: document.ExposeCall, Ops: ops}}, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := ts.ByName["big_ops"].Pair.List(map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(MustJSON(page)); n > OpsPageBytes+1024 || len(page.Operations) < 2 || page.Next == nil || *page.Next != len(page.Operations) {
 		t.Fatalf("page of %d operations is %d bytes, next %v", len(page.Operations), n, page.Next)
 	}
 }
@@ -223,11 +237,13 @@ func TestCallResolves(t *testing.T) {
 	t.Parallel()
 	browser := browserProfile(t)
 	ops := fiftyOps()
-	ts, err := buildToolSet([]toolSource{
+	ts, err := BuildToolSet([]ToolSource{
 		{Name: "big", Expose: document.ExposeCall, Ops: ops[:10]},
 		{Name: "app", Expose: document.ExposeProfile, Profile: browser, Ops: []connect.Operation{{Name: "navigate", InputSchema: browser.Operations["navigate"].Input}, {Name: "snapshot"}}},
 	}, nil, false)
-	must(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args         string
 		conn, op     string
@@ -246,8 +262,10 @@ func TestCallResolves(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var args map[string]any
-		must(t, json.Unmarshal([]byte(tt.args), &args))
-		conn, op, rest, err := ts.resolve("connection_call", args)
+		if err := json.Unmarshal([]byte(tt.args), &args); err != nil {
+			t.Fatal(err)
+		}
+		conn, op, rest, err := ts.Resolve("connection_call", args)
 		if tt.gate == 0 {
 			got, _ := json.Marshal(rest)
 			if err != nil || conn != tt.conn || op != tt.op || string(got) != tt.rest {
@@ -261,7 +279,7 @@ func TestCallResolves(t *testing.T) {
 		}
 	}
 	// _ops is answered by the harness, never resolved to a connection call.
-	if _, _, _, err := ts.resolve("connection_ops", map[string]any{}); err == nil {
+	if _, _, _, err := ts.Resolve("connection_ops", map[string]any{}); err == nil {
 		t.Fatal("connection_ops resolved to a call")
 	}
 }
@@ -274,11 +292,11 @@ func BenchmarkToolListBytes(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			var size int
 			for b.Loop() {
-				ts, err := buildToolSet([]toolSource{{Name: "big", Expose: mode, Ops: ops}}, nil, false)
+				ts, err := BuildToolSet([]ToolSource{{Name: "big", Expose: mode, Ops: ops}}, nil, false)
 				if err != nil {
 					b.Fatal(err)
 				}
-				size = len(mustJSON(ts.list()))
+				size = len(MustJSON(ts.List()))
 			}
 			b.ReportMetric(float64(size), "list-bytes")
 		})

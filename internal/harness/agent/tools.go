@@ -1,4 +1,4 @@
-package harness
+package agent
 
 import (
 	"encoding/json"
@@ -16,7 +16,7 @@ import (
 
 // toolSource is one connection whose operations a model turn may be
 // offered, with its operations already cut to what the allowlist grants.
-type toolSource struct {
+type ToolSource struct {
 	Name string
 	Ops  []connect.Operation
 	// Step: attached by this model node ({"mcp": …} in its tools), so only
@@ -39,14 +39,14 @@ type modelTool struct {
 	Merged  bool
 	// Pair is set on the _ops (Lists) and _call tools of the operations
 	// reached by name (see expose.go).
-	Pair  *callPair
+	Pair  *CallPair
 	Lists bool
 }
 
 // toolSet is the tools of one model turn, by the names the model calls.
-type toolSet struct {
-	tools  []*modelTool
-	byName map[string]*modelTool
+type ToolSet struct {
+	Tools  []*modelTool
+	ByName map[string]*modelTool
 }
 
 // targetArg is the argument a merged tool takes to name its connection.
@@ -70,7 +70,7 @@ const targetArg = "target"
 // connections a turn has, so the model would call one operation by
 // another's name from one turn to the next, and an overwrite would send
 // one connection's calls to the other.
-func buildToolSet(all []toolSource, picks []document.ToolPick, hasPicks bool) (*toolSet, error) {
+func BuildToolSet(all []ToolSource, picks []document.ToolPick, hasPicks bool) (*ToolSet, error) {
 	turn, called := splitExposure(all)
 	merged := mergedOps(turn)
 	owner := map[string]string{} // tool name → "connection.op" it names
@@ -108,7 +108,7 @@ func buildToolSet(all []toolSource, picks []document.ToolPick, hasPicks bool) (*
 		return nil, err
 	}
 
-	offered := func(src toolSource, op string) bool {
+	offered := func(src ToolSource, op string) bool {
 		if !hasPicks {
 			return !src.Step
 		}
@@ -119,7 +119,7 @@ func buildToolSet(all []toolSource, picks []document.ToolPick, hasPicks bool) (*
 		}
 		return false
 	}
-	ts := &toolSet{byName: map[string]*modelTool{}}
+	ts := &ToolSet{ByName: map[string]*modelTool{}}
 	for _, src := range turn {
 		for _, op := range src.Ops {
 			if !offered(src, op.Name) {
@@ -129,20 +129,20 @@ func buildToolSet(all []toolSource, picks []document.ToolPick, hasPicks bool) (*
 				t := &modelTool{Op: op.Name, Targets: []string{src.Name}}
 				t.ModelTool = ModelTool{Name: names[src.Name][op.Name], Description: describe([]string{src.Name}, op),
 					InputSchema: op.InputSchema, Annotations: op.Annotations}
-				ts.add(t)
+				ts.Add(t)
 				continue
 			}
 			name := mergedNames[op.Name]
-			if t, ok := ts.byName[name]; ok {
+			if t, ok := ts.ByName[name]; ok {
 				t.Targets = append(t.Targets, src.Name)
 				continue
 			}
-			ts.add(&modelTool{Op: op.Name, Targets: []string{src.Name}, Merged: true,
+			ts.Add(&modelTool{Op: op.Name, Targets: []string{src.Name}, Merged: true,
 				ModelTool: ModelTool{Name: name, InputSchema: mergedSchema(src, op), Annotations: op.Annotations, Description: op.Description}})
 		}
 	}
 	ts.addPair(pair, called, offered)
-	for _, t := range ts.tools {
+	for _, t := range ts.Tools {
 		if t.Merged {
 			op := connect.Operation{Name: t.Op, Description: t.Description, Annotations: t.Annotations}
 			t.Description = describe(t.Targets, op)
@@ -153,7 +153,7 @@ func buildToolSet(all []toolSource, picks []document.ToolPick, hasPicks bool) (*
 }
 
 // mergedSources names the connections whose op is merged into one tool.
-func mergedSources(turn []toolSource, merged map[string]string, op string) []string {
+func mergedSources(turn []ToolSource, merged map[string]string, op string) []string {
 	var out []string
 	for _, src := range turn {
 		for _, o := range src.Ops {
@@ -166,36 +166,36 @@ func mergedSources(turn []toolSource, merged map[string]string, op string) []str
 	return out
 }
 
-func isMerged(merged map[string]string, src toolSource, op connect.Operation) bool {
+func isMerged(merged map[string]string, src ToolSource, op connect.Operation) bool {
 	key, ok := merged[op.Name]
 	return ok && key == mergeKey(src, op)
 }
 
-func (ts *toolSet) add(t *modelTool) {
-	ts.tools = append(ts.tools, t)
-	ts.byName[t.Name] = t
+func (ts *ToolSet) Add(t *modelTool) {
+	ts.Tools = append(ts.Tools, t)
+	ts.ByName[t.Name] = t
 }
 
 // list is the tools as the model is given them.
-func (ts *toolSet) list() []ModelTool {
-	out := make([]ModelTool, len(ts.tools))
-	for i, t := range ts.tools {
+func (ts *ToolSet) List() []ModelTool {
+	out := make([]ModelTool, len(ts.Tools))
+	for i, t := range ts.Tools {
 		out[i] = t.ModelTool
 	}
 	return out
 }
 
 // checkChoice reports a toolChoice that names no tool of the set.
-func (ts *toolSet) checkChoice(choice string) error {
+func (ts *ToolSet) CheckChoice(choice string) error {
 	switch choice {
 	case "", "auto", "none", "required", "any":
 		return nil
 	}
-	if _, ok := ts.byName[choice]; ok {
+	if _, ok := ts.ByName[choice]; ok {
 		return nil
 	}
-	names := make([]string, len(ts.tools))
-	for i, t := range ts.tools {
+	names := make([]string, len(ts.Tools))
+	for i, t := range ts.Tools {
 		names[i] = t.Name
 	}
 	return &fault.Error{Code: document.CodeUnknownToolChoice, Message: fmt.Sprintf("toolChoice %q names no tool of this turn (tools: %s)", choice, strings.Join(names, ", "))}
@@ -204,13 +204,13 @@ func (ts *toolSet) checkChoice(choice string) error {
 // resolve maps a model's tool call to the connection and operation it
 // runs, with the arguments the operation takes. A call to a target the
 // tool does not reach is refused at gate 1, before anything else.
-func (ts *toolSet) resolve(name string, args map[string]any) (conn, op string, rest map[string]any, err error) {
-	t, ok := ts.byName[name]
+func (ts *ToolSet) Resolve(name string, args map[string]any) (conn, op string, rest map[string]any, err error) {
+	t, ok := ts.ByName[name]
 	if !ok || t.Lists {
 		return "", "", nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("no tool named %q is offered in this turn", name))
 	}
 	if t.Pair != nil {
-		return t.Pair.resolve(ts, args)
+		return t.Pair.Resolve(ts, args)
 	}
 	if !t.Merged {
 		return t.Targets[0], t.Op, args, nil
@@ -232,7 +232,7 @@ func (ts *toolSet) resolve(name string, args map[string]any) (conn, op string, r
 // turn offer alike (see mergeKey), with no argument of their own called
 // "target". The value is the merge key; a connection whose operation of
 // that name has another key keeps its own tool.
-func mergedOps(turn []toolSource) map[string]string {
+func mergedOps(turn []ToolSource) map[string]string {
 	count := map[string]int{} // name + merge key → connections
 	var order []string
 	for _, src := range turn {
@@ -262,7 +262,7 @@ func mergedOps(turn []toolSource) map[string]string {
 // same operation of one profile (its name and major version, and the
 // input schema the profile gives it) when the connection's entry names a
 // profile that has it; else the same name and input schema.
-func mergeKey(src toolSource, op connect.Operation) string {
+func mergeKey(src ToolSource, op connect.Operation) string {
 	if pop := entryProfileOp(src, op.Name); pop != nil {
 		return fmt.Sprintf("profile %s@%d %s", src.Profile.Name, src.Profile.Version.Major(), schemaKey(connect.Operation{InputSchema: pop.Input}))
 	}
@@ -271,14 +271,14 @@ func mergeKey(src toolSource, op connect.Operation) string {
 
 // mergedSchema is the input schema of op's merged tool: the profile's,
 // which every connection speaking it takes, or the operation's own.
-func mergedSchema(src toolSource, op connect.Operation) json.RawMessage {
+func mergedSchema(src ToolSource, op connect.Operation) json.RawMessage {
 	if pop := entryProfileOp(src, op.Name); pop != nil {
 		return pop.Input
 	}
 	return op.InputSchema
 }
 
-func entryProfileOp(src toolSource, name string) *profiles.Operation {
+func entryProfileOp(src ToolSource, name string) *profiles.Operation {
 	if src.Profile == nil {
 		return nil
 	}

@@ -1,6 +1,8 @@
-package harness
+package agent
 
-import "testing"
+import (
+	"testing"
+)
 
 func TestLineDiff(t *testing.T) {
 	t.Parallel()
@@ -13,36 +15,36 @@ func TestLineDiff(t *testing.T) {
 		{"equal", "a\nb", "a\nb", ""},
 	}
 	for _, tc := range cases {
-		got, ok := lineDiff(tc.a, tc.b)
+		got, ok := LineDiff(tc.a, tc.b)
 		if !ok || got != tc.want {
 			t.Errorf("%s: lineDiff = %q, %v; want %q", tc.name, got, ok, tc.want)
 		}
 	}
-	long := make([]byte, 0, 3*maxDiffLines)
-	for range maxDiffLines + 1 {
+	long := make([]byte, 0, 3*MaxDiffLines)
+	for range MaxDiffLines + 1 {
 		long = append(long, "x\n"...)
 	}
-	if _, ok := lineDiff("a\n"+string(long), "b\n"+string(long)+"y"); ok {
+	if _, ok := LineDiff("a\n"+string(long), "b\n"+string(long)+"y"); ok {
 		t.Error("a change over more than maxDiffLines lines was diffed")
 	}
 }
 
 func TestLookShowsDiffsAgainstWhatWasSeen(t *testing.T) {
 	t.Parallel()
-	l := &lookLayer{shown: map[string]string{}}
+	l := &LookLayer{Shown: map[string]string{}}
 	steps := []struct {
 		render    string
 		full      bool
 		form, out string
 	}{
-		{"a\nb", false, lookFull, "a\nb"},
-		{"a\nb", false, lookUnchanged, ""},
-		{"a\nc", false, lookDiff, "- b\n+ c"},
-		{"a\nc", true, lookFull, "a\nc"},
-		{"a\nd", false, lookDiff, "- c\n+ d"},
+		{"a\nb", false, LookFull, "a\nb"},
+		{"a\nb", false, LookUnchanged, ""},
+		{"a\nc", false, LookDiff, "- b\n+ c"},
+		{"a\nc", true, LookFull, "a\nc"},
+		{"a\nd", false, LookDiff, "- c\n+ d"},
 	}
 	for i, s := range steps {
-		form, out := l.show("web", "ui.tree", s.render, s.full)
+		form, out := l.Show("web", "ui.tree", s.render, s.full)
 		if form != s.form || out != s.out {
 			t.Errorf("step %d: show = %s %q, want %s %q", i, form, out, s.form, s.out)
 		}

@@ -1,4 +1,4 @@
-package harness
+package agent
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ func TestBuildToolSet(t *testing.T) {
 	op := func(name string) connect.Operation {
 		return connect.Operation{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}
 	}
-	turn := []toolSource{
+	turn := []ToolSource{
 		{Name: "ui", Ops: []connect.Operation{op("tap"), op("tap.x"), op("tap_x")}},
 		{Name: "x", Ops: []connect.Operation{op("ui.press"), op("home")}},
 		{Name: "y", Ops: []connect.Operation{op("ui.press")}},
@@ -36,12 +36,12 @@ func TestBuildToolSet(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts, err := buildToolSet(turn, tt.picks, tt.hasPicks)
+			ts, err := BuildToolSet(turn, tt.picks, tt.hasPicks)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var got []string
-			for _, tool := range ts.tools {
+			for _, tool := range ts.Tools {
 				got = append(got, tool.Name+":"+strings.Join(tool.Targets, "|"))
 			}
 			if strings.Join(got, ",") != tt.want {
@@ -62,22 +62,22 @@ func TestBuildToolSetRefusesCollisions(t *testing.T) {
 	obj := `{"type":"object"}`
 	tests := []struct {
 		name string
-		turn []toolSource
+		turn []ToolSource
 		want []string
 	}{
 		{
 			name: "prefix meets name",
-			turn: []toolSource{{Name: "a", Ops: []connect.Operation{op("b_c", obj)}}, {Name: "a_b", Ops: []connect.Operation{op("c", obj)}}},
+			turn: []ToolSource{{Name: "a", Ops: []connect.Operation{op("b_c", obj)}}, {Name: "a_b", Ops: []connect.Operation{op("c", obj)}}},
 			want: []string{`"a_b_c"`, "connection a operation b_c", "connection a_b operation c"},
 		},
 		{
 			name: "reduced ids meet",
-			turn: []toolSource{{Name: "gh", Ops: []connect.Operation{op("issues/list", obj)}}, {Name: "gh_issues", Ops: []connect.Operation{op("list", obj)}}},
+			turn: []ToolSource{{Name: "gh", Ops: []connect.Operation{op("issues/list", obj)}}, {Name: "gh_issues", Ops: []connect.Operation{op("list", obj)}}},
 			want: []string{`"gh_issues_list"`, "connection gh operation issues/list", "connection gh_issues operation list"},
 		},
 		{
 			name: "merged tool meets a connection's",
-			turn: []toolSource{
+			turn: []ToolSource{
 				{Name: "ui", Ops: []connect.Operation{op("tap", obj)}},
 				{Name: "x", Ops: []connect.Operation{op("ui.tap", obj)}},
 				{Name: "y", Ops: []connect.Operation{op("ui.tap", obj)}},
@@ -89,7 +89,7 @@ func TestBuildToolSetRefusesCollisions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			for _, picks := range [][]document.ToolPick{nil, {{Connection: tt.turn[0].Name}}} {
-				_, err := buildToolSet(tt.turn, picks, picks != nil)
+				_, err := BuildToolSet(tt.turn, picks, picks != nil)
 				var he *fault.Error
 				if !errors.As(err, &he) || he.Code != document.CodeToolIDCollision {
 					t.Fatalf("picks %v: err = %v, want %s", picks, err, document.CodeToolIDCollision)

@@ -1,4 +1,4 @@
-package harness
+package agent
 
 import (
 	"encoding/json"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
-
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
@@ -41,18 +40,18 @@ const sharedPair = "connection"
 // bytes than this once one is in (a page must fit the tool result cut).
 const (
 	opsPageMax   = 25
-	opsPageBytes = 24 << 10
+	OpsPageBytes = 24 << 10
 )
 
 // sourceOf is the tool source of the document's connection name, offering
 // ops, with the exposure its entry sets.
-func sourceOf(d *document.Document, name string, ops []connect.Operation) toolSource {
+func SourceOf(d *document.Document, name string, ops []connect.Operation) ToolSource {
 	ex := d.Expose[name]
-	return toolSource{Name: name, Ops: ops, Expose: ex.Mode, Profile: ex.Profile}
+	return ToolSource{Name: name, Ops: ops, Expose: ex.Mode, Profile: ex.Profile}
 }
 
 // ownTool reports whether op is offered as a tool of its own.
-func (src toolSource) ownTool(op string) bool {
+func (src ToolSource) ownTool(op string) bool {
 	switch src.Expose {
 	case document.ExposeCall:
 		return false
@@ -65,7 +64,7 @@ func (src toolSource) ownTool(op string) bool {
 // splitExposure divides each connection's operations into those offered as
 // tools of their own (every source, maybe with none) and those reached
 // through an _ops/_call pair (only sources with some).
-func splitExposure(turn []toolSource) (own, called []toolSource) {
+func splitExposure(turn []ToolSource) (own, called []ToolSource) {
 	for _, src := range turn {
 		o, c := src, src
 		o.Ops, c.Ops = nil, nil
@@ -85,7 +84,7 @@ func splitExposure(turn []toolSource) (own, called []toolSource) {
 }
 
 // callPair is the _ops and _call tools of a turn's called operations.
-type callPair struct {
+type CallPair struct {
 	Ops, Call string
 	// Shared: several connections' pair, whose tools take "target".
 	Shared bool
@@ -96,7 +95,7 @@ type callPair struct {
 }
 
 // pairNames names the pair of the turn's called sources.
-func pairNames(called []toolSource) (ops, call string, shared bool) {
+func pairNames(called []ToolSource) (ops, call string, shared bool) {
 	prefix := sharedPair
 	if len(called) == 1 {
 		prefix = called[0].Name
@@ -105,7 +104,7 @@ func pairNames(called []toolSource) (ops, call string, shared bool) {
 }
 
 // claimPair reserves the pair's names (nil when nothing is called).
-func claimPair(called []toolSource, claim func(ids map[string]string, who func(string) string) error) (*callPair, error) {
+func claimPair(called []ToolSource, claim func(ids map[string]string, who func(string) string) error) (*CallPair, error) {
 	if len(called) == 0 {
 		return nil, nil
 	}
@@ -120,12 +119,12 @@ func claimPair(called []toolSource, claim func(ids map[string]string, who func(s
 	if err := claim(map[string]string{"list": ops, "call": call}, who); err != nil {
 		return nil, err
 	}
-	return &callPair{Ops: ops, Call: call, Shared: shared, ops: map[string][]connect.Operation{}}, nil
+	return &CallPair{Ops: ops, Call: call, Shared: shared, ops: map[string][]connect.Operation{}}, nil
 }
 
 // addPair adds the pair's tools, offering each source what the node is
 // offered of it; no tool when that is nothing.
-func (ts *toolSet) addPair(pair *callPair, called []toolSource, offered func(toolSource, string) bool) {
+func (ts *ToolSet) addPair(pair *CallPair, called []ToolSource, offered func(ToolSource, string) bool) {
 	if pair == nil {
 		return
 	}
@@ -146,14 +145,14 @@ func (ts *toolSet) addPair(pair *callPair, called []toolSource, offered func(too
 	if len(pair.Targets) == 0 {
 		return
 	}
-	ts.add(&modelTool{Pair: pair, Lists: true, ModelTool: ModelTool{Name: pair.Ops, Description: pair.describeOps(),
+	ts.Add(&modelTool{Pair: pair, Lists: true, ModelTool: ModelTool{Name: pair.Ops, Description: pair.describeOps(),
 		InputSchema: pair.opsSchema(), Annotations: connect.Annotations{ReadOnlyHint: ptrTo(true)}}})
-	ts.add(&modelTool{Pair: pair, ModelTool: ModelTool{Name: pair.Call, Description: pair.describeCall(), InputSchema: pair.callSchema()}})
+	ts.Add(&modelTool{Pair: pair, ModelTool: ModelTool{Name: pair.Call, Description: pair.describeCall(), InputSchema: pair.callSchema()}})
 }
 
 func ptrTo[T any](v T) *T { return &v }
 
-func (p *callPair) count() int {
+func (p *CallPair) count() int {
 	n := 0
 	for _, ops := range p.ops {
 		n += len(ops)
@@ -161,21 +160,21 @@ func (p *callPair) count() int {
 	return n
 }
 
-func (p *callPair) describeOps() string {
+func (p *CallPair) describeOps() string {
 	return fmt.Sprintf("[%s] Lists the %d operations %s runs: name, description and input schema of each. query keeps those whose name or description holds every word of it; a long list comes in pages (pass next as offset).",
 		strings.Join(p.Targets, ", "), p.count(), p.Call)
 }
 
-func (p *callPair) describeCall() string {
+func (p *CallPair) describeCall() string {
 	return fmt.Sprintf("[%s] Runs one operation %s lists, by its name (op), with its arguments (args, matching its input schema).",
 		strings.Join(p.Targets, ", "), p.Ops)
 }
 
-func (p *callPair) targetSchema() map[string]any {
+func (p *CallPair) targetSchema() map[string]any {
 	return map[string]any{"type": "string", "enum": p.Targets, "description": "The connection the operation belongs to."}
 }
 
-func (p *callPair) opsSchema() json.RawMessage {
+func (p *CallPair) opsSchema() json.RawMessage {
 	props := map[string]any{
 		"query":  map[string]any{"type": "string", "description": "Words the operation's name or description must contain."},
 		"offset": map[string]any{"type": "integer", "minimum": 0, "description": "Where the page starts: the next of the previous page."},
@@ -185,10 +184,10 @@ func (p *callPair) opsSchema() json.RawMessage {
 		t["description"] = "Only this connection's operations (default: every connection's)."
 		props[targetArg] = t
 	}
-	return mustJSON(map[string]any{"type": "object", "properties": props, "additionalProperties": false})
+	return MustJSON(map[string]any{"type": "object", "properties": props, "additionalProperties": false})
 }
 
-func (p *callPair) callSchema() json.RawMessage {
+func (p *CallPair) callSchema() json.RawMessage {
 	props := map[string]any{
 		"op":   map[string]any{"type": "string", "description": "The operation's name, as " + p.Ops + " lists it."},
 		"args": map[string]any{"type": "object", "description": "The operation's arguments, matching its input schema."},
@@ -198,10 +197,10 @@ func (p *callPair) callSchema() json.RawMessage {
 		props[targetArg] = p.targetSchema()
 		required = append(required, targetArg)
 	}
-	return mustJSON(map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false})
+	return MustJSON(map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false})
 }
 
-func mustJSON(v any) json.RawMessage {
+func MustJSON(v any) json.RawMessage {
 	data, err := json.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("harness: marshal a tool schema: %v", err))
@@ -210,7 +209,7 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // target reads a shared pair's target argument ("" when absent).
-func (p *callPair) target(tool string, args map[string]any, required bool) (string, error) {
+func (p *CallPair) target(tool string, args map[string]any, required bool) (string, error) {
 	if !p.Shared {
 		if len(p.Targets) == 1 {
 			return p.Targets[0], nil
@@ -252,7 +251,7 @@ type opsPage struct {
 }
 
 // list answers an _ops call. A bad argument is an error the model reads.
-func (p *callPair) list(args map[string]any) (*opsPage, error) {
+func (p *CallPair) List(args map[string]any) (*opsPage, error) {
 	for k := range args {
 		if k != "query" && k != "offset" && (k != targetArg || !p.Shared) {
 			return nil, fault.Deny(fault.GateSchema, fmt.Sprintf("tool %s takes no argument %q", p.Ops, k))
@@ -295,8 +294,8 @@ func (p *callPair) list(args map[string]any) (*opsPage, error) {
 	page := &opsPage{Operations: []opEntry{}, Total: len(all)}
 	size := 0
 	for i := offset; i < len(all); i++ {
-		n := len(mustJSON(all[i]))
-		if len(page.Operations) == opsPageMax || (len(page.Operations) > 0 && size+n > opsPageBytes) {
+		n := len(MustJSON(all[i]))
+		if len(page.Operations) == opsPageMax || (len(page.Operations) > 0 && size+n > OpsPageBytes) {
 			page.Next = &i
 			break
 		}
@@ -320,7 +319,7 @@ func matchesQuery(e opEntry, query string) bool {
 
 // resolve maps a _call call to the connection, operation and arguments it
 // runs; an operation the pair does not offer is refused at gate 1.
-func (p *callPair) resolve(ts *toolSet, args map[string]any) (conn, op string, rest map[string]any, err error) {
+func (p *CallPair) Resolve(ts *ToolSet, args map[string]any) (conn, op string, rest map[string]any, err error) {
 	for k := range args {
 		if k != "op" && k != "args" && (k != targetArg || !p.Shared) {
 			return "", "", nil, fault.Deny(fault.GateSchema, fmt.Sprintf("tool %s takes op and args%s; the operation's arguments go inside args, not %q", p.Call, map[bool]string{true: " and target"}[p.Shared], k))
@@ -350,24 +349,11 @@ func (p *callPair) resolve(ts *toolSet, args map[string]any) (conn, op string, r
 
 // ownToolOf is the name of the tool of its own that runs op on conn, if
 // the turn offers one.
-func (ts *toolSet) ownToolOf(conn, op string) string {
-	for _, t := range ts.tools {
+func (ts *ToolSet) ownToolOf(conn, op string) string {
+	for _, t := range ts.Tools {
 		if t.Pair == nil && t.Op == op && slices.Contains(t.Targets, conn) {
 			return t.Name
 		}
 	}
 	return ""
-}
-
-// listOps answers a call of an _ops tool from the turn's tool set. No
-// connection is called, so no ledger entry is written: a resumed turn
-// answers it again from the same tool set.
-func (r *run) listOps(p *callPair, res ModelToolResult, args map[string]any) ModelToolResult {
-	page, err := p.list(args)
-	if err != nil {
-		res.IsError, res.Content = true, fault.KindSteeringDenied+": "+err.Error()
-		return res
-	}
-	res.Content = r.toolContent(page)
-	return res
 }
