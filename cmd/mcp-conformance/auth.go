@@ -115,7 +115,7 @@ func newSigner(ctx context.Context, serverURL string, ac authContext, logger *sl
 
 func (s *signer) Close() { s.shutdown() }
 
-// RoundTrip sends req; on harness.ErrNeedsSignIn it signs in and sends it
+// RoundTrip sends req; on connect.ErrNeedsSignIn it signs in and sends it
 // again (a 401 means the server did not act on it).
 func (s *signer) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.GetBody == nil {

@@ -245,7 +245,7 @@ func (c *appConn) headers(ctx context.Context, principal string) (map[string]str
 }
 
 // appError says which repository a githubapp error is about. It never
-// wraps harness.ErrNeedsSignIn: one caller's org without the App
+// wraps connect.ErrNeedsSignIn: one caller's org without the App
 // installed says nothing about the connection, which stays ready.
 func appError(s githubapp.Scope, err error) error {
 	return fmt.Errorf("token for %s/%s: %w", s.Owner, s.Repo, err)

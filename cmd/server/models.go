@@ -42,7 +42,7 @@ func newModels(specs map[string]config.ModelProvider, secrets secrets.SecretStor
 	return &modelRouter{specs: specs, secrets: secrets, redactor: redactor, providers: map[string]models.Provider{}}
 }
 
-// Check implements harness.Models.
+// Check implements agent.Models.
 func (m *modelRouter) Check(ref string) error {
 	name, model, ok := strings.Cut(ref, "/")
 	if !ok || model == "" {
@@ -93,7 +93,7 @@ func openAIBase(u string) string {
 	return u
 }
 
-// Turn implements harness.Models.
+// Turn implements agent.Models.
 func (m *modelRouter) Turn(ctx context.Context, req agent.ModelRequest, onDelta func(agent.ModelDelta)) (*agent.ModelResponse, error) {
 	name, model, _ := strings.Cut(req.Model, "/")
 	p, err := m.provider(ctx, name)

@@ -12,7 +12,7 @@ import (
 
 // providerKind is a connection kind implemented in Go inside patchbay (a
 // provider, such as drive): how an entry of the kind becomes its
-// harness.Provider, and what the kind takes.
+// connect.Provider, and what the kind takes.
 type providerKind struct {
 	// gitHubApp declares that the kind's code asks a GitHub App for
 	// installation tokens itself, at each call, naming the repository and

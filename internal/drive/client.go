@@ -63,8 +63,8 @@ func (cl *call) apiURL(base *url.URL, q url.Values, segments ...string) *url.URL
 }
 
 // send sends r with the call's credential and returns the answer's body.
-// A non-2xx answer is a *harness.CallError quoting Google's message; a
-// 401 on the caller's own token wraps harness.ErrNeedsSignIn (the harness
+// A non-2xx answer is a *connect.CallError quoting Google's message; a
+// 401 on the caller's own token wraps connect.ErrNeedsSignIn (the harness
 // refreshes it and calls once more); a 401 on the service account's token
 // replaces the token and sends once more.
 func (cl *call) send(ctx context.Context, r request) ([]byte, error) {

@@ -3,7 +3,7 @@
 // (multipart uploads, alt=media downloads, path → id lookups). An entry
 // `connections.<name>.drive: {rootFolderId?, apiBaseUrl?, uploadBaseUrl?}`
 // with an auth becomes a connection with eight operations, whose model
-// tool ids are <name>_<tool> (harness.ToolIDs), checked, gated and
+// tool ids are <name>_<tool> (connect.ToolIDs), checked, gated and
 // reported like every other connection's:
 //
 //	list_files    files.list: q (Drive query syntax) and/or folderId;
@@ -49,15 +49,15 @@
 //     includeItemsFromAllDrives=true): a service account's files usually
 //     live in a Shared Drive, which Drive hides without them.
 //   - Google's errors ({"error": {"code", "message", "errors": [{reason}]}})
-//     become a *harness.CallError "HTTP 404 notFound: File not found: …",
+//     become a *connect.CallError "HTTP 404 notFound: File not found: …",
 //     which the model sees; an ambiguous or missing path is one too.
 //
 // # Credentials, per call
 //
-// A call that carries credentials (harness.CallRequest.Headers, resolved
+// A call that carries credentials (connect.CallRequest.Headers, resolved
 // at gate 6 by the OAuth sign-in service for its principal) is sent with
 // exactly those: alice's call carries alice's token. A 401 on them wraps
-// harness.ErrNeedsSignIn, so the harness refreshes once and sends again.
+// connect.ErrNeedsSignIn, so the harness refreshes once and sends again.
 // A call without them acts as the service account, when the entry has
 // one: the JSON key is resolved from the secret store at every call (a
 // rotated key takes effect at once), parsed, and exchanged with the

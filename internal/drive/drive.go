@@ -54,7 +54,7 @@ type Options struct {
 	Logger     *slog.Logger
 	// ServiceAccount makes calls that carry no per-call credentials act
 	// as the account; nil: every call must carry the caller's token
-	// (harness.CallRequest.Headers, from the OAuth sign-in).
+	// (connect.CallRequest.Headers, from the OAuth sign-in).
 	ServiceAccount *config.ServiceAccount
 	// Secrets resolves the service account's key at each token exchange,
 	// so a key rotated through the API is used from the next one on.
@@ -177,7 +177,7 @@ func (c *conn) Close() error               { return nil }
 
 // Call runs one tool. Its arguments passed gate 2 against the tool's
 // schema. Drive's own refusals (a missing file, an ambiguous path, a 403)
-// are *harness.CallError; a transport failure or a missing credential is
+// are *connect.CallError; a transport failure or a missing credential is
 // a plain error.
 func (c *conn) Call(ctx context.Context, req connect.CallRequest) (any, error) {
 	t, ok := toolByName[req.Op]

@@ -169,7 +169,7 @@ type Format struct {
 // exec.
 //
 // Errors come before anything is written, for the caller to answer: a
-// *LimitError, harness.ErrNotFound, harness.ErrInvalidEventID, or a store
+// *LimitError, fault.ErrNotFound, harness.ErrInvalidEventID, or a store
 // failure. Once the stream has started Serve returns nil.
 func (s *Streams) Serve(ctx context.Context, w http.ResponseWriter, principal, exec, after string, f Format) error {
 	release, err := s.Hold(principal)

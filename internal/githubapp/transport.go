@@ -28,7 +28,7 @@ func (s *Source) Transport(scope Scope, to string, base http.RoundTripper) http.
 }
 
 // Headers are the request headers that carry the scope's token, for a
-// caller that sends the request itself (harness.Credentials).
+// caller that sends the request itself (connect.Credentials).
 func (s *Source) Headers(ctx context.Context, scope Scope) (map[string]string, error) {
 	tok, err := s.Token(ctx, scope)
 	if err != nil {

@@ -66,13 +66,6 @@ type Reading struct {
 	Identity connect.Identity `json:"identity"`
 }
 
-// ResourceReader is implemented by a Conn that can read a resource by
-// URI, for bindings whose reads name a resource. headers are the
-// principal's credentials, as CallRequest.Headers.
-type ResourceReader interface {
-	ReadResource(ctx context.Context, uri string, headers map[string]string) (any, error)
-}
-
 // findRead is gate 1 of a read: the read is in a profile conn speaks and
 // conn has a way to take it.
 func findRead(conn *registry.Connection, name string) (document.ReadSource, error) {
@@ -177,10 +170,10 @@ func (r *run) readResource(ctx context.Context, conn *registry.Connection, uri s
 
 // resourceReader finds a ResourceReader under the wrappers the harness
 // puts around a provider's Conn.
-func resourceReader(c *registry.Connection) (ResourceReader, bool) {
+func resourceReader(c *registry.Connection) (connect.ResourceReader, bool) {
 	conn := c.Live()
 	for conn != nil {
-		if rr, ok := conn.(ResourceReader); ok {
+		if rr, ok := conn.(connect.ResourceReader); ok {
 			return rr, true
 		}
 		switch w := conn.(type) {

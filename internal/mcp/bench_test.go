@@ -15,7 +15,7 @@ import (
 )
 
 // The two benchmarks measure the harness's overhead per call: the same echo
-// call to the same demo server over stdio, through harness.Registry and
+// call to the same demo server over stdio, through registry.Registry and
 // this package (BenchmarkCallHarness) and with a bare mcp-go client
 // (BenchmarkCallRaw). Compare their ns/op from one run.
 

@@ -141,9 +141,9 @@ func (c *conn) unavailable(op string, cause error) error {
 	return fmt.Errorf("mcp %s: call %s: %w: %w", c.name, op, connect.ErrUnavailable, cause)
 }
 
-// Call runs one tool. A result with isError is a *harness.CallError carrying
+// Call runs one tool. A result with isError is a *connect.CallError carrying
 // the result's text; a failure to get a result at all is wrapped with the
-// connection and operation names, and with harness.ErrUnavailable when the
+// connection and operation names, and with connect.ErrUnavailable when the
 // connection itself is gone.
 //
 // A call with Headers goes out on the session of its tenant (see

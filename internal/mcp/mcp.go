@@ -1,5 +1,5 @@
-// Package mcp owns patchbay's MCP provider: it implements harness.Provider
-// and harness.Conn on mark3labs/mcp-go's client, for MCP servers run as a
+// Package mcp owns patchbay's MCP provider: it implements connect.Provider
+// and connect.Conn on mark3labs/mcp-go's client, for MCP servers run as a
 // child process (stdio) and for remote servers (Streamable HTTP, and legacy
 // HTTP+SSE).
 //
@@ -45,7 +45,7 @@
 //     third break fails the call with ErrStreamBroken. A cancelled or timed
 //     out request, or an oversized response, is never re-issued.
 //   - tenant sessions (session.go): mcp-go has one header set per
-//     transport, so a call with per-call headers (harness.CallRequest
+//     transport, so a call with per-call headers (connect.CallRequest
 //     Headers: the credentials resolved for its principal) goes out on a
 //     session of its own per distinct header set (the configured headers
 //     overlaid by the call's, names case-insensitive), opened on first use
@@ -55,7 +55,7 @@
 //     discovery's session or another tenant's. At most 64 are kept, the
 //     least recently used closed (after its calls in flight end); Close
 //     closes all. A tenant's failure (401, which also matches
-//     harness.ErrNeedsSignIn, an expired session it cannot renew, the
+//     connect.ErrNeedsSignIn, an expired session it cannot renew, the
 //     network under it) fails that tenant's call only; a lost tenant
 //     session is reopened on its next call. Per-call headers may not
 //     replace the transport's own (Mcp-Session-Id, MCP-Protocol-Version,
@@ -82,14 +82,14 @@
 // # Results, server requests, lifecycle
 //
 // A call's value is the structuredContent when present, else the first
-// text block, decoded when it is JSON; isError is a *harness.CallError
+// text block, decoded when it is JSON; isError is a *connect.CallError
 // with the text. The client declares no sampling, elicitation or roots
 // capability, so a server that asks anyway gets an error; a ping is
 // answered; an input_required result is echoed at most three rounds. Calls
 // carry patchbay's idempotency key in _meta["io.patchbay/idempotency-key"].
 // A conn that loses its server (the child exits, its output is faulted, an
 // SSE stream or the network goes away) closes Done; calls then fail fast
-// with harness.ErrUnavailable and the registry reconnects it, which gives a
+// with connect.ErrUnavailable and the registry reconnects it, which gives a
 // new identity instance. A 2025 session the server expired (HTTP 404 on
 // its Mcp-Session-Id), the connection's own or a tenant's, is
 // re-initialized once and the call sent again; the identity keeps its

@@ -183,7 +183,7 @@ func TestCall(t *testing.T) {
 		name    string
 		req     connect.CallRequest
 		want    any
-		wantErr string // the *harness.CallError message
+		wantErr string // the *connect.CallError message
 	}{
 		{"echo", connect.CallRequest{Op: "echo", Args: map[string]any{"text": "hello"}},
 			map[string]any{"text": "hello"}, ""},

@@ -7,11 +7,10 @@ import (
 	"fmt"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
-var _ harness.ResourceReader = (*conn)(nil)
+var _ connect.ResourceReader = (*conn)(nil)
 
 // ReadResource reads one resource, for a binding whose profile read names
 // a resource rather than a tool. It goes out on the connection's own

@@ -10,7 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
-	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 
@@ -38,7 +38,7 @@ func TestReadResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	rr, ok := conn.(harness.ResourceReader)
+	rr, ok := conn.(connect.ResourceReader)
 	if !ok {
 		t.Fatal("an MCP connection cannot read resources")
 	}

@@ -171,7 +171,7 @@ func decodeNote(n mcp.JSONRPCNotification) streamNote {
 func (c *conn) StreamsEvents() bool { return c.kind != "sse" }
 
 // StreamEvents opens one events/stream and hands its messages to each
-// (see harness.EventStreamer).
+// (see connect.EventStreamer).
 func (c *conn) StreamEvents(ctx context.Context, req connect.EventStreamRequest, each func(connect.StreamMessage) error) error {
 	id := "pb-events-" + rand.Text()
 	sctx, cancel := context.WithCancelCause(ctx)

@@ -27,7 +27,7 @@ const (
 var errKeyMismatch = seal.ErrKeyMismatch
 
 // KeyFromSecretKey returns the current key of PATCHBAY_SECRET_KEY and its
-// id, as harness.ParseKeyring reads it (which also checks the value).
+// id, as secrets.ParseKeyring reads it (which also checks the value).
 // Errors never quote the value.
 func KeyFromSecretKey(v string) (id string, key []byte, err error) {
 	kr, err := secrets.ParseKeyring(v)

@@ -3,7 +3,7 @@
 // discovery of a server's authorization server, patchbay's client identity
 // there, the browser flow (Begin, then Complete from the callback), the
 // encrypted token store, refresh, revocation, and the credentials handed
-// to calls (Headers, which implements harness.Credentials) and to a
+// to calls (Headers, which implements connect.Credentials) and to a
 // connection's own session (Transport). Token exchange and refresh go
 // through golang.org/x/oauth2. The web layer serves the pages
 // (/oauth/{connection}/start, CallbackPath, ClientMetadataPath); this
@@ -85,7 +85,7 @@
 // just have refreshed it), refreshes, stores. The others poll the token
 // until it is fresh, or the lock is gone (then they try to take it). A
 // refresh the server refuses (an OAuth error or a 4xx) drops the token and
-// is an error wrapping harness.ErrNeedsSignIn that quotes the server's
+// is an error wrapping connect.ErrNeedsSignIn that quotes the server's
 // error code and description, read from the body when x/oauth2 left them
 // empty (credhttp.RefusalOf); a refresh that fails to get
 // an answer keeps the token and uses it while it is still valid. A token
@@ -98,7 +98,7 @@
 //   - Transport sends a request without a token when nobody is signed in,
 //     instead of failing at once: a server that needs no sign-in for that
 //     request answers, and one that does answers 401 with the challenge
-//     Begin then uses (the error wraps harness.ErrNeedsSignIn either way).
+//     Begin then uses (the error wraps connect.ErrNeedsSignIn either way).
 //   - A 403 insufficient_scope for scopes the token already has is
 //     ErrInsufficientScope, not ErrNeedsSignIn: signing in again could not
 //     help, and a caller that retries on ErrNeedsSignIn cannot loop. That
@@ -108,7 +108,7 @@
 //     across replicas: a caller whose rejected token another already
 //     replaced gets the new one) and the request is sent again: Transport
 //     does it for the connection's own session, Refresh (a
-//     harness.CredentialRefresher) for a call's credentials. When that
+//     connect.CredentialRefresher) for a call's credentials. When that
 //     fails too the token is kept (a server hiccup must not sign everybody
 //     out) and the call reports ErrNeedsSignIn; a refresh the server
 //     refuses drops it.

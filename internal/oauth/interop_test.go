@@ -95,7 +95,7 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 		conn.Close()
 		t.Fatal("connected without signing in")
 	} else if !errors.Is(err, connect.ErrNeedsSignIn) {
-		t.Errorf("connect before sign-in = %v, want it to wrap harness.ErrNeedsSignIn", err)
+		t.Errorf("connect before sign-in = %v, want it to wrap connect.ErrNeedsSignIn", err)
 	}
 
 	authURL, err := svc.Begin(t.Context(), "demo", "operator", sessionID)

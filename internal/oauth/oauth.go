@@ -266,7 +266,7 @@ func principalKey(c Connection, principal string) (string, error) {
 	return principal, nil
 }
 
-// needsSignIn wraps harness.ErrNeedsSignIn with what is missing.
+// needsSignIn wraps connect.ErrNeedsSignIn with what is missing.
 func needsSignIn(connection, principal, why string) error {
 	return fmt.Errorf("oauth: %s (principal %q): %s: %w", connection, principal, why, connect.ErrNeedsSignIn)
 }

@@ -110,12 +110,12 @@ func (s *Service) dropToken(ctx context.Context, connection, principal string) e
 	return nil
 }
 
-// Headers implements harness.Credentials: the Authorization header with
+// Headers implements connect.Credentials: the Authorization header with
 // the principal's token (per-user connections) or the shared one,
 // refreshed first when it expires within RefreshMargin. ok is false for a
 // connection not registered for OAuth. No token, or a refresh the server
 // refuses (the token is then dropped), is an error wrapping
-// harness.ErrNeedsSignIn.
+// connect.ErrNeedsSignIn.
 func (s *Service) Headers(ctx context.Context, connection, principal string) (map[string]string, bool, error) {
 	c, ok := s.connection(connection)
 	if !ok {
@@ -138,7 +138,7 @@ func (s *Service) Headers(ctx context.Context, connection, principal string) (ma
 // RefreshMargin. Unlike Transport it never falls back to a principal's
 // own token, so what a connection loads for everyone is never read with
 // one user's rights. ok is false for a connection not registered for
-// OAuth; no shared sign-in is an error wrapping harness.ErrNeedsSignIn.
+// OAuth; no shared sign-in is an error wrapping connect.ErrNeedsSignIn.
 func (s *Service) SharedHeaders(ctx context.Context, connection string) (map[string]string, bool, error) {
 	c, ok := s.connection(connection)
 	if !ok {
@@ -151,11 +151,11 @@ func (s *Service) SharedHeaders(ctx context.Context, connection string) (map[str
 	return map[string]string{"Authorization": "Bearer " + rec.AccessToken}, true, nil
 }
 
-// Refresh implements harness.CredentialRefresher: the server rejected
+// Refresh implements connect.CredentialRefresher: the server rejected
 // rejected (the headers Headers gave), so the token is refreshed now,
 // once across replicas, unless another caller already replaced it. A
 // token without a refresh token, or a refresh the server refuses, is an
-// error wrapping harness.ErrNeedsSignIn.
+// error wrapping connect.ErrNeedsSignIn.
 func (s *Service) Refresh(ctx context.Context, connection, principal string, rejected map[string]string) (map[string]string, error) {
 	c, err := s.mustConnection(connection)
 	if err != nil {

@@ -28,7 +28,7 @@ import (
 // answer, or a 403 with error="insufficient_scope", is recorded (its
 // challenge guides the next Begin; for insufficient_scope with the union
 // of the token's scopes and the challenged ones) and becomes an error
-// wrapping harness.ErrNeedsSignIn. A 403 for a scope the token already has
+// wrapping connect.ErrNeedsSignIn. A 403 for a scope the token already has
 // is ErrInsufficientScope instead: signing in again would not help, so a
 // caller that signs in and retries on ErrNeedsSignIn cannot loop.
 // Unregistered connections pass through untouched.

@@ -21,8 +21,8 @@
 // per-user sign-in, the shared one otherwise), and an Idempotency-Key on
 // requests other than GET and HEAD. A 2xx answer returns its JSON (null when empty, the text when not
 // JSON); a 401 to a call with per-call credentials wraps
-// harness.ErrNeedsSignIn (the harness refreshes the token once); anything
-// else is a *harness.CallError with the status and the start of the body,
+// connect.ErrNeedsSignIn (the harness refreshes the token once); anything
+// else is a *connect.CallError with the status and the start of the body,
 // which the harness redacts like every error.
 //
 // The document is read once for everyone, so it only ever carries the
@@ -38,7 +38,7 @@
 // says, under package credhttp's rules: nothing crosses to another
 // origin but Accept and User-Agent, and only GET and HEAD are
 // redirected. A path parameter that would leave its segment (see
-// harness.CheckPathArgs) is refused at gate 2 and checked again here.
+// connect.CheckPathArgs) is refused at gate 2 and checked again here.
 //
 // Inlined refs multiply, so a small document can describe a huge schema.
 // Everything is bounded: the document by maxResponseBytes whether fetched
@@ -115,7 +115,7 @@ type Options struct {
 	// Shared gives the credential the document request carries, when
 	// docAuth lets credentials go with it, for an entry with auth; nil
 	// for none. A call's own credential comes from the harness instead
-	// (harness.Credentials, resolved per call for its principal).
+	// (connect.Credentials, resolved per call for its principal).
 	Shared SharedCredentials
 	// SharedOnly says every call uses the shared sign-in (auth without
 	// perUser): until someone signs in, the connection needs a sign-in,

@@ -20,7 +20,7 @@ type Redactor interface {
 // SharedCredentials gives a connection's discovery-scoped credential:
 // that of its shared OAuth sign-in, never a user's own (the document is
 // loaded once for everyone). ok is false when the connection has no
-// sign-in; an error wrapping harness.ErrNeedsSignIn says nobody signed in
+// sign-in; an error wrapping connect.ErrNeedsSignIn says nobody signed in
 // for everyone yet. The OAuth sign-in service is one.
 type SharedCredentials interface {
 	SharedHeaders(ctx context.Context, connection string) (headers map[string]string, ok bool, err error)

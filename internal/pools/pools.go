@@ -6,7 +6,7 @@
 // lease with a token so that a holder whose lease was reclaimed is refused.
 //
 // Provider (provider.go) puts a connection behind every lease: it is the
-// harness.Leaser of a pooled connection, provisioning a fresh connection
+// connect.Leaser of a pooled connection, provisioning a fresh connection
 // per lease (cmd/server gives it a function that starts a new MCP server)
 // with setup values checked against the pool's setup schema, fencing every
 // call with the lease's token, and closing the connection when the lease

@@ -42,7 +42,7 @@ type ProviderOptions struct {
 	RefreshEvery time.Duration
 }
 
-// Provider is the harness.Leaser of one pooled connection. Registered as
+// Provider is the connect.Leaser of one pooled connection. Registered as
 // the connection's provider, its Connect reads the manifest from a probe
 // connection (provisioned with the default setup and closed again) and
 // returns the pool's face, which refuses calls: calls go through leases.

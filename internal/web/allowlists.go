@@ -28,7 +28,7 @@ type grantRow struct {
 	Setup   string
 	Secrets string
 	// Errors holds the messages for each field of the row ("conn", "ops",
-	// "events", "setup", "secrets"), as harness.ParseAllowlist words them.
+	// "events", "setup", "secrets"), as gates.ParseAllowlist words them.
 	Errors map[string][]string
 }
 
@@ -107,7 +107,7 @@ func formRows(c echo.Context) []grantRow {
 }
 
 // parseForm turns the rows into the allowlist body the API takes and
-// validates it with harness.ParseAllowlist, so the messages are the API's.
+// validates it with gates.ParseAllowlist, so the messages are the API's.
 // Problems the form itself can have (a line without ':' in setup, a
 // connection named twice) are reported on their fields too.
 func parseForm(name string, rows []grantRow) (*gates.Allowlist, *allowlistForm) {

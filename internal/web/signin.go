@@ -159,7 +159,7 @@ func (h *handler) signInFailed(c echo.Context, connection string, err error) err
 
 // signInPanel is what the connection page shows about its sign-in.
 type signInPanel struct {
-	Kind      string // harness.SignInShared or SignInPerUser
+	Kind      string // registry.SignInShared or SignInPerUser
 	Principal string // whom this session would sign in for ("" when it may not)
 	Account   *oauth.Account
 	Start     string

@@ -29,8 +29,8 @@
 // open streams the server shares with the API (package eventstream).
 //
 // The UI changes nothing itself: allowlists are parsed with
-// harness.ParseAllowlist and saved through harness.Allowlists, decisions
-// go through harness.Approvals.Decide, cancel and resume through
+// gates.ParseAllowlist and saved through gates.Allowlists, decisions
+// go through gates.Approvals.Decide, cancel and resume through
 // harness.Executions, redelivery through triggers.Service — the same
 // calls, and so the same validation messages, as the JSON API. Values
 // shown come from the harness already redacted; the UI shows no secret,
@@ -187,7 +187,7 @@ func Mount(e *echo.Echo, o Options) error {
 	e.POST("/admin/allowlists/:name/delete", need(authz.Admin, h.deleteAllowlist))
 	// Approvals: each person sees those their own runs asked for and
 	// those they may decide (all of them with read); deciding is checked
-	// by harness.Approvals.DecideAs.
+	// by gates.Approvals.DecideAs.
 	e.GET("/admin/approvals", anyone(h.approvals))
 	e.GET("/admin/approvals/pending", anyone(h.pendingFragment))
 	e.GET("/admin/approvals/stream", anyone(h.approvalsStream))

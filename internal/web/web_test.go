@@ -299,7 +299,7 @@ func TestAllowlistEdit(t *testing.T) {
 	if p.status != http.StatusUnprocessableEntity {
 		t.Fatalf("status %d", p.status)
 	}
-	// The messages are the API's: those of harness.ParseAllowlist on the
+	// The messages are the API's: those of gates.ParseAllowlist on the
 	// same body.
 	_, err := gates.ParseAllowlist("ops", []byte(`{"connections":{"mem":{"ops":["echo","ui.["],"secrets":{"pw":"nodot"}},"ghost host":{"ops":["x"]}}}`))
 	want := map[string]string{}

@@ -228,3 +228,10 @@ type ProviderFunc func(ctx context.Context) (Conn, error)
 
 // Connect calls f.
 func (f ProviderFunc) Connect(ctx context.Context) (Conn, error) { return f(ctx) }
+
+// ResourceReader is implemented by a Conn that can read a resource by
+// URI, for bindings whose reads name a resource. headers are the
+// principal's credentials, as CallRequest.Headers.
+type ResourceReader interface {
+	ReadResource(ctx context.Context, uri string, headers map[string]string) (any, error)
+}
