@@ -1,0 +1,129 @@
+package harness_test
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/patchbay-dev/patchbay/internal/"
+
+// layers are the engine's packages, top to bottom: each may import only
+// packages below it, so no part can reach back into the engine or into a
+// part above it (README, Development: the layout).
+var layers = []string{
+	"harness",
+	"harness/agent",
+	"harness/gates",
+	"harness/document",
+	"harness/registry",
+	"harness/refs",
+	"harness/secrets",
+	"harness/connect/connecttest",
+	"harness/connect",
+	"harness/fault",
+}
+
+// providers implement connections; of the engine they may use only the
+// contract, the error codes and the secret stores.
+var (
+	providers    = []string{"mcp", "openapi", "drive", "githubapp", "pools"}
+	providerMay  = []string{"harness/connect", "harness/fault", "harness/secrets"}
+	internalRoot = filepath.Join("..")
+)
+
+// imports lists the internal packages the non-test files of dir import,
+// as paths below internal/.
+func imports(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(internalRoot, dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("package %s has no Go files", dir)
+	}
+	var out []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range file.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if rest, ok := strings.CutPrefix(p, module); ok && !slices.Contains(out, rest) {
+				out = append(out, rest)
+			}
+		}
+	}
+	return out
+}
+
+func TestImportsPointDown(t *testing.T) {
+	for i, pkg := range layers {
+		for _, imp := range imports(t, pkg) {
+			j := slices.Index(layers, imp)
+			if strings.HasPrefix(imp, "harness") && j < 0 {
+				t.Errorf("%s imports %s, which has no place in the layers", pkg, imp)
+			}
+			if j >= 0 && j <= i {
+				t.Errorf("%s imports %s, which is not below it", pkg, imp)
+			}
+		}
+	}
+}
+
+func TestEveryEnginePackageHasALayer(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || d.Name() == "testdata" {
+			return err
+		}
+		if gos, _ := filepath.Glob(filepath.Join(path, "*.go")); len(gos) == 0 {
+			return nil
+		}
+		if pkg := filepath.ToSlash(filepath.Join("harness", path)); !slices.Contains(layers, pkg) {
+			t.Errorf("package %s has no place in the layers", pkg)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProvidersUseOnlyTheContract(t *testing.T) {
+	for _, pkg := range providers {
+		for _, imp := range imports(t, pkg) {
+			if strings.HasPrefix(imp, "harness") && !slices.Contains(providerMay, imp) {
+				t.Errorf("provider %s imports %s; of the engine it may use only %v", pkg, imp, providerMay)
+			}
+		}
+	}
+}
+
+// Only the engine itself knows the Redis keys of executions.
+func TestOnlyTheEngineKnowsExecutionKeys(t *testing.T) {
+	for _, pkg := range layers[1:] {
+		files, _ := filepath.Glob(filepath.Join(internalRoot, pkg, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(src), "{exec:") {
+				t.Errorf("%s names an execution's Redis key", f)
+			}
+		}
+	}
+}
