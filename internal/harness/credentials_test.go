@@ -96,7 +96,7 @@ func TestCallsCarryTheirPrincipalsCredentials(t *testing.T) {
 		}
 
 		ex := b.run(t, "carol")
-		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.KindSteeringDenied || ex.Error.Gate != fault.GateSecrets {
+		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.SteeringDenied || ex.Error.Gate != fault.GateSecrets {
 			t.Fatalf("carol without a sign-in: %s %+v, want steering_denied at gate 6", ex.Status, ex.Error)
 		}
 		if len(b.mem.Calls()) != 3 {

@@ -187,7 +187,7 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 	}
 	r.e.leaseWaited(h.Pool, time.Since(asked))
 	if errors.Is(err, connect.ErrLeaseTimeout) {
-		return nil, &stepError{step: step, code: fault.KindLeaseTimeout, err: fmt.Errorf("pool %s: %w", h.Pool, err)}
+		return nil, &stepError{step: step, code: fault.LeaseTimeout, err: fmt.Errorf("pool %s: %w", h.Pool, err)}
 	}
 	if err != nil {
 		// Wrapped, not flattened: a path whose lease was cut short because a

@@ -83,7 +83,7 @@ func (r *run) lookLayer(ctx context.Context, n *document.Node) (*agent.LookLayer
 	for _, name := range names {
 		conn, grant, as, err := r.lookConn(ctx, name)
 		if err != nil {
-			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
+			return nil, &stepError{step: n.ID, code: fault.ConnectionUnavailable, err: err}
 		}
 		lc := agent.LookConn{Name: name}
 		reads := document.ReadsOf(conn)
@@ -130,7 +130,7 @@ func (r *run) look(ctx context.Context, f *frame, n *document.Node, round int, l
 	if len(due) == 0 {
 		return "", nil
 	}
-	ln := &document.Node{Kind: agent.KindLook, ID: fmt.Sprintf("%s/round:%d/look", n.ID, round)}
+	ln := &document.Node{Kind: agent.EntryLook, ID: fmt.Sprintf("%s/round:%d/look", n.ID, round)}
 	key := ln.ID + f.suffix
 	if out, err, ok := r.replayed(key, ln); ok {
 		if err != nil {
@@ -215,7 +215,7 @@ func (r *run) lookCall(ctx context.Context, f *frame, n *document.Node, round in
 		return agent.ModelToolResult{}, false, nil
 	}
 	res := agent.ModelToolResult{CallID: call.ID}
-	tn := &document.Node{Kind: agent.KindLook, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID), Connection: conn, Op: document.LookOp}
+	tn := &document.Node{Kind: agent.EntryLook, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID), Connection: conn, Op: document.LookOp}
 	key := tn.ID + f.suffix
 	if out, err, ok := r.replayed(key, tn); ok {
 		if err != nil {

@@ -156,10 +156,10 @@ func (r *run) model(ctx context.Context, f *frame, n *document.Node) (any, error
 func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error) {
 	spec := n.Model
 	if r.e.models == nil {
-		return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: errors.New("this deployment has no model providers")}
+		return nil, &stepError{step: n.ID, code: fault.StepFailed, err: errors.New("this deployment has no model providers")}
 	}
 	if err := r.e.models.Check(spec.Ref); err != nil {
-		return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: err}
+		return nil, &stepError{step: n.ID, code: fault.StepFailed, err: err}
 	}
 	input, err := r.modelInput(ctx, f, spec)
 	if err != nil {
@@ -214,7 +214,7 @@ func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error)
 				return out, nil
 			}
 			if corrections == document.OutputRetries {
-				return nil, &stepError{step: n.ID, code: document.KindOutputInvalid, err: fmt.Errorf("round %d: %w (after %d corrective round)", round, err, document.OutputRetries)}
+				return nil, &stepError{step: n.ID, code: fault.OutputInvalid, err: fmt.Errorf("round %d: %w (after %d corrective round)", round, err, document.OutputRetries)}
 			}
 			// One more round, derived from the recorded answer, so a
 			// resumed run asks (or replays) exactly the same.
@@ -228,13 +228,13 @@ func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error)
 				if spec.Output != nil {
 					out, err := spec.Output.Parse(resp.Text)
 					if err != nil {
-						return nil, &stepError{step: n.ID, code: document.KindOutputInvalid, err: fmt.Errorf("stopped at maxRounds %d while the model still called tools: %w", limit, err)}
+						return nil, &stepError{step: n.ID, code: fault.OutputInvalid, err: fmt.Errorf("stopped at maxRounds %d while the model still called tools: %w", limit, err)}
 					}
 					return out, nil
 				}
 				return resp.Text, nil
 			}
-			return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("the model still calls tools after %d rounds; set until {\"maxRounds\": n} to stop earlier on purpose", limit)}
+			return nil, &stepError{step: n.ID, code: fault.StepFailed, err: fmt.Errorf("the model still calls tools after %d rounds; set until {\"maxRounds\": n} to stop earlier on purpose", limit)}
 		}
 		results := make([]agent.ModelToolResult, 0, len(resp.ToolCalls))
 		for _, call := range resp.ToolCalls {
@@ -289,7 +289,7 @@ func (r *run) modelInput(ctx context.Context, f *frame, spec *document.ModelSpec
 
 // round runs (or replays) one round of the model.
 func (r *run) round(ctx context.Context, f *frame, n *document.Node, round int, req agent.ModelRequest) (*agent.ModelResponse, error) {
-	rn := &document.Node{Kind: agent.KindRound, ID: fmt.Sprintf("%s/round:%d", n.ID, round), Op: n.Model.Ref}
+	rn := &document.Node{Kind: agent.EntryRound, ID: fmt.Sprintf("%s/round:%d", n.ID, round), Op: n.Model.Ref}
 	key := rn.ID + f.suffix
 	if out, err, ok := r.replayed(key, rn); ok {
 		if err != nil {
@@ -342,7 +342,7 @@ func (r *run) countTokens(spec *document.ModelSpec, u agent.ModelUsage) {
 // approvals included. A refusal or failure goes back to the model as an
 // error result; only waiting, fencing and storage failures stop the turn.
 func (r *run) toolCall(ctx context.Context, f *frame, n *document.Node, round int, ts *agent.ToolSet, call agent.ModelToolCall) (agent.ModelToolResult, error) {
-	tn := &document.Node{Kind: agent.KindTool, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID)}
+	tn := &document.Node{Kind: agent.EntryTool, ID: fmt.Sprintf("%s/round:%d/tool:%s", n.ID, round, call.ID)}
 	res := agent.ModelToolResult{CallID: call.ID}
 	var args map[string]any
 	if len(call.Args) > 0 && json.Unmarshal(call.Args, &args) != nil {
@@ -426,7 +426,7 @@ func (r *run) toolSet(ctx context.Context, n *document.Node) (*agent.ToolSet, er
 				err = fmt.Errorf("pool %s is %s: %w", pool, st, connect.ErrUnavailable)
 			}
 			if err != nil {
-				return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
+				return nil, &stepError{step: n.ID, code: fault.ConnectionUnavailable, err: err}
 			}
 			turn = append(turn, agent.SourceOf(r.doc, name, agent.GrantedOps(al, trusted, pool, nil, conn.Manifest().Operations)))
 			continue
@@ -437,7 +437,7 @@ func (r *run) toolSet(ctx context.Context, n *document.Node) (*agent.ToolSet, er
 		}
 		conn, err := r.conn(ctx, name)
 		if err != nil {
-			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
+			return nil, &stepError{step: n.ID, code: fault.ConnectionUnavailable, err: err}
 		}
 		var as *document.AttachSpec
 		if isAttached {
@@ -451,7 +451,7 @@ func (r *run) toolSet(ctx context.Context, n *document.Node) (*agent.ToolSet, er
 		}
 		conn, err := r.attach(ctx, *p.Attach)
 		if err != nil {
-			return nil, &stepError{step: n.ID, code: fault.KindConnectionUnavailable, err: err}
+			return nil, &stepError{step: n.ID, code: fault.ConnectionUnavailable, err: err}
 		}
 		turn = append(turn, agent.ToolSource{Name: p.Connection, Step: true, Ops: agent.GrantedOps(al, trusted, p.Connection, p.Attach, conn.Manifest().Operations)})
 	}
@@ -481,7 +481,7 @@ func (r *run) grants(ctx context.Context) (*gates.Allowlist, bool, error) {
 func (r *run) listOps(p *agent.CallPair, res agent.ModelToolResult, args map[string]any) agent.ModelToolResult {
 	page, err := p.List(args)
 	if err != nil {
-		res.IsError, res.Content = true, fault.KindSteeringDenied+": "+err.Error()
+		res.IsError, res.Content = true, fault.SteeringDenied+": "+err.Error()
 		return res
 	}
 	res.Content = r.toolContent(page)
@@ -492,7 +492,7 @@ func toolErrorText(err error) string {
 	var se *stepError
 	if errors.As(err, &se) {
 		msg := se.err.Error()
-		if se.code == fault.KindSteeringDenied {
+		if se.code == fault.SteeringDenied {
 			return "steering_denied: " + msg
 		}
 		return se.code + ": " + msg

@@ -10,7 +10,6 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
-	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
@@ -78,7 +77,7 @@ func TestModelStructuredOutput(t *testing.T) {
 				}
 			}
 			if tt.want == "" {
-				if ex.Status != harness.ExecFailed || ex.Error.Code != document.KindOutputInvalid || !strings.Contains(ex.Error.Message, tt.wantErr) {
+				if ex.Status != harness.ExecFailed || ex.Error.Code != fault.OutputInvalid || !strings.Contains(ex.Error.Message, tt.wantErr) {
 					t.Fatalf("execution %s %+v, want output_invalid naming %q", ex.Status, ex.Error, tt.wantErr)
 				}
 				t.Logf("failure: %s", ex.Error.Message)

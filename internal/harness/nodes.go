@@ -117,7 +117,7 @@ func (r *run) parallel(ctx context.Context, f *frame, n *document.Node) (any, er
 		}
 		merged, err := n.Merge.Eval(sc)
 		if err != nil {
-			return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: err}
+			return nil, &stepError{step: n.ID, code: fault.StepFailed, err: err}
 		}
 		out = merged
 	}
@@ -224,7 +224,7 @@ func (r *run) verify(ctx context.Context, f *frame, n *document.Node) (any, erro
 			if err == nil {
 				err = errors.New(reason)
 			}
-			return nil, r.fail(ctx, key, n, &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("verify timed out after %s: %w", n.Timeout, err)})
+			return nil, r.fail(ctx, key, n, &stepError{step: n.ID, code: fault.StepFailed, err: fmt.Errorf("verify timed out after %s: %w", n.Timeout, err)})
 		}
 		sleep(ctx, n.Every)
 	}

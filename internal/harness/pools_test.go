@@ -302,7 +302,7 @@ func TestPoolFullWaitsThenTimesOut(t *testing.T) {
 			return u.Leased == 1
 		})
 		ex := b.run(t, `{"version":1,"connections":{"browsers":{}},"root":{"kind":"call","id":"w","connection":"browsers","op":"whoami"}}`)
-		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.KindLeaseTimeout || ex.Error.Step != "w" {
+		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.LeaseTimeout || ex.Error.Step != "w" {
 			t.Fatalf("got %s %+v, want failed lease_timeout at w", ex.Status, ex.Error)
 		}
 		waiting := false

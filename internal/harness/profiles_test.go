@@ -167,7 +167,7 @@ func TestTypedStepRuns(t *testing.T) {
 			t.Fatalf("typed post: %s %+v %v", ex.Status, ex.Error, ex.Output)
 		}
 		ex := run(`{"channel":"#broken","text":"hi"}`)
-		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.KindStepFailed || !strings.Contains(ex.Error.Message, "contradicts chat@1.0.0") {
+		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.StepFailed || !strings.Contains(ex.Error.Message, "contradicts chat@1.0.0") {
 			t.Fatalf("contradicting result: %s %+v", ex.Status, ex.Error)
 		}
 		// Computed arguments are checked when the step runs.

@@ -165,7 +165,7 @@ func TestVerifyReadRetriesUntilTheClaimsHold(t *testing.T) {
 		}
 
 		ex = runRead(t, execs, strings.Replace(verifyDoc("web", `{}`, "browser.page.summary", `[{"at":"title","equals":"Never"}]`), `"timeoutMs":3000`, `"timeoutMs":200`, 1))
-		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.KindStepFailed || !strings.Contains(ex.Error.Message, "verify timed out") {
+		if ex.Status != harness.ExecFailed || ex.Error.Code != fault.StepFailed || !strings.Contains(ex.Error.Message, "verify timed out") {
 			t.Fatalf("a claim that never holds: %s %+v", ex.Status, ex.Error)
 		}
 	})

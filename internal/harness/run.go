@@ -186,7 +186,7 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	switch {
 	case errors.Is(runErr, errCancelled):
 		r.rec.Status, r.rec.Output = ExecCancelled, nil
-		r.rec.Error = &ExecError{Code: fault.KindCancelled, Message: "cancelled on request"}
+		r.rec.Error = &ExecError{Code: fault.Cancelled, Message: "cancelled on request"}
 	case runErr != nil:
 		r.rec.Status, r.rec.Output, r.rec.Error = ExecFailed, nil, asExecError(runErr)
 		r.rec.Error.Message = r.e.redactor.String(r.rec.Error.Message)
@@ -237,7 +237,7 @@ func (r *run) node(ctx context.Context, f *frame, n *document.Node) (any, error)
 	case document.KindModel:
 		out, err = r.model(ctx, f, n)
 	default:
-		err = &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
+		err = &stepError{step: n.ID, code: fault.StepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
 	}
 	if err != nil {
 		return nil, err
@@ -419,7 +419,7 @@ func asStepError(step string, err error) *stepError {
 	}
 	var d *fault.Denied
 	if errors.As(err, &d) {
-		return &stepError{step: step, code: fault.KindSteeringDenied, gate: d.Gate, err: err}
+		return &stepError{step: step, code: fault.SteeringDenied, gate: d.Gate, err: err}
 	}
 	return &stepError{step: step, code: callErrorKind(err), err: err}
 }
@@ -433,19 +433,19 @@ func asExecError(err error) *ExecError {
 	if errors.As(err, &ve) {
 		return &ExecError{Code: string(ve.Code()), Message: ve.Error()}
 	}
-	return &ExecError{Code: fault.KindStepFailed, Message: err.Error()}
+	return &ExecError{Code: fault.StepFailed, Message: err.Error()}
 }
 
 func callErrorKind(err error) string {
 	switch {
 	case errors.Is(err, connect.ErrUnavailable):
-		return fault.KindConnectionUnavailable
+		return fault.ConnectionUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
-		return fault.KindTimeout
+		return fault.Timeout
 	case errors.Is(err, context.Canceled):
-		return fault.KindCancelled
+		return fault.Cancelled
 	}
-	return fault.KindStepFailed
+	return fault.StepFailed
 }
 
 func outcome(err error) string {

@@ -416,7 +416,7 @@ func (r *run) threadEvent(ctx context.Context, f *frame, n *document.Node, key s
 		}
 		ok, err := r.matches(f, n, ev)
 		if err != nil {
-			return nil, false, &stepError{step: n.ID, code: fault.KindStepFailed, err: err}
+			return nil, false, &stepError{step: n.ID, code: fault.StepFailed, err: err}
 		}
 		if !ok {
 			continue

@@ -164,7 +164,7 @@ func (r *run) listen(ctx context.Context, f *frame, n *document.Node, key, curso
 		case !over || (int64(len(msgs)) == args.Count && !late):
 			continue // more to read before judging
 		case left <= 0:
-			return nil, &stepError{step: n.ID, code: fault.KindStepFailed, err: fmt.Errorf("no %s event of %s arrived within %s", n.Event, n.Connection, n.Timeout)}
+			return nil, &stepError{step: n.ID, code: fault.StepFailed, err: fmt.Errorf("no %s event of %s arrived within %s", n.Event, n.Connection, n.Timeout)}
 		}
 		return nil, errParked
 	}
@@ -180,7 +180,7 @@ func (r *run) event(f *frame, n *document.Node, m redis.XMessage) (any, bool, er
 	}
 	ok, err := r.matches(f, n, ev)
 	if err != nil {
-		return nil, false, &stepError{step: n.ID, code: fault.KindStepFailed, err: err}
+		return nil, false, &stepError{step: n.ID, code: fault.StepFailed, err: err}
 	}
 	if !ok {
 		return nil, false, nil

@@ -43,7 +43,7 @@ const (
 	OpsPageBytes = 24 << 10
 )
 
-// sourceOf is the tool source of the document's connection name, offering
+// SourceOf is the tool source of the document's connection name, offering
 // ops, with the exposure its entry sets.
 func SourceOf(d *document.Document, name string, ops []connect.Operation) ToolSource {
 	ex := d.Expose[name]
@@ -83,7 +83,7 @@ func splitExposure(turn []ToolSource) (own, called []ToolSource) {
 	return own, called
 }
 
-// callPair is the _ops and _call tools of a turn's called operations.
+// CallPair is the _ops and _call tools of a turn's called operations.
 type CallPair struct {
 	Ops, Call string
 	// Shared: several connections' pair, whose tools take "target".
@@ -250,7 +250,7 @@ type opsPage struct {
 	Next       *int      `json:"next,omitempty"` // the offset of the next page
 }
 
-// list answers an _ops call. A bad argument is an error the model reads.
+// List answers an _ops call. A bad argument is an error the model reads.
 func (p *CallPair) List(args map[string]any) (*opsPage, error) {
 	for k := range args {
 		if k != "query" && k != "offset" && (k != targetArg || !p.Shared) {
@@ -317,7 +317,7 @@ func matchesQuery(e opEntry, query string) bool {
 	return true
 }
 
-// resolve maps a _call call to the connection, operation and arguments it
+// Resolve maps a _call call to the connection, operation and arguments it
 // runs; an operation the pair does not offer is refused at gate 1.
 func (p *CallPair) Resolve(ts *ToolSet, args map[string]any) (conn, op string, rest map[string]any, err error) {
 	for k := range args {

@@ -13,8 +13,8 @@ import (
 // EventLook is one read shown to a model.
 const EventLook = "look"
 
-// kindLook marks the ledger entry of a round's context layer.
-const KindLook = "look"
+// EntryLook marks the ledger entry of a round's context layer.
+const EntryLook = "look"
 
 // Look forms: how a read was shown.
 const (
@@ -24,7 +24,7 @@ const (
 	LookFailed    = "failed"
 )
 
-// maxDiffLines bounds the changed lines a diff compares (its LCS table is
+// MaxDiffLines bounds the changed lines a diff compares (its LCS table is
 // their product: 4 MB at most); a read changed more is shown whole.
 const MaxDiffLines = 1000
 
@@ -36,32 +36,32 @@ type LookObserver interface {
 	LookTokens(read, form string, tokens int)
 }
 
-// estimateTokens is a text's size in tokens, estimated as bytes/4.
+// EstimateTokens is a text's size in tokens, estimated as bytes/4.
 func EstimateTokens(s string) int { return (len(s) + 3) / 4 }
 
-// lookRead is one read of a layer and when it is taken.
+// LookRead is one read of a layer and when it is taken.
 type LookRead struct {
 	Name   string
 	Timing string
 }
 
-// lookConn is one connection of a layer.
+// LookConn is one connection of a layer.
 type LookConn struct {
 	Name  string
 	Reads []LookRead
 }
 
-// lookLayer is the context layer of one model turn.
+// LookLayer is the context layer of one model turn.
 type LookLayer struct {
 	Conns []LookConn
-	// shown is the whole render of each read the model last saw, by
+	// Shown is the whole render of each read the model last saw, by
 	// "<connection>\x00<read>".
 	Shown map[string]string
-	// ask maps each "<connection>_look" tool to its connection.
+	// Ask maps each "<connection>_look" tool to its connection.
 	Ask map[string]string
 }
 
-// lookShown is one read as a layer entry or a _look answer records it.
+// LookShown is one read as a layer entry or a _look answer records it.
 type LookShown struct {
 	Connection string `json:"connection"`
 	Read       string `json:"read"`
@@ -72,13 +72,13 @@ type LookShown struct {
 	Render string `json:"render,omitempty"`
 }
 
-// lookRecord is the output of a look ledger entry.
+// LookRecord is the output of a look ledger entry.
 type LookRecord struct {
 	Text  string      `json:"text"`
 	Reads []LookShown `json:"reads"`
 }
 
-// addLookTools offers "<connection>_look" for each connection of the layer
+// AddLookTools offers "<connection>_look" for each connection of the layer
 // with reads the model asks for. A name a tool already has is a
 // collision, as between connections.
 func (l *LookLayer) AddLookTools(ts *ToolSet) error {
@@ -109,7 +109,7 @@ func (l *LookLayer) AddLookTools(ts *ToolSet) error {
 	return nil
 }
 
-// due lists, per connection, the reads to take before round: turn reads
+// Due lists, per connection, the reads to take before round: turn reads
 // always; effect reads before the first round and after a round with an
 // effect on the connection.
 func (l *LookLayer) Due(round int, effected map[string]bool) map[string][]string {
@@ -124,7 +124,7 @@ func (l *LookLayer) Due(round int, effected map[string]bool) map[string][]string
 	return out
 }
 
-// show is how a read's render is shown given what the model last saw of
+// Show is how a read's render is shown given what the model last saw of
 // it, and remembers it as last seen.
 func (l *LookLayer) Show(conn, read, render string, full bool) (form, text string) {
 	key := conn + "\x00" + read
@@ -142,7 +142,7 @@ func (l *LookLayer) Show(conn, read, render string, full bool) (form, text strin
 	return LookFull, render
 }
 
-// remember replays recorded reads into what the model last saw.
+// Remember replays recorded reads into what the model last saw.
 func (l *LookLayer) Remember(reads []LookShown) {
 	for _, s := range reads {
 		if s.Form != LookFailed {
@@ -151,7 +151,7 @@ func (l *LookLayer) Remember(reads []LookShown) {
 	}
 }
 
-// lookHeader is the line above a read in what the model is shown.
+// LookHeader is the line above a read in what the model is shown.
 func LookHeader(conn, read, form string) string {
 	switch form {
 	case LookDiff:
@@ -164,7 +164,7 @@ func LookHeader(conn, read, form string) string {
 	return "[" + conn + " " + read + "]"
 }
 
-// asks reports whether read is one of conn's reads the model asks for.
+// Asks reports whether read is one of conn's reads the model asks for.
 func (l *LookLayer) Asks(conn, read string) bool {
 	for _, c := range l.Conns {
 		if c.Name != conn {
@@ -181,7 +181,7 @@ func (l *LookLayer) Asks(conn, read string) bool {
 
 func DecodeLook(out any) (*LookRecord, error) { return decodeLedger[LookRecord]("look", out) }
 
-// lineDiff lists the lines removed from a ("- ") and added in b ("+ "),
+// LineDiff lists the lines removed from a ("- ") and added in b ("+ "),
 // in order: the lines both start and end with are skipped, and the rest
 // compared by a longest common subsequence. ok is false when what is left
 // to compare has more than maxDiffLines lines on either side.

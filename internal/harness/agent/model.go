@@ -23,11 +23,11 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
-// kindTool marks the ledger entry of one tool call a model made, and
-// kindRound the entry of one model round.
+// EntryTool marks the ledger entry of one tool call a model made, and
+// EntryRound the entry of one model round.
 const (
-	KindTool  = "tool"
-	KindRound = "model.round"
+	EntryTool  = "tool"
+	EntryRound = "model.round"
 )
 
 // Model turn limits at run time.
@@ -144,7 +144,7 @@ type ModelDelta struct {
 	ArgsFragment  string
 }
 
-// checkPick reports what a pick asks for beyond the allowlist: each ops
+// CheckPick reports what a pick asks for beyond the allowlist: each ops
 // glob must lie inside a granted one.
 func CheckPick(doc *document.Document, al *gates.Allowlist, pick document.ToolPick) []fault.FieldError {
 	var problems []fault.FieldError
@@ -226,7 +226,7 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// grantedOps cuts ops to what the allowlist grants on a connection (spec:
+// GrantedOps cuts ops to what the allowlist grants on a connection (spec:
 // a server the document or a node attaches).
 func GrantedOps(al *gates.Allowlist, trusted bool, name string, spec *document.AttachSpec, ops []connect.Operation) []connect.Operation {
 	if trusted {
@@ -258,11 +258,11 @@ func GrantedOps(al *gates.Allowlist, trusted bool, name string, spec *document.A
 	return out
 }
 
-// forcesCall reports whether a tool choice makes the model call a tool
+// ForcesCall reports whether a tool choice makes the model call a tool
 // ("required", its synonym "any", or a tool's name).
 func ForcesCall(choice string) bool { return choice != "" && choice != "auto" && choice != "none" }
 
-// roundOutput is what the ledger keeps of a round: the response with its
+// RoundOutput is what the ledger keeps of a round: the response with its
 // tool calls, and its token use.
 func RoundOutput(model string, resp *ModelResponse) any {
 	data, err := json.Marshal(resp)
@@ -330,7 +330,7 @@ func (d *deltaStream) Flush() {
 	d.last = time.Now()
 }
 
-// boundForModel cuts text the model is given (a tool result, a read) to
+// BoundForModel cuts text the model is given (a tool result, a read) to
 // maxToolResult, saying how long it was.
 func BoundForModel(s string) string {
 	if len(s) > maxToolResult {

@@ -14,7 +14,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
-// toolSource is one connection whose operations a model turn may be
+// ToolSource is one connection whose operations a model turn may be
 // offered, with its operations already cut to what the allowlist grants.
 type ToolSource struct {
 	Name string
@@ -43,7 +43,7 @@ type modelTool struct {
 	Lists bool
 }
 
-// toolSet is the tools of one model turn, by the names the model calls.
+// ToolSet is the tools of one model turn, by the names the model calls.
 type ToolSet struct {
 	Tools  []*modelTool
 	ByName map[string]*modelTool
@@ -52,7 +52,7 @@ type ToolSet struct {
 // targetArg is the argument a merged tool takes to name its connection.
 const targetArg = "target"
 
-// buildToolSet names every operation of the turn's connections and keeps
+// BuildToolSet names every operation of the turn's connections and keeps
 // those the node is offered: without picks, every connection the document
 // has (never one a step attaches); with picks, what they name.
 //
@@ -176,7 +176,7 @@ func (ts *ToolSet) Add(t *modelTool) {
 	ts.ByName[t.Name] = t
 }
 
-// list is the tools as the model is given them.
+// List is the tools as the model is given them.
 func (ts *ToolSet) List() []ModelTool {
 	out := make([]ModelTool, len(ts.Tools))
 	for i, t := range ts.Tools {
@@ -185,7 +185,7 @@ func (ts *ToolSet) List() []ModelTool {
 	return out
 }
 
-// checkChoice reports a toolChoice that names no tool of the set.
+// CheckChoice reports a toolChoice that names no tool of the set.
 func (ts *ToolSet) CheckChoice(choice string) error {
 	switch choice {
 	case "", "auto", "none", "required", "any":
@@ -201,7 +201,7 @@ func (ts *ToolSet) CheckChoice(choice string) error {
 	return &fault.Error{Code: document.CodeUnknownToolChoice, Message: fmt.Sprintf("toolChoice %q names no tool of this turn (tools: %s)", choice, strings.Join(names, ", "))}
 }
 
-// resolve maps a model's tool call to the connection and operation it
+// Resolve maps a model's tool call to the connection and operation it
 // runs, with the arguments the operation takes. A call to a target the
 // tool does not reach is refused at gate 1, before anything else.
 func (ts *ToolSet) Resolve(name string, args map[string]any) (conn, op string, rest map[string]any, err error) {

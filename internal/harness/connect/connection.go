@@ -165,7 +165,7 @@ func Excerpt(s string, n int) string {
 	return CutOnRune(s, n) + "…"
 }
 
-// cutOnRune is s cut to at most n bytes without splitting a rune.
+// CutOnRune is s cut to at most n bytes without splitting a rune.
 func CutOnRune(s string, n int) string {
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--

@@ -22,7 +22,7 @@ func ToolIDs(connection string, ops []string) map[string]string {
 	return ToolIDsWith(connection+"_", ops, nil)
 }
 
-// toolIDsWith names ops as prefix+op, avoiding the names already taken.
+// ToolIDsWith names ops as prefix+op, avoiding the names already taken.
 func ToolIDsWith(prefix string, ops []string, taken map[string]bool) map[string]string {
 	ids := make(map[string]string, len(ops))
 	if taken == nil {
@@ -53,7 +53,7 @@ func ToolIDsWith(prefix string, ops []string, taken map[string]bool) map[string]
 	return ids
 }
 
-// reduceToolID replaces characters outside [A-Za-z0-9_-] with '_' and cuts
+// ReduceToolID replaces characters outside [A-Za-z0-9_-] with '_' and cuts
 // the result to MaxToolIDLen bytes.
 func ReduceToolID(s string) string {
 	b := make([]byte, 0, min(len(s), MaxToolIDLen))

@@ -86,7 +86,7 @@ type Node struct {
 	Timeout time.Duration
 	Every   time.Duration
 
-	// model (see model.go)
+	// Model (see model.go)
 	Model *ModelSpec
 
 	// Profile and ProfileOp type a call to an operation of the profile
@@ -102,7 +102,7 @@ type secretUse struct {
 	Path  string // JSON Pointer in the document
 }
 
-// walk calls fn for every node, depth first, in document order.
+// Walk calls fn for every node, depth first, in document order.
 func (d *Document) Walk(fn func(*Node)) {
 	var visit func(*Node)
 	visit = func(n *Node) {

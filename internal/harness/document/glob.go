@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// matchOp matches an operation name against operation globs. Names may
+// MatchOp matches an operation name against operation globs. Names may
 // hold '/' (OpenAPI operationIds such as issues/list-for-repo), which
 // path.Match's '*' does not cross; in an operation name '/' is an ordinary
 // character, so a deny or grant of "*" covers every operation and

@@ -150,7 +150,7 @@ func (v *inputOnly) Visit(n *ast.Node) {
 	}
 }
 
-// resolveSetups evaluates the setup expressions of doc's handles against
+// ResolveSetups evaluates the setup expressions of doc's handles against
 // input, in place, and checks the values against each pool's setup schema.
 // It runs at submit (so the allowlist judges the values a run will use)
 // and again in each run (the same input gives the same values).
@@ -225,7 +225,7 @@ func (p *parser) handleTarget(n *Node, path string) bool {
 	return true
 }
 
-// setupText is a setup value as patterns see it.
+// SetupText is a setup value as patterns see it.
 func SetupText(v any) string {
 	if s, ok := v.(string); ok {
 		return s

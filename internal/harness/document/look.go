@@ -5,7 +5,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
-// lookOp is the Op of "<connection>_look" tools, which no connection has.
+// LookOp is the Op of "<connection>_look" tools, which no connection has.
 const LookOp = "$look"
 
 // parseLook parses a manifest entry's {"look": {"<read>": timing}}: each

@@ -86,7 +86,7 @@ type AttachSpec struct {
 	Env     map[string]string `json:"env,omitempty"`     // variable → secret name
 }
 
-// secrets lists the secret names the spec uses.
+// Secrets lists the secret names the spec uses.
 func (a AttachSpec) Secrets() []string {
 	var out []string
 	for _, m := range []map[string]string{a.Headers, a.Env} {

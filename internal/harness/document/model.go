@@ -19,7 +19,7 @@ const KindModel = "model"
 
 // Model turn limits.
 const (
-	// defaultModelRounds bounds a turn that runs until the model calls no
+	// DefaultModelRounds bounds a turn that runs until the model calls no
 	// tool: a model that never stops fails there instead of spending for
 	// ever.
 	DefaultModelRounds = 25
@@ -36,7 +36,7 @@ const CodeUnknownToolChoice fault.Code = "UNKNOWN_TOOL_CHOICE"
 // under one tool id (see buildToolSet).
 const CodeToolIDCollision fault.Code = "TOOL_ID_COLLISION"
 
-// modelSpec is a parsed model node.
+// ModelSpec is a parsed model node.
 type ModelSpec struct {
 	Ref          string // "<provider>/<name>"
 	Instructions string
@@ -117,14 +117,10 @@ func (p *parser) model(obj map[string]any, at string) *Node {
 // Structured output limits.
 const (
 	maxOutputSchema = 32 << 10
-	// outputRetries is how many corrective rounds an answer that does not
+	// OutputRetries is how many corrective rounds an answer that does not
 	// match the schema gets before the node fails.
 	OutputRetries = 1
 )
-
-// KindOutputInvalid is the code of a model node whose final answer is not
-// JSON matching its output schema.
-const KindOutputInvalid = "output_invalid"
 
 // output parses {"schema": <JSON Schema>}: the schema must compile, with
 // problems reported at their place inside it.
@@ -228,7 +224,7 @@ func schemaProblems(ve *jsonschema.ValidationError) string {
 	return strings.Join(parts, "; ")
 }
 
-// outputInstruction is appended to a node's instructions when it asks for
+// OutputInstruction is appended to a node's instructions when it asks for
 // structured output.
 func OutputInstruction(instructions string, schema json.RawMessage) string {
 	ask := "When you are done (calling no more tools), answer with only a JSON value that matches this JSON Schema: no other text, no code fences.\n" + string(schema)
@@ -397,7 +393,7 @@ func sameSpec(a, b AttachSpec) bool {
 	return string(x) == string(y)
 }
 
-// toolPick is one {"connection": name, "ops"?: [globs]} or {"mcp": …}
+// ToolPick is one {"connection": name, "ops"?: [globs]} or {"mcp": …}
 // entry of a model node's tools.
 type ToolPick struct {
 	Connection string

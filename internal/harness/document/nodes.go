@@ -254,7 +254,7 @@ func btoi(b bool) int {
 	return 0
 }
 
-// holds reports whether the claim is true of subject, with a reason when it
+// Holds reports whether the claim is true of subject, with a reason when it
 // is not.
 func (c claim) Holds(subject any, sc Scope) (bool, string) {
 	v, found := valueAt(subject, c.At)

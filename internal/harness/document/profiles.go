@@ -109,7 +109,7 @@ func (p *parser) checkLiteralArgs(n *Node, path string) {
 	}
 }
 
-// checkProfileArgs is the run-time check of a typed call's arguments
+// CheckProfileArgs is the run-time check of a typed call's arguments
 // (after gates, refs opened, secrets still placeholders).
 func CheckProfileArgs(n *Node, args map[string]any) error {
 	if n.ProfileOp == nil {
@@ -121,7 +121,7 @@ func CheckProfileArgs(n *Node, args map[string]any) error {
 	return nil
 }
 
-// checkProfileResult checks a typed call's result against the profile: a
+// CheckProfileResult checks a typed call's result against the profile: a
 // server that answers otherwise contradicts what it speaks.
 func CheckProfileResult(n *Node, conn string, out any) error {
 	if n.ProfileOp == nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
-// kindRead is a verify's subject when it is a profile read: Connection
+// KindRead is a verify's subject when it is a profile read: Connection
 // and Op (the read's name) say which.
 const KindRead = "read"
 
@@ -66,16 +66,16 @@ func (p *parser) readsFor(name string) (reads map[string]*profiles.Read, known b
 	return reads, true
 }
 
-// readSource is where one read of a connection comes from.
+// ReadSource is where one read of a connection comes from.
 type ReadSource struct {
 	Profile *profiles.Profile
 	Read    *profiles.Read
-	// bound is the binding's way to take it; nil for a declaring server.
+	// Bound is the binding's way to take it; nil for a declaring server.
 	Bound   *profiles.BoundRead
 	Binding string
 }
 
-// readsOf lists, by read name, the reads of every profile conn speaks
+// ReadsOf lists, by read name, the reads of every profile conn speaks
 // with a definition (the first profile wins a name two of them define).
 func ReadsOf(conn *registry.Connection) map[string]ReadSource {
 	b := conn.Binding()

@@ -25,7 +25,7 @@ import (
 // memory and time (see the package doc).
 const maxExprLen = sandbox.MaxSourceBytes
 
-// scope is what an expression sees. Input is typed any so expressions
+// Scope is what an expression sees. Input is typed any so expressions
 // may treat it as whatever the caller sent; type errors surface at run time.
 type Scope struct {
 	Input   any
@@ -35,7 +35,7 @@ type Scope struct {
 	Subject any    // what a verify claim judges
 	Event   any    // the event a wait's filter judges
 
-	// ctx stops an expression in flight when the execution (or its
+	// Ctx stops an expression in flight when the execution (or its
 	// parallel path) is cancelled; nil is context.Background.
 	Ctx context.Context
 }
@@ -64,7 +64,7 @@ func (s Scope) context() context.Context {
 	return s.Ctx
 }
 
-// value is an argument template: literals, objects and arrays of values,
+// Value is an argument template: literals, objects and arrays of values,
 // and compiled expressions, evaluated against a scope when the step runs.
 type Value interface {
 	Eval(s Scope) (any, error)
@@ -119,7 +119,7 @@ func (e *expression) Eval(s Scope) (any, error) {
 	return out, nil
 }
 
-// exprError is an expression that failed at run time.
+// ExprError is an expression that failed at run time.
 type ExprError struct {
 	path string
 	err  error
@@ -171,7 +171,7 @@ func (p *parser) secret(v any, path string) Value {
 	return SecretArg{Name: name}
 }
 
-// secretArg stands where a secret goes in a call's arguments until gate 6
+// SecretArg stands where a secret goes in a call's arguments until gate 6
 // fills it in; it is also how the arguments are shown before then.
 type SecretArg struct{ Name string }
 
@@ -226,7 +226,7 @@ func (r *stepRefs) Visit(n *ast.Node) {
 	}
 }
 
-// jsonValue turns evaluated arguments into what the schema validator reads:
+// JSONValue turns evaluated arguments into what the schema validator reads:
 // plain JSON values, with a secret's place standing as a string.
 func JSONValue(v any) any {
 	data, err := json.Marshal(v)

@@ -6,7 +6,7 @@ import "strings"
 // what a submission allocated.
 var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
-// escape encodes a key for a JSON Pointer (RFC 6901).
+// Escape encodes a key for a JSON Pointer (RFC 6901).
 func Escape(key string) string {
 	if !strings.ContainsAny(key, "~/") {
 		return key

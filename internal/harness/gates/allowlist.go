@@ -129,7 +129,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 	return &Allowlist{Name: name, Connections: body.Connections, MCP: body.MCP}, nil
 }
 
-// mcpGrant returns the grant for an attached server, if the allowlist has
+// MCPGrant returns the grant for an attached server, if the allowlist has
 // one for exactly that URL or command line.
 func (al *Allowlist) MCPGrant(spec document.AttachSpec) (MCPGrant, bool) {
 	if al == nil {
@@ -170,7 +170,7 @@ func (al *Allowlist) allows(conn, op string) bool {
 	return ok && document.MatchOp(g.Ops, op)
 }
 
-// check reports what doc asks for beyond al.
+// Check reports what doc asks for beyond al.
 func (al *Allowlist) Check(doc *document.Document, base string) []fault.FieldError {
 	var problems []fault.FieldError
 	deny := func(p, format string, args ...any) {

@@ -99,14 +99,14 @@ func (a *Approvals) key(id string) string { return a.store.Key("approval", "{"+i
 func (a *Approvals) pendingKey() string   { return a.store.Key("approvals", "pending") }
 func (a *Approvals) allKey() string       { return a.store.Key("approvals", "all") }
 
-// approvalID is derived from the execution and the step's ledger key, so a
+// ApprovalID is derived from the execution and the step's ledger key, so a
 // replayed step finds the approval it asked for instead of asking again.
 func ApprovalID(execution, stepKey string) string {
 	sum := sha256.Sum256([]byte(execution + "\x00" + stepKey))
 	return "ap_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
 }
 
-// request writes a pending approval unless one with its id exists, and
+// Request writes a pending approval unless one with its id exists, and
 // returns the stored one.
 func (a *Approvals) Request(ctx context.Context, ap *Approval) (*Approval, error) {
 	data, err := json.Marshal(ap)
@@ -289,7 +289,7 @@ func (a *Approvals) Decide(ctx context.Context, id string, state ApprovalState, 
 	return ap, nil
 }
 
-// expire decides every pending approval whose time has passed.
+// Expire decides every pending approval whose time has passed.
 func (a *Approvals) Expire(ctx context.Context) {
 	ids, err := a.store.Client.ZRangeByScore(ctx, a.pendingKey(), &redis.ZRangeBy{
 		Min: "-inf", Max: fmt.Sprint(time.Now().UnixMilli()), Count: 100,

@@ -563,7 +563,7 @@ func rewriteJSONDepth(v any, path string, visit func(map[string]any, string) (an
 	return rewriteJSONDepth(plain, path, visit, depth+1)
 }
 
-// refID is $refId(x) in expressions: the raw id of a ref object (sealed or
+// RefID is $refId(x) in expressions: the raw id of a ref object (sealed or
 // not), or of a token string, so documents can compare refs. Reading an id
 // grants nothing: a ref is verified when a call passes it, at gate 3.
 func RefID(params ...any) (any, error) {

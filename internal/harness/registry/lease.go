@@ -26,14 +26,14 @@ func (c *Connection) poolStatus() *connect.PoolStatus {
 	return nil
 }
 
-// leasedConn is a leased connection's Conn as the harness sees it: it
+// LeasedConn is a leased connection's Conn as the harness sees it: it
 // carries the lease id, which sealed refs are bound to (gate 3).
 type LeasedConn struct {
 	connect.Conn
 	lease string
 }
 
-// leaseOf is the lease a connection is held on; "" when not leased.
+// LeaseOf is the lease a connection is held on; "" when not leased.
 func LeaseOf(c *Connection) string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -15,7 +15,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
-// builtinProfiles is the catalog of a registry the host gave none: the
+// BuiltinProfiles is the catalog of a registry the host gave none: the
 // shipped profiles. It is read-only, so one is shared.
 var BuiltinProfiles = sync.OnceValue(profiles.Builtin)
 
@@ -144,7 +144,7 @@ func speak(conn connect.Conn, cat *profiles.Catalog, b *profiles.Binding) (conne
 	return &BoundConn{Conn: conn, b: b}, append(spoken, bound(b)), nil
 }
 
-// boundConn is a Conn whose manifest also offers a binding's profile
+// BoundConn is a Conn whose manifest also offers a binding's profile
 // operations, each run as the server tool it is bound to.
 type BoundConn struct {
 	connect.Conn

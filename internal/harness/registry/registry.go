@@ -582,7 +582,7 @@ type Status struct {
 	Profiles []SpokenProfile `json:"profiles,omitempty"`
 }
 
-// notReadyCode is the code of a refusal because a connection is in state s.
+// NotReadyCode is the code of a refusal because a connection is in state s.
 func NotReadyCode(s connect.State) fault.Code {
 	switch s {
 	case connect.StateConnecting:

@@ -191,7 +191,7 @@ func (r *SecretRedactor) Bytes(b []byte) []byte {
 // errors.As still see err. Nil stays nil.
 func (r *SecretRedactor) Error(err error) error { return RedactError(r, err) }
 
-// redactError is SecretRedactor.Error for any Redactor.
+// RedactError is SecretRedactor.Error for any Redactor.
 func RedactError(r Redactor, err error) error {
 	if err == nil {
 		return nil
@@ -226,7 +226,7 @@ func (r *SecretRedactor) Value(v any) any {
 	return redactValue(rep, v, 0)
 }
 
-// maxRedactDepth bounds recursion; deeper values are replaced whole rather
+// MaxRedactDepth bounds recursion; deeper values are replaced whole rather
 // than risk a stack overflow on a hostile, deeply nested result.
 const MaxRedactDepth = 512
 

@@ -2,13 +2,20 @@ package fault
 
 import "fmt"
 
-// Run-time failure kinds, the code of a failed execution or step.
+// Failure kinds: the code of a failed execution or step (ExecError.Code),
+// named apart from node kinds (document.Kind…) and ledger entry kinds
+// (agent.Entry…), which share the word elsewhere.
 const (
-	KindStepFailed            = "step_failed"
-	KindSteeringDenied        = "steering_denied"
-	KindConnectionUnavailable = "connection_unavailable"
-	KindTimeout               = "timeout"
-	KindCancelled             = "cancelled"
+	StepFailed            = "step_failed"
+	SteeringDenied        = "steering_denied"
+	ConnectionUnavailable = "connection_unavailable"
+	Timeout               = "timeout"
+	Cancelled             = "cancelled"
+	// LeaseTimeout: a run waited too long for a lease.
+	LeaseTimeout = "lease_timeout"
+	// OutputInvalid: a model node's final answer is not JSON matching its
+	// output schema.
+	OutputInvalid = "output_invalid"
 )
 
 // Gate numbers, in the order every call passes them.
@@ -21,7 +28,7 @@ const (
 	GateSecrets  = 6 // secrets filled in, then sent
 )
 
-// denied is a call refused at a gate.
+// Denied is a call refused at a gate.
 type Denied struct {
 	Gate   int
 	Reason string
@@ -31,6 +38,3 @@ func (d *Denied) Error() string { return fmt.Sprintf("refused at gate %d: %s", d
 
 // Deny is a call refused at gate for reason.
 func Deny(gate int, reason string) *Denied { return &Denied{Gate: gate, Reason: reason} }
-
-// KindLeaseTimeout is the code of a run that waited too long for a lease.
-const KindLeaseTimeout = "lease_timeout"
