@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )

@@ -32,11 +32,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 

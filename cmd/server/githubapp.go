@@ -11,13 +11,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/githubapp"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/sandbox"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )

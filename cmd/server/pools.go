@@ -9,10 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
-	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store"

@@ -20,11 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/gates"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
@@ -32,6 +27,10 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
 	"github.com/patchbay-dev/patchbay/internal/profiles"

@@ -10,17 +10,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/agent"
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
-	"github.com/patchbay-dev/patchbay/internal/harness/gates"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
 

@@ -7,13 +7,12 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/gates"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
 	"github.com/labstack/echo/v4"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 )
 
 type connectionList struct {

@@ -8,11 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
-	"github.com/patchbay-dev/patchbay/internal/api"
 )
 
 // bigSchema is an input schema of about n bytes.

@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
-
-	"github.com/patchbay-dev/patchbay/internal/api"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )

@@ -8,8 +8,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // TestTransientIs503: what a retry may fix (a connection or pool starting

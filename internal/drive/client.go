@@ -11,9 +11,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // fileFields are the file properties every answer asks for and a tool

@@ -9,11 +9,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/drive/drivetest"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // TestServiceAccountRefusalSaysWhy: a token endpoint that refuses the

@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // Google's endpoints and the defaults of the entry's optional settings.

@@ -10,13 +10,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/drive"
 	"github.com/patchbay-dev/patchbay/internal/drive/drivetest"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 const (

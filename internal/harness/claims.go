@@ -7,9 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // claimScript takes an execution for one run. The owner key expires unless

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
 // Event types on an execution's stream.

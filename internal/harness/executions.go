@@ -12,19 +12,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/agent"
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/document"
-	"github.com/patchbay-dev/patchbay/internal/harness/gates"
-	"github.com/patchbay-dev/patchbay/internal/harness/refs"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
+	"github.com/patchbay-dev/patchbay/internal/harness/refs"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // saveScript writes what a save changed, only for the current epoch: no

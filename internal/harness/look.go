@@ -11,9 +11,8 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 )
 
 // # Looking

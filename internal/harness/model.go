@@ -9,14 +9,12 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
-	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
-// Model nodes: the agent loop. Choices worth knowing (where DESIGN.md and
-// the issue are silent or this build differs):
+// Model nodes: the agent loop. Choices worth knowing:
 //   - Tool calls of one round run one after another, in the model's order,
 //     each as its own ledger entry through r.call (the same gates,
 //     approvals, secrets and presentation as a call node). A refusal or a
@@ -27,7 +25,7 @@ import (
 //     two connections becomes one tool with a required "target" enum.
 //   - A connection's entry may keep operations from tools of their own
 //     ("expose"); those are reached through <connection>_ops/_call (see
-//     expose.go).
+//     package agent).
 //   - A node without tools is offered the document's connections (never a
 //     server another node attaches), each cut at run time to what the
 //     execution's allowlist grants now (host documents: everything).

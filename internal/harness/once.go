@@ -9,12 +9,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
-	"github.com/redis/go-redis/v9"
-
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 

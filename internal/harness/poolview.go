@@ -8,11 +8,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // PoolStatusFor is st as p may see it. A lease's holder names an

@@ -10,9 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
-	"github.com/redis/go-redis/v9"
 )
 
 // Submitting an execution writes three things: its record, its entry in the

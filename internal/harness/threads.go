@@ -11,9 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
-	"github.com/redis/go-redis/v9"
 )
 
 // One turn per thread at a time.

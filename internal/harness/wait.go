@@ -9,9 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
-	"github.com/redis/go-redis/v9"
 )
 
 // maxConnEvents bounds each connection's event log (approximately).

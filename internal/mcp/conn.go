@@ -16,11 +16,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // conn is one live session: a started child process or an HTTP session.

@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // The Events extension (modelcontextprotocol/experimental-ext-triggers-events,

@@ -14,12 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/demo"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 

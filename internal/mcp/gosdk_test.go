@@ -9,12 +9,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 )
 

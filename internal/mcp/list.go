@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // maxPages bounds a listing, so a server that never stops paging fails the

@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/proctree"
 )

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // Push delivery of the Events extension (design sketch at commit

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // The Tasks extension (io.modelcontextprotocol/tasks, revision 2026-07-28,

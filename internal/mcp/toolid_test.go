@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 func TestToolIDs(t *testing.T) {

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -14,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // TestCallCarriesTraceContextInMeta: a call made under a span sends its

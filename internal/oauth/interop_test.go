@@ -17,10 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
-	"github.com/patchbay-dev/patchbay/internal/config"
 	pbmcp "github.com/patchbay-dev/patchbay/internal/mcp"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 	"github.com/patchbay-dev/patchbay/internal/oauth"

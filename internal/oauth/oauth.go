@@ -12,13 +12,12 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
 	"golang.org/x/oauth2"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )

@@ -10,9 +10,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/redis/go-redis/v9"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // Transport returns a RoundTripper for connection's own session with its

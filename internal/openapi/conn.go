@@ -14,9 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // conn is a loaded document: calls go straight to the API, so there is

@@ -11,9 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // elsewhere is another origin: it records what reaches it (the headers

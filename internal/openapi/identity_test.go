@@ -9,9 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // A connection's identity is its document's URL and a hash of what the

@@ -70,13 +70,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/getkin/kin-openapi/openapi3"
 	"gopkg.in/yaml.v3"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // Defaults of the entry's optional limits.

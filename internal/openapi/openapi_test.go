@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 const callsDoc = `{"openapi":"3.0.3","info":{"title":"t","version":"1"},"paths":{

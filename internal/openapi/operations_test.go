@@ -8,9 +8,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 func loadShapes(t *testing.T, include []config.Include) ([]operation, []string) {

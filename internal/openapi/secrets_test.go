@@ -11,10 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
-	"github.com/patchbay-dev/patchbay/internal/config"
 )
 
 // fakeSecrets is a secret store whose values a test changes.

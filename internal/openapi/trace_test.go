@@ -3,13 +3,12 @@ package openapi
 import (
 	"testing"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // TestCallCarriesTraceContextInHeaders: a call under a span sends the W3C

@@ -13,10 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/proctree"
 )
 

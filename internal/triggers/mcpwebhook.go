@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // # Webhook delivery of server events

@@ -6,9 +6,8 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // NewProvider returns the harness Provider of a source or cron connection,

@@ -15,15 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/document"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/seal"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )

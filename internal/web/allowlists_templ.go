@@ -11,6 +11,7 @@ import (
 
 	"github.com/a-h/templ"
 	templruntime "github.com/a-h/templ/runtime"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 

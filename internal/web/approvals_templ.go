@@ -9,6 +9,7 @@ package web
 import (
 	"github.com/a-h/templ"
 	templruntime "github.com/a-h/templ/runtime"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 

@@ -9,10 +9,10 @@ package web
 import (
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/a-h/templ"
 	templruntime "github.com/a-h/templ/runtime"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // poolSection shows a pool connection's usage on its page: slots, queue,

@@ -7,13 +7,12 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/oauth"
 )
 

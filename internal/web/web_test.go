@@ -12,16 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
-	"github.com/patchbay-dev/patchbay/internal/harness/gates"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-
 	"github.com/PuerkitoBio/goquery"
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 	"github.com/patchbay-dev/patchbay/internal/web"
 )

@@ -8,7 +8,6 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
-
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 

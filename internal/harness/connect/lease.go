@@ -6,31 +6,6 @@ import (
 	"time"
 )
 
-// # Pools and leases (issue 7)
-//
-// A pooled connection is registered like any other (Registry.Add) with a
-// Provider that also implements Leaser (internal/pools does, wired by
-// cmd/server). Its registry entry is the pool's face: its manifest (read
-// from a probe server at Start) lets documents be validated, and its
-// status shows pool usage; calls go only through leases.
-//
-// A document takes a connection of its own through a handle, a manifest
-// entry {"from": "<pool>", "fresh": "execution"|"path", "setup": {…}}
-// (see handles.go). Departures from DESIGN.md and the issue, chosen here:
-//   - an entry that names a pool without fresh is leased per execution;
-//   - setup values are literal JSON, or a top-level {"$expr"} over $input
-//     alone, resolved when the execution is submitted so the allowlist
-//     and the schema judge the values the lease will get;
-//   - a lease held across a wait for a person (approval) stays renewed by
-//     the process the run parked in (parkLease), however long the wait; if
-//     that process dies, the lease is reclaimed after the window like any
-//     other, and the decision's run gets a fresh one;
-//   - a resumed run that takes a kept lease back on another connection
-//     (the lease was reclaimed, or another process resumes) judges the
-//     entries recorded on the old one by the pool's determinism, like a
-//     replaced registry connection (recheckHandle); a scope that ended gave
-//     its lease back and its results stand.
-
 // Leaser is the provider of a pooled connection. Implementations must be
 // safe for concurrent use.
 type Leaser interface {

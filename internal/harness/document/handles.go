@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/expr-lang/expr/ast"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"

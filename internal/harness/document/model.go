@@ -8,10 +8,11 @@ import (
 	"path"
 	"strings"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // KindModel is a model turn: the agent loop over connection tools.

@@ -12,14 +12,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-	"github.com/patchbay-dev/patchbay/internal/harness/document"
-	"github.com/patchbay-dev/patchbay/internal/harness/registry"
-	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/registry"
+	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/store"
 )
 

@@ -17,15 +17,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/sync/singleflight"
+
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
-
-	"github.com/patchbay-dev/patchbay/internal/harness/fault"
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/sync/singleflight"
 )
 
 // Verdict is what gates 1–4 decide about a call.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // slowBuild stands in a compile that blocks until released, counting how

@@ -8,10 +8,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/patchbay-dev/patchbay/internal/harness/connect"
-
 	"github.com/Masterminds/semver/v3"
 
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
