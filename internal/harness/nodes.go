@@ -226,7 +226,7 @@ func (r *run) verify(ctx context.Context, f *frame, n *document.Node) (any, erro
 			}
 			return nil, r.fail(ctx, key, n, &stepError{step: n.ID, code: fault.StepFailed, err: fmt.Errorf("verify timed out after %s: %w", n.Timeout, err)})
 		}
-		sleep(ctx, n.Every)
+		Sleep(ctx, n.Every)
 	}
 }
 

@@ -180,7 +180,7 @@ func (e *Executions) repairLoop(ctx context.Context) {
 					"records", rep.Records, "indexed", rep.Indexed, "requeued", rep.Requeued, "resumed", rep.Resumed)
 			}
 		}
-		sleep(ctx, e.repairEvery)
+		Sleep(ctx, e.repairEvery)
 	}
 }
 

@@ -45,7 +45,7 @@ func (e *Executions) Run(ctx context.Context, n int) error {
 func (e *Executions) sweep(ctx context.Context) {
 	for ctx.Err() == nil {
 		e.approvals.Expire(ctx)
-		sleep(ctx, e.sweepEvery)
+		Sleep(ctx, e.sweepEvery)
 	}
 }
 
@@ -95,7 +95,7 @@ func (e *Executions) fetch(ctx context.Context, idle <-chan struct{}, items chan
 		if err != nil {
 			if ctx.Err() == nil {
 				e.logger.Error("claim work", "err", err)
-				sleep(ctx, time.Second)
+				Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -221,7 +221,9 @@ func (e *Executions) ack(ctx context.Context, item string) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
+// Sleep waits for d, or until ctx is done, whichever comes first. The
+// engine's loops and the triggers' delivery loops wait with it.
+func Sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -10,6 +10,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/patchbay-dev/patchbay/internal/config"
+	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // nonePolicyGrace is how late a slot may fire under catch-up none: a slot
@@ -190,7 +191,7 @@ func (s *Service) runCron(ctx context.Context, c *cronSource) {
 			if ctx.Err() == nil {
 				s.logger.Error("cron pass failed", "connection", c.name, "err", err)
 			}
-			sleep(ctx, 5*time.Second)
+			harness.Sleep(ctx, 5*time.Second)
 			continue
 		}
 		if len(fired) > 0 {
@@ -200,7 +201,7 @@ func (s *Service) runCron(ctx context.Context, c *cronSource) {
 		if next := c.next(now); !next.IsZero() {
 			wait = min(wait, next.Sub(now)+5*time.Millisecond)
 		}
-		sleep(ctx, max(wait, 10*time.Millisecond))
+		harness.Sleep(ctx, max(wait, 10*time.Millisecond))
 	}
 }
 

@@ -58,7 +58,7 @@ func (d *deliverer) run(ctx context.Context) {
 				continue
 			}
 			d.s.logger.Error("inbox read failed", "connection", d.src.name, "err", err)
-			sleep(ctx, time.Second)
+			harness.Sleep(ctx, time.Second)
 			continue
 		}
 		for _, m := range streams[0].Messages {
@@ -206,7 +206,7 @@ func (d *deliverer) followThread(ctx context.Context, m redis.XMessage, t *trigg
 			// record yet (its replica died in between, and the entry
 			// waits for a reclaim): look again, it may also have been
 			// given up (AbandonTurn) and the event handed on.
-			sleep(ctx, unwritten)
+			harness.Sleep(ctx, unwritten)
 			unwritten = min(2*unwritten, time.Second)
 		case err != nil:
 			if ctx.Err() == nil {
@@ -250,7 +250,7 @@ func (d *deliverer) await(ctx context.Context, id string) (*harness.Execution, e
 		if ex.Status.Terminal() {
 			return ex, nil
 		}
-		sleep(ctx, wait)
+		harness.Sleep(ctx, wait)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -311,7 +311,7 @@ func (d *deliverer) abandon(ctx context.Context, tid string, ev Event) {
 func (d *deliverer) renew(ctx context.Context) {
 	every := max(d.s.reclaimAfter/3, 100*time.Millisecond)
 	for {
-		sleep(ctx, every)
+		harness.Sleep(ctx, every)
 		if ctx.Err() != nil {
 			return
 		}
@@ -341,7 +341,7 @@ func (d *deliverer) reclaim(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		sleep(ctx, every)
+		harness.Sleep(ctx, every)
 		if ctx.Err() != nil {
 			return
 		}
@@ -421,13 +421,4 @@ func (d *deliverer) reclaimStalled(ctx context.Context, wg *sync.WaitGroup) {
 func str(v any) string {
 	s, _ := v.(string)
 	return s
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -164,7 +164,7 @@ func (s *Service) runSubscription(ctx context.Context, sb *subscription) {
 			s.logger.Warn("subscription lease: redis failed", "connection", sb.src.name, "event", sb.event, "err", err)
 		}
 		if !ok {
-			sleep(ctx, s.pollLease/3)
+			harness.Sleep(ctx, s.pollLease/3)
 			continue
 		}
 		s.hold(ctx, sb)
@@ -209,7 +209,7 @@ func (s *Service) hold(ctx context.Context, sb *subscription) {
 		if err != nil && hctx.Err() == nil {
 			s.recordError(hctx, sb, mode, err)
 		}
-		sleep(hctx, wait)
+		harness.Sleep(hctx, wait)
 	}
 }
 
