@@ -44,7 +44,7 @@ interop: ## run the interop tests against server-everything (npm) and the offici
 	CI=$${CI:-true} $(GO) test -race -count=1 -run 'Interop' -v ./internal/mcp/
 
 bench: ## run the benchmarks and print their figures
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./internal/harness/ ./internal/api/ ./internal/mcp/
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./internal/harness/ ./internal/harness/agent/ ./internal/api/ ./internal/mcp/
 	@# Ledger cost per step, and executions/s with one and two processes at 8/32/64 clients and the
 	@# POST latency at 200 submissions/s, with p50/p99, Redis commands and connections and server and
 	@# Redis CPU per execution, on a real Redis (see README, Performance).

@@ -1,9 +1,21 @@
-// Package harness is patchbay's engine: the registry of named connections and
-// the contract providers implement, workflow documents (parsing, validation,
-// expressions), and executions with their worker pool.
+// Package harness is patchbay's engine: it owns executions — submitting
+// them, the work stream and its claims, running a document node by node
+// (run.go), the call path through the gates (call.go), the ledger and its
+// save protocol, the model node's loop, the leases runs hold, threads and
+// waits, idempotency, once-only operations and traces — and it is the only
+// package that knows an execution's Redis keys. The API, the admin UI, the
+// triggers and cmd/server use it.
 //
-// It imports no transport and no HTTP framework: providers (internal/mcp)
-// implement Provider and Conn, and only cmd/server wires them in.
+// Its parts are the packages beneath it, each importing only those below
+// it in this list (TestImportsPointDown): agent (what a model turn is made
+// of), gates (the six gates as one Pipeline, allowlists, approvals),
+// document (parsing and validating documents, values and expressions),
+// registry (the named connections), refs (sealed refs), secrets (secret
+// stores and the Redactor), connect (the contract providers implement;
+// connecttest is its in-memory provider for tests) and fault (codes, failure
+// kinds, gate numbers). The engine imports no transport and no HTTP
+// framework: providers (internal/mcp, internal/openapi, …) implement
+// connect.Provider and connect.Conn, and only cmd/server wires them in.
 //
 // # Submission, and the repair sweep
 //
@@ -43,15 +55,15 @@
 //
 // # Expressions
 //
-// Every {"$expr"} is compiled and run by internal/sandbox (value.go), the
-// helper trigger expressions share. Compile-time limits (4096 bytes, 2000
+// Every {"$expr"} is compiled and run by internal/sandbox
+// (document/value.go), the helper trigger expressions share. Compile-time limits (4096 bytes, 2000
 // nodes, brackets 64 deep) are EXPRESSION_INVALID problems at submit; an
 // evaluation past its run-time limits (1,000,000 steps, 32 MiB of built
 // strings and arrays, 500,000 array/map elements, 1 s) fails its step
 // with a message naming the limit (*sandbox.LimitError). An expression
 // sees its scope as a map; the scope also carries the context of the
 // run or parallel path it belongs to (frame.ctx, set on the root frame in
-// worker.go and on each path's), so cancelling the execution or a path
+// run.go and on each path's), so cancelling the execution or a path
 // stops its expressions between two steps.
 //
 // # Notifications, and what a save writes
@@ -138,7 +150,7 @@
 // approval then leads nowhere (a decision on it finds the execution
 // finished).
 //
-// Leases (see lease.go) follow their path: a fresh: path lease goes back as
+// Leases (see handles.go) follow their path: a fresh: path lease goes back as
 // soon as its path ends, failed or not, unless the path parked (kept, and
 // renewed, with the run) or the run stopped (kept for the run that takes
 // over). So a failed parallel run holds no lease of its paths; only the
