@@ -11,6 +11,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
+	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
 // call runs one call step through the gates, replaying the ledger: a done
@@ -48,21 +49,45 @@ func (r *run) call(ctx context.Context, f *frame, n *document.Node) (any, error)
 // written before the call leaves; without one (a verify's read) a guarded
 // call is refused, since a check cannot wait for a person.
 func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string) (any, connect.Identity, error) {
+	args, conn, err := r.prepare(ctx, f, n)
+	if err != nil {
+		return nil, connect.Identity{}, err
+	}
+	marks := profileOp(n, conn)
+	args, approval, err := r.passGates(ctx, n, conn, marks, args, key)
+	if err != nil {
+		return nil, connect.Identity{}, err
+	}
+	filled, err := r.e.pipeline.FillSecrets(ctx, args)
+	if err != nil {
+		return nil, connect.Identity{}, err
+	}
+	id, idemKey, err := r.pending(ctx, conn, key)
+	if err != nil {
+		return nil, id, err
+	}
+	req := connect.CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Approval: approval}
+	return r.sendOnce(ctx, n, conn, id, marks, req, args, key)
+}
+
+// prepare evaluates a call's arguments and finds its connection, ready:
+// reset first when a costly replay asked for it, refused when it acts as a
+// user and the execution runs for no one.
+func (r *run) prepare(ctx context.Context, f *frame, n *document.Node) (map[string]any, *registry.Connection, error) {
 	r.mu.Lock()
 	sc := r.scope(f)
 	v, err := document.Object(n.Args).Eval(sc)
 	r.mu.Unlock()
 	if err != nil {
-		return nil, connect.Identity{}, err
+		return nil, nil, err
 	}
-	args := v.(map[string]any)
 	name := n.Connection
 	if n.ConnFromItem {
 		name = f.item
 	}
 	conn, err := r.connFor(ctx, f, n.ID, name)
 	if err != nil {
-		return nil, connect.Identity{}, err
+		return nil, nil, err
 	}
 	r.mu.Lock()
 	reset := r.resets[name]
@@ -71,60 +96,68 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 	if reset {
 		r.e.logger.InfoContext(ctx, "resetting a costly connection before running live", "execution", r.rec.ID, "connection", name)
 		if err := conn.Reset(ctx); err != nil {
-			return nil, connect.Identity{}, err
+			return nil, nil, err
 		}
 	}
 	if conn.Access().ActsAsUser() && forNoOne(r.rec.Principal) {
 		// Hidden, not unavailable: there is no user for it to act as.
-		return nil, connect.Identity{}, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name()))
+		return nil, nil, fault.Deny(fault.GateDeclared, fmt.Sprintf("connection %s acts as a user and this execution runs for no principal", conn.Name()))
 	}
 	if st := conn.State(); st != connect.StateReady {
-		return nil, connect.Identity{}, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, connect.ErrUnavailable)
+		return nil, nil, fmt.Errorf("connection %s is %s: %w", conn.Name(), st, connect.ErrUnavailable)
 	}
-	marks := profileOp(n, conn)
+	return v.(map[string]any), conn, nil
+}
+
+// passGates runs gates 1 to 5 for a call: the pipeline's checks, the
+// profile's argument types, then a person when the policy or the server
+// asked for one. It returns the arguments with refs opened and the
+// approval the call goes out with ("" when none was needed).
+func (r *run) passGates(ctx context.Context, n *document.Node, conn *registry.Connection, marks *profiles.Operation, args map[string]any, key *string) (map[string]any, string, error) {
 	verdict, args, err := r.e.pipeline.Check(ctx, gates.Call{Conn: conn, Op: n.Op, Guarded: marks != nil && marks.Guarded, Args: args, Thread: r.rec.ID})
 	traceGates(ctx, verdict, err)
 	if err != nil {
-		return nil, connect.Identity{}, err
+		return nil, "", err
 	}
 	if err := document.CheckProfileArgs(n, args); err != nil {
-		return nil, connect.Identity{}, err
+		return nil, "", err
 	}
-	approval := ""
-	if verdict == gates.NeedsApproval {
-		if key == nil {
-			return nil, connect.Identity{}, fault.Deny(fault.GateApprover, "a verify read cannot wait for approval; the policy guards "+n.Op)
-		}
+	switch {
+	case verdict == gates.NeedsApproval && key == nil:
+		return nil, "", fault.Deny(fault.GateApprover, "a verify read cannot wait for approval; the policy guards "+n.Op)
+	case verdict == gates.NeedsApproval, key != nil && r.askedApproval(*key):
+		// Either the policy asks a person, or the server refused this call
+		// as guarded before the run parked: the call sent now is the
+		// approved one, and only it (sent bare it would only be refused
+		// again).
 		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
-			return nil, connect.Identity{}, err
+			return nil, "", err
 		}
-		approval = gates.ApprovalID(r.rec.ID, *key)
-	} else if key != nil && r.askedApproval(*key) {
-		// The server refused this call as guarded before the run parked:
-		// the call sent now is the approved one, and only it (sent bare
-		// it would only be refused again).
-		if err := r.approve(ctx, n, *key, conn.Name(), args); err != nil {
-			return nil, connect.Identity{}, err
-		}
-		approval = gates.ApprovalID(r.rec.ID, *key)
+		return args, gates.ApprovalID(r.rec.ID, *key), nil
 	}
-	filled, err := r.e.pipeline.FillSecrets(ctx, args)
-	if err != nil {
-		return nil, connect.Identity{}, err
-	}
+	return args, "", nil
+}
+
+// pending writes the call's pending entry before the call leaves, so a
+// crash after sending is re-sent with the same idempotency key, never
+// lost. A call without a ledger key (a verify's read) has none.
+func (r *run) pending(ctx context.Context, conn *registry.Connection, key *string) (connect.Identity, string, error) {
 	id := conn.Identity()
 	idemKey := ""
-	if key != nil {
-		// The pending entry is written before the call leaves, so a crash
-		// after sending is re-sent with the same key, never lost.
-		r.update(*key, func(st *StepRecord) { st.Status, st.Identity, idemKey = StepPending, &id, st.IdempotencyKey })
-		if err := r.save(ctx); err != nil {
-			return nil, id, err
-		}
+	if key == nil {
+		return id, "", nil
 	}
+	r.update(*key, func(st *StepRecord) { st.Status, st.Identity, idemKey = StepPending, &id, st.IdempotencyKey })
+	return id, idemKey, r.save(ctx)
+}
+
+// sendOnce sends req, unless a once-only operation's outcome is already
+// recorded (then it answers from the record); a call the server refuses as
+// guarded is sent again, once, after a person approves it.
+func (r *run) sendOnce(ctx context.Context, n *document.Node, conn *registry.Connection, id connect.Identity, marks *profiles.Operation, req connect.CallRequest, args map[string]any, key *string) (any, connect.Identity, error) {
 	once := ""
-	if marks != nil && marks.Once && idemKey != "" {
-		once = r.e.onceKey(conn, n.Op, idemKey)
+	if marks != nil && marks.Once && req.IdempotencyKey != "" {
+		once = r.e.onceKey(conn, n.Op, req.IdempotencyKey)
 		o, ok, err := r.e.onceRecorded(ctx, once)
 		if err != nil {
 			return nil, id, r.storage(ctx, err)
@@ -136,12 +169,11 @@ func (r *run) send(ctx context.Context, f *frame, n *document.Node, key *string)
 			return r.answered(ctx, n, conn, id, out, err)
 		}
 	}
-	req := connect.CallRequest{Op: n.Op, Args: filled.(map[string]any), IdempotencyKey: idemKey, Principal: r.rec.Principal, Approval: approval}
 	if key != nil {
 		req.Task = r.taskWatch(ctx, n, *key, true)
 	}
 	out, err := r.deliver(ctx, conn, req)
-	if guardedRefusal(err) && approval == "" && key != nil {
+	if guardedRefusal(err) && req.Approval == "" && key != nil {
 		// The server guards this target: a person decides, and the call
 		// is sent again, once, with the approval (a new call, so a new
 		// task if the server makes one).
