@@ -6,14 +6,11 @@ package web
 
 //lint:file-ignore SA4006 This context is only used if a nested component is present.
 
-import (
-	"fmt"
+import "github.com/a-h/templ"
+import templruntime "github.com/a-h/templ/runtime"
 
-	"github.com/a-h/templ"
-	templruntime "github.com/a-h/templ/runtime"
-
-	"github.com/patchbay-dev/patchbay/internal/harness/gates"
-)
+import "github.com/patchbay-dev/patchbay/internal/harness/gates"
+import "fmt"
 
 func allowlistsPage(p page, items []*gates.Allowlist) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
