@@ -159,102 +159,51 @@ func (r *run) turn(ctx context.Context, f *frame, n *document.Node) (any, error)
 	if err := r.e.models.Check(spec.Ref); err != nil {
 		return nil, &stepError{step: n.ID, code: fault.StepFailed, err: err}
 	}
-	input, err := r.modelInput(ctx, f, spec)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := r.toolSet(ctx, n)
-	if err != nil {
-		return nil, err
-	}
-	layer, err := r.lookLayer(ctx, n)
-	if err != nil {
-		return nil, err
-	}
-	if err := layer.AddLookTools(ts); err != nil {
-		return nil, &stepError{step: n.ID, code: string(document.CodeToolIDCollision), err: err}
-	}
-	if err := ts.CheckChoice(spec.ToolChoice); err != nil {
-		return nil, &stepError{step: n.ID, code: string(document.CodeUnknownToolChoice), err: err}
-	}
-	req := agent.ModelRequest{Model: spec.Ref, Instructions: spec.Instructions, Tools: ts.List(), ToolChoice: spec.ToolChoice, MaxTokens: spec.MaxTokens,
-		Messages: []agent.ModelMessage{{Role: agent.RoleUser, Text: input}}}
-	if spec.Output != nil {
-		req.Instructions = document.OutputInstruction(spec.Instructions, spec.Output.Raw)
-		req.OutputSchema = spec.Output.Raw
-	}
-	limit := spec.MaxRounds
-	if limit == 0 {
-		limit = document.DefaultModelRounds
-	}
-	corrections := 0
-	effected := map[string]bool{} // connections the last round's calls may have changed
-	for round := 1; ; round++ {
-		seen, err := r.look(ctx, f, n, round, layer, effected)
-		if err != nil {
-			return nil, err
-		}
-		if seen != "" {
-			req.Messages = append(req.Messages, agent.ModelMessage{Role: agent.RoleUser, Text: seen})
-		}
-		resp, err := r.round(ctx, f, n, round, req)
-		if err != nil {
-			return nil, err
-		}
-		effected = map[string]bool{}
-		req.Messages = append(req.Messages, agent.ModelMessage{Role: agent.RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
-		if len(resp.ToolCalls) == 0 {
-			if spec.Output == nil {
-				return resp.Text, nil
-			}
-			out, err := spec.Output.Parse(resp.Text)
-			if err == nil {
-				return out, nil
-			}
-			if corrections == document.OutputRetries {
-				return nil, &stepError{step: n.ID, code: fault.OutputInvalid, err: fmt.Errorf("round %d: %w (after %d corrective round)", round, err, document.OutputRetries)}
-			}
-			// One more round, derived from the recorded answer, so a
-			// resumed run asks (or replays) exactly the same.
-			corrections++
-			req.Messages = append(req.Messages, agent.ModelMessage{Role: agent.RoleUser,
-				Text: err.Error() + ". Answer again with only the JSON value, matching the schema in your instructions."})
-			continue
-		}
-		if round >= limit {
-			if spec.MaxRounds > 0 {
-				if spec.Output != nil {
-					out, err := spec.Output.Parse(resp.Text)
-					if err != nil {
-						return nil, &stepError{step: n.ID, code: fault.OutputInvalid, err: fmt.Errorf("stopped at maxRounds %d while the model still called tools: %w", limit, err)}
-					}
-					return out, nil
-				}
-				return resp.Text, nil
-			}
-			return nil, &stepError{step: n.ID, code: fault.StepFailed, err: fmt.Errorf("the model still calls tools after %d rounds; set until {\"maxRounds\": n} to stop earlier on purpose", limit)}
-		}
-		results := make([]agent.ModelToolResult, 0, len(resp.ToolCalls))
-		for _, call := range resp.ToolCalls {
-			res, isLook, err := r.lookCall(ctx, f, n, round, layer, call)
-			if !isLook {
-				res, err = r.toolCall(ctx, f, n, round, ts, call)
-			}
-			if err != nil {
-				return nil, err
-			}
-			if c := r.effectOf(ctx, ts, call); c != "" {
-				effected[c] = true
-			}
-			results = append(results, res)
-		}
-		req.Messages = append(req.Messages, agent.ModelMessage{Role: agent.RoleTool, ToolResults: results})
-		if agent.ForcesCall(req.ToolChoice) {
-			// A forced call is the first round's: forced every round, the
-			// model could never answer and the loop never end.
-			req.ToolChoice = "auto"
-		}
-	}
+	return agent.Turn(ctx, spec, &turnRun{r: r, f: f, n: n})
+}
+
+// turnRun is the engine's side of one model node's turn on one path: each
+// round, look and tool call a ledger entry of the execution.
+type turnRun struct {
+	r *run
+	f *frame
+	n *document.Node
+}
+
+func (t *turnRun) Input(ctx context.Context) (string, error) {
+	return t.r.modelInput(ctx, t.f, t.n.Model)
+}
+
+func (t *turnRun) ToolSet(ctx context.Context) (*agent.ToolSet, error) {
+	return t.r.toolSet(ctx, t.n)
+}
+
+func (t *turnRun) LookLayer(ctx context.Context) (*agent.LookLayer, error) {
+	return t.r.lookLayer(ctx, t.n)
+}
+
+func (t *turnRun) Look(ctx context.Context, round int, l *agent.LookLayer, effected map[string]bool) (string, error) {
+	return t.r.look(ctx, t.f, t.n, round, l, effected)
+}
+
+func (t *turnRun) Round(ctx context.Context, round int, req agent.ModelRequest) (*agent.ModelResponse, error) {
+	return t.r.round(ctx, t.f, t.n, round, req)
+}
+
+func (t *turnRun) LookCall(ctx context.Context, round int, l *agent.LookLayer, call agent.ModelToolCall) (agent.ModelToolResult, bool, error) {
+	return t.r.lookCall(ctx, t.f, t.n, round, l, call)
+}
+
+func (t *turnRun) ToolCall(ctx context.Context, round int, ts *agent.ToolSet, call agent.ModelToolCall) (agent.ModelToolResult, error) {
+	return t.r.toolCall(ctx, t.f, t.n, round, ts, call)
+}
+
+func (t *turnRun) EffectOf(ctx context.Context, ts *agent.ToolSet, call agent.ModelToolCall) string {
+	return t.r.effectOf(ctx, ts, call)
+}
+
+func (t *turnRun) Failed(code string, err error) error {
+	return &stepError{step: t.n.ID, code: code, err: err}
 }
 
 // modelInput is the user message: the node's input (default $input), as
