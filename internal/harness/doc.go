@@ -1,14 +1,15 @@
 // Package harness is patchbay's engine: it owns executions — submitting
 // them, the work stream and its claims, running a document node by node
 // (run.go), the call path through the gates (call.go), the ledger and its
-// save protocol, the model node's loop, the leases runs hold, threads and
-// waits, idempotency, once-only operations and traces — and it is the only
-// package that knows an execution's Redis keys. The API, the admin UI, the
+// save protocol, a model node's entries (it implements agent.Run), the
+// leases runs hold, threads and waits, idempotency, once-only operations
+// and traces — and it is the only package that knows an execution's Redis
+// keys. The API, the admin UI, the
 // triggers and cmd/server use it.
 //
 // Its parts are the packages beneath it, each importing only those below
-// it in this list (TestImportsPointDown): agent (what a model turn is made
-// of), gates (the six gates as one Pipeline, allowlists, approvals),
+// it in this list (TestImportsPointDown): agent (the model turn's loop and
+// what it is made of), gates (the six gates as one Pipeline, allowlists, approvals),
 // document (parsing and validating documents, values and expressions),
 // registry (the named connections), refs (sealed refs), secrets (secret
 // stores and the Redactor), connect (the contract providers implement;

@@ -4,9 +4,11 @@
 // turn offers (one tool per operation, merged tools across connections,
 // the _ops/_call pairs of exposure, the names models see), the look layer
 // (reads shown to the model each round: whole, as a diff or unchanged) and
-// the ledger records of rounds and looks. The engine's model node runs the
-// loop over them: it asks the model, sends each tool call through the
-// gates as a ledger entry of the execution, and emits what happens.
+// the ledger records of rounds and looks, and the loop itself (Turn): what
+// to ask the model each round, which calls to run, when to stop. The loop
+// reaches the engine only through Run, which the engine implements for one
+// node on one path: each round, look and tool call is a ledger entry it
+// replays or records, tool calls pass the gates, and it emits the events.
 package agent
 
 import (
