@@ -10,7 +10,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/drive/drivetest"
 )
 
-// TestAgentReadsDriveOpensGitHubIssue is the issue's end to end: a model
+// TestAgentReadsDriveOpensGitHubIssue runs Drive and GitHub end to end: a model
 // turn (a fake model server) reads a Drive file through a service-account
 // Drive connection and opens a GitHub issue through an OpenAPI connection
 // authenticated by the App source, for alice's org. No token — Google's,

@@ -120,7 +120,7 @@ func New(o Options) *echo.Echo {
 	v1.GET("/connections/:name", h.getConnection, auth)
 	v1.GET("/connections/:name/operations/*", h.getOperation, auth)
 	v1.PUT("/secrets/:name", h.putSecret, auth, admin)
-	// Triggers (issue 6). /hooks authenticates by signature, not API key.
+	// Triggers. /hooks authenticates by signature, not API key.
 	e.POST("/hooks/:connection", h.receiveWebhook)
 	v1.POST("/sources/:name/events", h.pushEvent, auth)
 	v1.POST("/harness/start", h.startHarness, auth, admin)

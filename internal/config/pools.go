@@ -18,7 +18,7 @@ const (
 	DefaultPoolWait = time.Minute
 )
 
-// Pool makes an mcp connection a pool (issue 7): every lease gets a fresh
+// Pool makes an mcp connection a pool: every lease gets a fresh
 // server of its own (a new process for stdio), provisioned with the
 // lease's setup values, and closed when the lease ends or is reclaimed.
 type Pool struct {

@@ -72,7 +72,7 @@ import (
 // Defaults for Options fields left zero.
 const (
 	// DefaultReclaimAfter is how long a lease lives without a renewal
-	// (issue 7: renewed every 15 s, reclaimed after 2 minutes).
+	// (renewed every 15 s, reclaimed after 2 minutes).
 	DefaultReclaimAfter = 2 * time.Minute
 	// DefaultWaiterTTL is how long a queued waiter may go without polling
 	// before it is taken for dead and dropped from the queue.

@@ -354,7 +354,7 @@ func (l *leased) Record() connect.LeaseRecord {
 
 func (l *leased) Conn() connect.Conn { return &fenced{l: l} }
 
-// RenewEvery is 15 s (issue 7), or a quarter of a shorter window.
+// RenewEvery is 15 s, or a quarter of a shorter window.
 func (l *leased) RenewEvery() time.Duration { return l.pr.renewEvery() }
 
 func (pr *Provider) renewEvery() time.Duration { return min(15*time.Second, pr.pool.reclaim/4) }

@@ -7,7 +7,7 @@
 // session kept in Redis (any replica serves it) behind an HttpOnly,
 // SameSite=Lax cookie, Secure under https. The cookie's path is / rather
 // than /admin because the OAuth sign-in routes (/oauth/{connection}/start
-// and /oauth/callback, fixed by DESIGN.md) must know who signs in; the JSON
+// and /oauth/callback, routes fixed by the design) must know who signs in; the JSON
 // API never reads cookies. Beside them, the public Client ID Metadata
 // Document (/oauth/client-metadata.json) is served here too, so that every
 // route outside the JSON API is in this package's authorization matrix. A user may sign in with their API key instead:
