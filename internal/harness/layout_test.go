@@ -127,3 +127,41 @@ func TestOnlyTheEngineKnowsExecutionKeys(t *testing.T) {
 		}
 	}
 }
+
+// No package holds more than 15 % of the module's non-test, non-generated
+// Go lines, so no one package grows back into holding everything.
+func TestNoPackageHoldsMostOfTheCode(t *testing.T) {
+	lines := map[string]int{}
+	total := 0
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		name := d.Name()
+		if d.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || strings.HasSuffix(name, "_templ.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n := strings.Count(string(src), "\n")
+		lines[filepath.Dir(path)] += n
+		total += n
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, n := range lines {
+		if share := float64(n) / float64(total); share > 0.15 {
+			t.Errorf("%s holds %d of %d lines (%.1f %%), more than 15 %%", dir, n, total, 100*share)
+		}
+	}
+	engine := filepath.Join(root, "internal", "harness")
+	t.Logf("engine root: %d of %d lines (%.1f %%)", lines[engine], total, 100*float64(lines[engine])/float64(total))
+}
