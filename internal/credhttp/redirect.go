@@ -4,8 +4,9 @@
 // which redirects such a request follows and what crosses one, and how a
 // token endpoint's refusal is put into words. The OpenAPI, Drive and
 // GitHub App clients and the OAuth refresh all use it, so the rule is
-// written once. It is not in DESIGN.md's layout: it imports nothing
-// internal, so the providers, oauth and config can all depend on it.
+// written once; an MCP connection's client follows KeepOrigin. It is not
+// in DESIGN.md's layout: it imports nothing internal, so the providers,
+// oauth and config can all depend on it.
 //
 // # Redirects
 //
@@ -119,21 +120,63 @@ func Client(c *http.Client, mode Redirects) *http.Client {
 	return &out
 }
 
+// KeepOrigin returns a copy of c (a new client when c is nil) that follows
+// a redirect of any method within the first request's origin and none
+// beyond it, never off https and at most MaxRedirects. It serves clients
+// whose every request carries the credential and whose redirects are the
+// server's own layout (an MCP connection: a server mounted at /mcp/
+// answers /mcp with a 307); c's own CheckRedirect is asked after.
+func KeepOrigin(c *http.Client) *http.Client {
+	var out http.Client
+	if c != nil {
+		out = *c
+	}
+	next := out.CheckRedirect
+	out.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if err := bounded(req, via); err != nil {
+			return err
+		}
+		if first := via[0]; Origin(req.URL) != Origin(first.URL) {
+			return refusal(req, via, "it leads away from %s, and credentials go only there", Origin(first.URL))
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		return nil
+	}
+	return &out
+}
+
+// refusal is the error of a redirect to req not followed.
+func refusal(req *http.Request, via []*http.Request, format string, args ...any) error {
+	return &RedirectError{From: Show(via[len(via)-1].URL), To: Show(req.URL), Reason: fmt.Sprintf(format, args...)}
+}
+
+// bounded refuses a redirect past MaxRedirects or off https, whatever the
+// mode.
+func bounded(req *http.Request, via []*http.Request) error {
+	prev := via[len(via)-1]
+	switch {
+	case len(via) >= MaxRedirects:
+		return refusal(req, via, "more than %d redirects", MaxRedirects)
+	case strings.EqualFold(prev.URL.Scheme, "https") && !strings.EqualFold(req.URL.Scheme, "https"):
+		return refusal(req, via, "it leaves https for %s", req.URL.Scheme)
+	}
+	return nil
+}
+
 // check applies mode's rules to req, the request a redirect leads to;
 // via are the requests sent so far, the first one first.
 func check(mode Redirects, req *http.Request, via []*http.Request) error {
-	first, prev := via[0], via[len(via)-1]
-	refuse := func(format string, args ...any) error {
-		return &RedirectError{From: Show(prev.URL), To: Show(req.URL), Reason: fmt.Sprintf(format, args...)}
-	}
-	switch {
-	case mode == FollowNone:
+	first := via[0]
+	refuse := func(format string, args ...any) error { return refusal(req, via, format, args...) }
+	if mode == FollowNone {
 		return refuse("this connection follows no redirects")
-	case len(via) >= MaxRedirects:
-		return refuse("more than %d redirects", MaxRedirects)
-	case strings.EqualFold(prev.URL.Scheme, "https") && !strings.EqualFold(req.URL.Scheme, "https"):
-		return refuse("it leaves https for %s", req.URL.Scheme)
-	case req.Method != http.MethodGet && req.Method != http.MethodHead:
+	}
+	if err := bounded(req, via); err != nil {
+		return err
+	}
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
 		return refuse("a %s goes only where it was addressed", req.Method)
 	}
 	crossed := false

@@ -213,3 +213,45 @@ func TestSameOrigin(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepOrigin: within the origin any method follows, its body and
+// credential with it; nothing crosses to another origin, not even a
+// chain that would come back.
+func TestKeepOrigin(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		method, path string
+		followed     bool
+	}{
+		{http.MethodPost, "/same-307", true},
+		{http.MethodGet, "/same", true},
+		{http.MethodPost, "/other-307", false},
+		{http.MethodGet, "/other", false},
+		{http.MethodGet, "/round-trip", false},
+		{http.MethodGet, "/loop", false},
+	} {
+		t.Run(tt.method+tt.path, func(t *testing.T) {
+			t.Parallel()
+			api, _, apiSeen, otherSeen := twoOrigins(t)
+			req, _ := http.NewRequest(tt.method, api.URL+tt.path, strings.NewReader("{}"))
+			req.Header.Set("X-Key", "s3cret")
+			resp, err := credhttp.KeepOrigin(nil).Do(req)
+			if tt.followed {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				resp.Body.Close()
+				if !strings.Contains(apiSeen.all(), tt.method+" /final key=s3cret") {
+					t.Fatalf("the API saw %s", apiSeen.all())
+				}
+				return
+			}
+			if _, ok := credhttp.AsRedirect(err); !ok {
+				t.Fatalf("err = %v, want a redirect not followed", err)
+			}
+			if otherSeen.all() != "" {
+				t.Fatalf("the other origin saw %s", otherSeen.all())
+			}
+		})
+	}
+}

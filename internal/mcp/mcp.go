@@ -118,7 +118,6 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -463,44 +462,18 @@ func (p *provider) newWire(limit int64, fault func(error)) *wire {
 	return &wire{base: rt, limit: limit, fault: fault}
 }
 
-// httpClient is the configured HTTP client with w as its transport,
-// following redirects only within the connection's origin (see
-// keepOrigin).
+// httpClient is the configured HTTP client with w as its transport. It
+// follows redirects only within the connection's origin: the connection's
+// headers carry its credentials (an API key, a user's token), and net/http
+// forwards every header but Authorization and cookies to another host, a
+// POST's body too on 307 and 308.
 func (p *provider) httpClient(w *wire) *http.Client {
 	var hc http.Client
 	if p.opts.HTTPClient != nil {
 		hc = *p.opts.HTTPClient
 	}
 	hc.Transport = w
-	hc.CheckRedirect = keepOrigin(hc.CheckRedirect)
-	return &hc
-}
-
-// keepOrigin refuses a redirect that leaves the first request's origin,
-// or https, before next is asked. A connection's headers carry its
-// credentials (an API key, a user's token), and net/http forwards every
-// header but Authorization and cookies to another host, a POST's body too
-// on 307 and 308; within the origin any method may follow (a server
-// mounted at /mcp/ answers /mcp with a 307).
-func keepOrigin(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
-	return func(req *http.Request, via []*http.Request) error {
-		first, prev := via[0], via[len(via)-1]
-		refuse := func(reason string) error {
-			return &credhttp.RedirectError{From: credhttp.Show(prev.URL), To: credhttp.Show(req.URL), Reason: reason}
-		}
-		switch {
-		case len(via) >= credhttp.MaxRedirects:
-			return refuse(fmt.Sprintf("more than %d redirects", credhttp.MaxRedirects))
-		case strings.EqualFold(prev.URL.Scheme, "https") && !strings.EqualFold(req.URL.Scheme, "https"):
-			return refuse("it leaves https for " + req.URL.Scheme)
-		case credhttp.Origin(req.URL) != credhttp.Origin(first.URL):
-			return refuse("it leads away from " + credhttp.Origin(first.URL) + ", and the connection's credentials go only there")
-		}
-		if next != nil {
-			return next(req, via)
-		}
-		return nil
-	}
+	return credhttp.KeepOrigin(&hc)
 }
 
 func (p *provider) streamable(c *conn) (transport.Interface, error) {
