@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -56,21 +55,8 @@ connections:
 allowlists:
   default: { connections: { counter: { ops: ["*"] } } }
 `, mcpSrv.URL+"/mcp"))
-	dir := t.TempDir()
-	replicas := make([]*replica, 2)
-	for i := range replicas {
-		addr := freeAddr(t)
-		replicas[i] = &replica{bin: serverBin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: []string{
-			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-			"REDIS_URL=" + cluster.URL(), "PATCHBAY_REDIS_PREFIX=" + prefix, "PATCHBAY_CONFIG=" + cfg,
-			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=cluster-key", "PATCHBAY_LOG_LEVEL=warn",
-			"PATCHBAY_CLAIM_TIMEOUT=2s",
-		}}
-		if err := replicas[i].start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(replicas[i].kill)
-	}
+	replicas := newReplicas(t, 2, serverBin, cluster.URL(), prefix, cfg, "cluster-key", "PATCHBAY_CLAIM_TIMEOUT=2s")
+	startAll(t, replicas)
 	// The master of the work stream: every submission and every worker
 	// needs it.
 	master, promoted := cluster.MasterOf(t, prefix+"work")

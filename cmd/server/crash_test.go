@@ -38,6 +38,41 @@ type replica struct {
 	exited chan struct{}
 }
 
+// newReplicas makes n server processes of bin over one Redis (redisURL,
+// prefix) and config cfg, answering the API key key, each on a free
+// loopback port with a log of its own, and kills them at cleanup. extra
+// env entries come last, so one may override a default (the log level).
+// None is started: start the ones the test needs, or startAll.
+func newReplicas(t *testing.T, n int, bin, redisURL, prefix, cfg, key string, extra ...string) []*replica {
+	t.Helper()
+	dir := t.TempDir()
+	rs := make([]*replica, n)
+	for i := range rs {
+		addr := freeAddr(t)
+		rs[i] = &replica{bin: bin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: append([]string{
+			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+			"REDIS_URL=" + redisURL, "PATCHBAY_REDIS_PREFIX=" + prefix, "PATCHBAY_CONFIG=" + cfg,
+			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=" + key, "PATCHBAY_LOG_LEVEL=warn",
+		}, extra...)}
+	}
+	t.Cleanup(func() {
+		for _, r := range rs {
+			r.kill()
+		}
+	})
+	return rs
+}
+
+// startAll starts every replica in turn.
+func startAll(t *testing.T, rs []*replica) {
+	t.Helper()
+	for _, r := range rs {
+		if err := r.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // start runs the server and waits until it is ready. It is called from
 // the killer goroutine too, so it reports rather than calls t.Fatal.
 func (r *replica) start() error {
@@ -128,7 +163,6 @@ func TestCrashExactlyOnce(t *testing.T) {
 		t.Skip("-short")
 	}
 	st := storetest.New(t)
-	dir := t.TempDir()
 	bin := serverBin // built by TestMain
 	const events = 500
 	cfg := writeConfig(t, fmt.Sprintf(`
@@ -150,24 +184,9 @@ inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 apiKeys:
   - { name: reader, key: crash-reader-key, allowlist: none, roles: [read] } # lists the triggers' executions
 `, demoBin, crashSecret))
-	replicas := make([]*replica, 2)
-	for i := range replicas {
-		addr := freeAddr(t)
-		replicas[i] = &replica{bin: bin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: []string{
-			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
-			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=crash-key", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_WORKERS=4",
-			// The default claim timeout: its takeover latency is reported.
-		}}
-		if err := replicas[i].start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, r := range replicas {
-			r.kill()
-		}
-	})
+	// The default claim timeout: its takeover latency is reported.
+	replicas := newReplicas(t, 2, bin, storetest.URL(t), st.Prefix, cfg, "crash-key", "PATCHBAY_WORKERS=4")
+	startAll(t, replicas)
 
 	wh, err := standardwebhooks.NewWebhook(crashSecret)
 	if err != nil {

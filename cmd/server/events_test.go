@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -125,24 +123,8 @@ func eventsSurviveKillNine(t *testing.T, push bool) {
 	st := storetest.New(t)
 	ev, cfgBody := eventsServer(t, push)
 	cfg := writeConfig(t, cfgBody)
-	dir := t.TempDir()
-	replicas := make([]*replica, 2)
-	for i := range replicas {
-		addr := freeAddr(t)
-		replicas[i] = &replica{bin: serverBin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: []string{
-			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
-			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=k1", "PATCHBAY_LOG_LEVEL=warn", "PATCHBAY_CLAIM_TIMEOUT=2s",
-		}}
-		if err := replicas[i].start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, r := range replicas {
-			r.kill()
-		}
-	})
+	replicas := newReplicas(t, 2, serverBin, storetest.URL(t), st.Prefix, cfg, "k1", "PATCHBAY_CLAIM_TIMEOUT=2s")
+	startAll(t, replicas)
 	// The first poll or stream starts the subscriptions from now; tickets
 	// before it are not theirs.
 	waitUntil(t, "the first polls or streams", func() bool { return ev.Polls()+ev.Streams() >= 2 })

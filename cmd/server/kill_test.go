@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,25 +82,9 @@ connections:
 allowlists:
   default: { connections: { counter: { ops: ["*"] } } }
 `, mcpSrv.URL+"/mcp"))
-	dir := t.TempDir()
-	replicas := make([]*replica, 2)
-	for i := range replicas {
-		addr := freeAddr(t)
-		replicas[i] = &replica{bin: serverBin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: []string{
-			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
-			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=kill-key", "PATCHBAY_LOG_LEVEL=warn",
-			"PATCHBAY_WORKERS=4", // the default claim timeout: its takeover latency is what is reported
-		}}
-		if err := replicas[i].start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, r := range replicas {
-			r.kill()
-		}
-	})
+	// The default claim timeout: its takeover latency is what is reported.
+	replicas := newReplicas(t, 2, serverBin, storetest.URL(t), st.Prefix, cfg, "kill-key", "PATCHBAY_WORKERS=4")
+	startAll(t, replicas)
 
 	const executions = 100
 	doc := map[string]any{"workflow": map[string]any{

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,24 +67,10 @@ connections:
 allowlists:
   default: { connections: { slot: { ops: ["*"] } } }
 `, url))
-	dir := t.TempDir()
-	rs := make([]*replica, 2)
-	for i := range rs {
-		addr := freeAddr(t)
-		rs[i] = &replica{bin: serverBin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: append([]string{
-			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
-			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=lease-key", "PATCHBAY_LOG_LEVEL=info", "PATCHBAY_WORKERS=1",
-		}, env...)}
-	}
+	rs := newReplicas(t, 2, serverBin, storetest.URL(t), st.Prefix, cfg, "lease-key", append([]string{"PATCHBAY_LOG_LEVEL=info", "PATCHBAY_WORKERS=1"}, env...)...)
 	if err := rs[0].start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, r := range rs {
-			r.kill()
-		}
-	})
 	return rs
 }
 

@@ -471,23 +471,9 @@ func TestKilledHolderLeavesNoBrowser(t *testing.T) {
 	t.Parallel()
 	rig := newBrowserRig(t)
 	st := storetest.New(t)
-	dir := t.TempDir()
-	rs := make([]*replica, 2)
-	for i := range rs {
-		addr := freeAddr(t)
-		rs[i] = &replica{bin: serverBin, addr: addr, logPath: fmt.Sprintf("%s/replica-%d.log", dir, i), env: []string{
-			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + rig.cfg,
-			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=" + rigKey, "PATCHBAY_LOG_LEVEL=info", "PATCHBAY_WORKERS=1",
-			// No takeover while the test looks: only the reclaim.
-			"PATCHBAY_POOL_RECLAIM_AFTER=6s", "PATCHBAY_CLAIM_TIMEOUT=300s",
-		}}
-	}
-	t.Cleanup(func() {
-		for _, r := range rs {
-			r.kill()
-		}
-	})
+	// No takeover while the test looks: only the reclaim.
+	rs := newReplicas(t, 2, serverBin, storetest.URL(t), st.Prefix, rig.cfg, rigKey,
+		"PATCHBAY_LOG_LEVEL=info", "PATCHBAY_WORKERS=1", "PATCHBAY_POOL_RECLAIM_AFTER=6s", "PATCHBAY_CLAIM_TIMEOUT=300s")
 	if err := rs[0].start(); err != nil {
 		t.Fatal(err)
 	}

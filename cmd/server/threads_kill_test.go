@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -72,25 +71,8 @@ triggers:
               filter: "$event.payload.thread == $input.connection_event.thread" }
 inbox: { reclaimAfter: 2s, maxDeliveries: 50 }
 `, crashSecret))
-	dir := t.TempDir()
-	replicas := make([]*replica, 2)
-	for i := range replicas {
-		addr := freeAddr(t)
-		replicas[i] = &replica{bin: serverBin, addr: addr, logPath: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i)), env: []string{
-			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-			"REDIS_URL=" + storetest.URL(t), "PATCHBAY_REDIS_PREFIX=" + st.Prefix, "PATCHBAY_CONFIG=" + cfg,
-			"PATCHBAY_ADDR=" + addr, "PATCHBAY_API_KEYS=threads-key", "PATCHBAY_LOG_LEVEL=warn",
-			"PATCHBAY_WORKERS=12", "PATCHBAY_CLAIM_TIMEOUT=2s",
-		}}
-		if err := replicas[i].start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, r := range replicas {
-			r.kill()
-		}
-	})
+	replicas := newReplicas(t, 2, serverBin, storetest.URL(t), st.Prefix, cfg, "threads-key", "PATCHBAY_WORKERS=12", "PATCHBAY_CLAIM_TIMEOUT=2s")
+	startAll(t, replicas)
 
 	wh, err := standardwebhooks.NewWebhook(crashSecret)
 	if err != nil {
