@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -131,18 +130,8 @@ var testFormat = eventstream.Format{
 
 func setup(t *testing.T, st *store.Store, o *eventstream.Options) bundle {
 	t.Helper()
-	gate := make(chan struct{})
-	mem := connecttest.NewMemory(
-		connecttest.MemoryOp{Operation: connect.Operation{Name: "hold"}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
-			select {
-			case <-gate:
-				return a, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}},
-		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
-	)
+	hold, release := connecttest.Held("hold")
+	mem := connecttest.NewMemory(hold, connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})
 	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
 		t.Fatal(err)
@@ -176,7 +165,6 @@ func setup(t *testing.T, st *store.Store, o *eventstream.Options) bundle {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 		}
 	}))
-	release := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(func() {
 		release()
 		srv.CloseClientConnections()

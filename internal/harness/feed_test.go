@@ -66,7 +66,7 @@ func openSmallPool(t *testing.T, base string, size int, name string) *store.Stor
 }
 
 // holdBundle runs workers over a memory connection whose "hold"
-// operation waits until release is closed, so that an execution stays
+// operation waits until released, so that an execution stays
 // running, with its stream open, for as long as a test likes.
 type holdBundle struct {
 	execs   *harness.Executions
@@ -75,18 +75,8 @@ type holdBundle struct {
 
 func setupHold(t *testing.T, st *store.Store) holdBundle {
 	t.Helper()
-	release := make(chan struct{})
-	mem := connecttest.NewMemory(
-		connecttest.MemoryOp{Operation: connect.Operation{Name: "hold"}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
-			select {
-			case <-release:
-				return a, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}},
-		connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}},
-	)
+	hold, release := connecttest.Held("hold")
+	mem := connecttest.NewMemory(hold, connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})
 	reg := registry.NewRegistry(nil)
 	if err := reg.Add("mem", mem); err != nil {
 		t.Fatal(err)
@@ -96,9 +86,8 @@ func setupHold(t *testing.T, st *store.Store) holdBundle {
 	}
 	t.Cleanup(func() { _ = reg.Close() })
 	execs := startWorkers(t, st, reg, 2, "test", `{"connections":{"mem":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
-	free := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(free)
-	return holdBundle{execs: execs, release: free}
+	t.Cleanup(release)
+	return holdBundle{execs: execs, release: release}
 }
 
 const holdThenTwo = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[

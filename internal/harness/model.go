@@ -438,11 +438,7 @@ func (r *run) listOps(p *agent.CallPair, res agent.ModelToolResult, args map[str
 func toolErrorText(err error) string {
 	var se *stepError
 	if errors.As(err, &se) {
-		msg := se.err.Error()
-		if se.code == fault.SteeringDenied {
-			return "steering_denied: " + msg
-		}
-		return se.code + ": " + msg
+		return se.code + ": " + se.err.Error()
 	}
 	return err.Error()
 }

@@ -71,8 +71,15 @@ type Options struct {
 	Compile func(conn string, op connect.Operation) (*jsonschema.Schema, error)
 }
 
-// New returns the gates configured by o.
+// New returns the gates configured by o; a nil Redactor is a fresh one and
+// a nil Logger discards.
 func New(o Options) *Pipeline {
+	if o.Redactor == nil {
+		o.Redactor = secrets.NewSecretRedactor()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	p := &Pipeline{
 		schemas: schemas{maxNodes: o.SchemaMaxNodes, timeout: o.SchemaCompileTimeout},
 		sealer:  o.Sealer, secrets: o.Secrets, credentials: o.Credentials, redactor: o.Redactor, logger: o.Logger,

@@ -79,3 +79,20 @@ func (m *Memory) Calls() []connect.CallRequest {
 
 // Close does nothing; a Memory connection holds no resources.
 func (m *Memory) Close() error { return nil }
+
+// Held is an operation whose calls wait until release is called (or their
+// context ends), then answer with their arguments: it keeps an execution
+// running for as long as a test likes. release may be called any number
+// of times.
+func Held(name string) (op MemoryOp, release func()) {
+	gate := make(chan struct{})
+	op = MemoryOp{Operation: connect.Operation{Name: name}, Fn: func(ctx context.Context, a map[string]any) (any, error) {
+		select {
+		case <-gate:
+			return a, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+	return op, sync.OnceFunc(func() { close(gate) })
+}
