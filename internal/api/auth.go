@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -70,6 +71,31 @@ type guard struct {
 // while it is blocked a guess tells it nothing; other addresses are not
 // affected.
 func requireAPIKey(keys []Key, g guard) echo.MiddlewareFunc {
+	return requireCaller(keys, nil, g)
+}
+
+// TokenVerifier checks an OAuth access token (a JWT from the configured
+// issuer) and names the principal it stands for; see package bearer.
+type TokenVerifier interface {
+	Verify(ctx context.Context, token string) (authz.Principal, error)
+	// Challenge is the WWW-Authenticate of a 401: it points the client at
+	// the Protected Resource Metadata (RFC 9728), where it learns which
+	// authorization server issues the tokens.
+	Challenge() string
+}
+
+// requireCaller admits an API key, or where tokens is not nil an access
+// token that tokens accepts. A token is told from a key by its shape (a
+// JWT has three dot-separated parts; a key has none). Wrong tokens count
+// against the address as wrong keys do.
+func requireCaller(keys []Key, tokens TokenVerifier, g guard) echo.MiddlewareFunc {
+	unauthenticated := func(detail string) *Problem {
+		p := problem(http.StatusUnauthorized, codeUnauthenticated, detail)
+		if tokens != nil {
+			p.challenge = tokens.Challenge()
+		}
+		return p
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			addr := g.proxies.Key(c.Request())
@@ -79,20 +105,22 @@ func requireAPIKey(keys []Key, g guard) echo.MiddlewareFunc {
 			token, ok := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
 			if !ok {
 				// No key is no guess: not counted.
-				return problem(http.StatusUnauthorized, codeUnauthenticated, "an API key is required: Authorization: Bearer <key>")
+				return unauthenticated("an API key is required: Authorization: Bearer <key>")
 			}
 			var found Key
 			check := func() bool {
-				sum := sha256.Sum256([]byte(token))
-				match := 0
-				for _, k := range keys {
-					eq := subtle.ConstantTimeCompare(sum[:], k.SHA256[:])
-					if eq == 1 {
-						found = k
+				if tokens != nil && strings.Count(token, ".") == 2 {
+					p, err := tokens.Verify(c.Request().Context(), token)
+					if err != nil {
+						g.logger.Info("access token refused", "client", addr, "err", err)
+						return false
 					}
-					match |= eq
+					found = Key{Principal: p}
+					return true
 				}
-				return match == 1
+				var ok bool
+				found, ok = matchKey(keys, token)
+				return ok
 			}
 			res := g.limiter.Attempt(addr, check)
 			if res.Refused > 0 {
@@ -101,13 +129,32 @@ func requireAPIKey(keys []Key, g guard) echo.MiddlewareFunc {
 			if res.Blocks > 0 {
 				g.logger.Warn("wrong API keys: address blocked", "client", addr, "for", res.Blocks)
 			}
+			if !res.OK && tokens != nil {
+				return unauthenticated("the API key or access token is not valid")
+			}
 			if !res.OK {
-				return problem(http.StatusUnauthorized, codeUnauthenticated, "the API key is not valid")
+				return unauthenticated("the API key is not valid")
 			}
 			c.Set(principalKey, found)
 			return next(c)
 		}
 	}
+}
+
+// matchKey finds the key whose digest is token's, comparing every digest
+// in constant time.
+func matchKey(keys []Key, token string) (Key, bool) {
+	var found Key
+	sum := sha256.Sum256([]byte(token))
+	match := 0
+	for _, k := range keys {
+		eq := subtle.ConstantTimeCompare(sum[:], k.SHA256[:])
+		if eq == 1 {
+			found = k
+		}
+		match |= eq
+	}
+	return found, match == 1
 }
 
 // rateLimited is the 429 of a blocked address.

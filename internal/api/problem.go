@@ -29,6 +29,9 @@ type Problem struct {
 	// retryAfter is the Retry-After of a problem a retry may fix, in
 	// seconds; 0 means the default of its status (see retryAfterOf).
 	retryAfter int
+	// challenge is the WWW-Authenticate of a 401; "" is the default
+	// (Bearer realm="patchbay").
+	challenge string
 }
 
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
@@ -93,7 +96,11 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			logger.Warn("request refused: Redis is unavailable", "request_id", requestID(c), "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 		}
 		if p.Status == http.StatusUnauthorized {
-			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="patchbay"`)
+			challenge := p.challenge
+			if challenge == "" {
+				challenge = `Bearer realm="patchbay"`
+			}
+			c.Response().Header().Set("WWW-Authenticate", challenge)
 		}
 		if s := retryAfterOf(p); s > 0 {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(s))

@@ -66,6 +66,12 @@ type Options struct {
 	// defaults. The server shares one with the admin UI, so streams on
 	// either count together.
 	Streams *eventstream.Streams
+	// MCP serves /mcp; nil: no MCP face (404 there).
+	MCP MCPFace
+	// MCPTokens, when set, lets /mcp callers present an OAuth access
+	// token instead of an API key, and serves the Protected Resource
+	// Metadata that says where to get one; nil: API keys only.
+	MCPTokens MCPTokens
 }
 
 // New returns the HTTP handler of the API.
@@ -136,6 +142,14 @@ func New(o Options) *echo.Echo {
 	v1.GET("/approvals/:id", h.getApproval, auth)
 	v1.POST("/approvals/:id/approve", h.approve, auth)
 	v1.POST("/approvals/:id/deny", h.deny, auth)
+	if o.MCP != nil {
+		var tokens TokenVerifier
+		if o.MCPTokens != nil {
+			tokens = o.MCPTokens
+			e.GET(mcpResourceMetadataPath, echo.WrapHandler(o.MCPTokens.MetadataHandler()))
+		}
+		mountMCP(e, o.MCP, requireCaller(o.APIKeys, tokens, guard{limiter: o.Throttle, proxies: o.TrustedProxies, logger: o.Logger}))
+	}
 	return e
 }
 

@@ -129,6 +129,23 @@ type Limits struct {
 	// 32) caps the event streams one API key or UI user holds open in
 	// this process, so that one caller cannot take them all.
 	MaxStreamsPerPrincipal int
+	// MCPHold (PATCHBAY_MCP_HOLD, default 30s) is how long a /mcp
+	// tools/call without a task is held, with progress notifications,
+	// while its call waits for approval; then it is answered with a tool
+	// error naming the approval (a retry with the same call id gets the
+	// decided call's result).
+	MCPHold time.Duration
+	// MCPSessionsPerPrincipal (PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL,
+	// default 16) caps the /mcp sessions one caller holds open, and
+	// MCPCallsPerPrincipal (PATCHBAY_MCP_CALLS_PER_PRINCIPAL, default 16)
+	// its tools/call requests in flight, in this process; past either
+	// the request is 429 with Retry-After.
+	MCPSessionsPerPrincipal int
+	MCPCallsPerPrincipal    int
+	// MCPSessionIdle (PATCHBAY_MCP_SESSION_IDLE, default 30m) ends a
+	// 2025-era /mcp session unused for that long (and releases the pool
+	// leases it holds).
+	MCPSessionIdle time.Duration
 }
 
 // APIKey is one accepted API key. Keys are kept only as SHA-256 digests so a

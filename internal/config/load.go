@@ -64,6 +64,13 @@ const (
 	// The stream caps: see package eventstream for why these values.
 	DefaultMaxStreams             = 512
 	DefaultMaxStreamsPerPrincipal = 32
+	// The /mcp bounds: a client is held about as long as an HTTP client
+	// is commonly patient; a person's approval usually takes longer, and
+	// the retry with the same call id (or a task) picks it up.
+	DefaultMCPHold                 = 30 * time.Second
+	DefaultMCPSessionsPerPrincipal = 16
+	DefaultMCPCallsPerPrincipal    = 16
+	DefaultMCPSessionIdle          = 30 * time.Minute
 )
 
 // DefaultWorkers is PATCHBAY_WORKERS when unset: WorkersPerCPU for each
@@ -108,6 +115,11 @@ func Default() *Config {
 
 			MaxStreams:             DefaultMaxStreams,
 			MaxStreamsPerPrincipal: DefaultMaxStreamsPerPrincipal,
+
+			MCPHold:                 DefaultMCPHold,
+			MCPSessionsPerPrincipal: DefaultMCPSessionsPerPrincipal,
+			MCPCallsPerPrincipal:    DefaultMCPCallsPerPrincipal,
+			MCPSessionIdle:          DefaultMCPSessionIdle,
 		},
 	}
 }
@@ -306,6 +318,10 @@ func (l *Limits) loadEnv(getenv func(string) string, ps *problems) {
 	dur("PATCHBAY_AUTH_BACKOFF_MAX", &l.AuthBackoffMax)
 	num("PATCHBAY_MAX_STREAMS", &l.MaxStreams)
 	num("PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", &l.MaxStreamsPerPrincipal)
+	dur("PATCHBAY_MCP_HOLD", &l.MCPHold)
+	num("PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL", &l.MCPSessionsPerPrincipal)
+	num("PATCHBAY_MCP_CALLS_PER_PRINCIPAL", &l.MCPCallsPerPrincipal)
+	dur("PATCHBAY_MCP_SESSION_IDLE", &l.MCPSessionIdle)
 	if v := getenv("PATCHBAY_TRUSTED_PROXIES"); strings.TrimSpace(v) != "" {
 		l.TrustedProxies = parseProxies(v, ps)
 	}

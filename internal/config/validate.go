@@ -213,6 +213,18 @@ func (l Limits) validate(ps *problems) {
 	if l.MaxStreamsPerPrincipal < 1 || l.MaxStreamsPerPrincipal > l.MaxStreams && l.MaxStreams >= 1 {
 		ps.add("PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", "must be between 1 and PATCHBAY_MAX_STREAMS (%d), not %d", l.MaxStreams, l.MaxStreamsPerPrincipal)
 	}
+	if l.MCPHold < 0 || l.MCPHold > 10*time.Minute {
+		ps.add("PATCHBAY_MCP_HOLD", "must be from 0s to 10m, not %s", l.MCPHold)
+	}
+	if l.MCPSessionsPerPrincipal < 1 || l.MCPSessionsPerPrincipal > MaxMaxConns {
+		ps.add("PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL", "must be between 1 and %d, not %d", MaxMaxConns, l.MCPSessionsPerPrincipal)
+	}
+	if l.MCPCallsPerPrincipal < 1 || l.MCPCallsPerPrincipal > MaxMaxConns {
+		ps.add("PATCHBAY_MCP_CALLS_PER_PRINCIPAL", "must be between 1 and %d, not %d", MaxMaxConns, l.MCPCallsPerPrincipal)
+	}
+	if l.MCPSessionIdle < time.Minute || l.MCPSessionIdle > 7*24*time.Hour {
+		ps.add("PATCHBAY_MCP_SESSION_IDLE", "must be from 1m to 168h, not %s", l.MCPSessionIdle)
+	}
 }
 
 // checkLoopback accepts host:port whose host is a loopback address or
