@@ -32,6 +32,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/mcp"
+	"github.com/patchbay-dev/patchbay/internal/mcpserver"
 	"github.com/patchbay-dev/patchbay/internal/openapi"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 	"github.com/patchbay-dev/patchbay/internal/store"
@@ -210,10 +211,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	streams := eventstream.New(execs, &eventstream.Options{
 		PerPrincipal: cfg.Limits.MaxStreamsPerPrincipal, Total: cfg.Limits.MaxStreams,
 	})
+	face := mcpserver.New(mcpserver.Options{
+		Engine: execs, Hold: cfg.Limits.MCPHold, SessionsPerPrincipal: cfg.Limits.MCPSessionsPerPrincipal,
+		CallsPerPrincipal: cfg.Limits.MCPCallsPerPrincipal, SessionIdle: cfg.Limits.MCPSessionIdle, Logger: logger,
+	})
 	handler := api.New(api.Options{
 		Executions: execs, Registry: reg, APIKeys: keys, Allowlists: als, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
 		Triggers: trig, Webhooks: hooks, Secrets: secretWriter, Throttle: guesses, TrustedProxies: proxies, Tracer: tel.Tracer,
-		Streams: streams,
+		Streams: streams, MCP: face,
 		Ready: func(ctx context.Context) error {
 			if !started.Load() {
 				return errors.New("connections are still starting")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -74,9 +75,17 @@ func requireAPIKey(keys []Key, g guard) echo.MiddlewareFunc {
 	return requireCaller(keys, nil, g)
 }
 
-// TokenVerifier checks an OAuth access token (a JWT from the configured
-// issuer) and names the principal it stands for; see package bearer.
+// TokenVerifier checks an OAuth access token from the configured issuer
+// and names the principal it stands for; see package bearer.
 type TokenVerifier interface {
+	// Accepts reports whether token has a form the verifier checks (a
+	// JWT; any token where it introspects), so that a mistyped API key
+	// is not sent to the issuer.
+	Accepts(token string) bool
+	// Verify returns the token's principal, or why it was refused. An
+	// error with an Unavailable method reporting true says the token
+	// could not be checked at all (the issuer did not answer): the
+	// request is 503, and not counted as a wrong credential.
 	Verify(ctx context.Context, token string) (authz.Principal, error)
 	// Challenge is the WWW-Authenticate of a 401: it points the client at
 	// the Protected Resource Metadata (RFC 9728), where it learns which
@@ -84,10 +93,19 @@ type TokenVerifier interface {
 	Challenge() string
 }
 
+// codeTokenUnverifiable: an access token could not be checked because the
+// authorization server (its keys or its introspection endpoint) did not
+// answer; a retry may succeed.
+const codeTokenUnverifiable = "TOKEN_UNVERIFIABLE"
+
 // requireCaller admits an API key, or where tokens is not nil an access
-// token that tokens accepts. A token is told from a key by its shape (a
-// JWT has three dot-separated parts; a key has none). Wrong tokens count
-// against the address as wrong keys do.
+// token that tokens accepts. API keys are matched first; a bearer that is
+// no key goes to tokens when it has a form tokens checks. A wrong token
+// counts against the address as a wrong key does. The token is checked
+// before the limiter is asked (checking may fetch the issuer's keys or
+// ask its introspection endpoint, and the limiter holds one lock for
+// every address); the limiter then refuses an address blocked meanwhile
+// without saying whether the credential was right.
 func requireCaller(keys []Key, tokens TokenVerifier, g guard) echo.MiddlewareFunc {
 	unauthenticated := func(detail string) *Problem {
 		p := problem(http.StatusUnauthorized, codeUnauthenticated, detail)
@@ -95,6 +113,10 @@ func requireCaller(keys []Key, tokens TokenVerifier, g guard) echo.MiddlewareFun
 			p.challenge = tokens.Challenge()
 		}
 		return p
+	}
+	missing, wrong := "an API key is required: Authorization: Bearer <key>", "the API key is not valid"
+	if tokens != nil {
+		missing, wrong = "an API key or OAuth access token is required: Authorization: Bearer <key or token>", "the API key or access token is not valid"
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -105,35 +127,33 @@ func requireCaller(keys []Key, tokens TokenVerifier, g guard) echo.MiddlewareFun
 			token, ok := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
 			if !ok {
 				// No key is no guess: not counted.
-				return unauthenticated("an API key is required: Authorization: Bearer <key>")
+				return unauthenticated(missing)
 			}
-			var found Key
-			check := func() bool {
-				if tokens != nil && strings.Count(token, ".") == 2 {
-					p, err := tokens.Verify(c.Request().Context(), token)
-					if err != nil {
-						g.logger.Info("access token refused", "client", addr, "err", err)
-						return false
-					}
-					found = Key{Principal: p}
-					return true
+			found, ok := matchKey(keys, token)
+			if !ok && tokens != nil && tokens.Accepts(token) {
+				p, err := tokens.Verify(c.Request().Context(), token)
+				var u interface{ Unavailable() bool }
+				switch {
+				case err == nil:
+					found, ok = Key{Principal: p}, true
+				case errors.As(err, &u) && u.Unavailable():
+					g.logger.Warn("access token not checked: the authorization server did not answer", "client", addr, "err", err)
+					p := problem(http.StatusServiceUnavailable, codeTokenUnverifiable, "the access token could not be checked: the authorization server did not answer; retry later")
+					p.retryAfter = retryDefault
+					return p
+				default:
+					g.logger.Info("access token refused", "client", addr, "err", err)
 				}
-				var ok bool
-				found, ok = matchKey(keys, token)
-				return ok
 			}
-			res := g.limiter.Attempt(addr, check)
+			res := g.limiter.Attempt(addr, func() bool { return ok })
 			if res.Refused > 0 {
 				return rateLimited(res.Refused)
 			}
 			if res.Blocks > 0 {
 				g.logger.Warn("wrong API keys: address blocked", "client", addr, "for", res.Blocks)
 			}
-			if !res.OK && tokens != nil {
-				return unauthenticated("the API key or access token is not valid")
-			}
 			if !res.OK {
-				return unauthenticated("the API key is not valid")
+				return unauthenticated(wrong)
 			}
 			c.Set(principalKey, found)
 			return next(c)

@@ -214,6 +214,8 @@ type File struct {
 	// (package profiles); PATCHBAY_PROFILES_DIR, when set, wins. A bad
 	// file there stops the server at start, naming its path.
 	ProfilesDir string `yaml:"profilesDir"`
+	// MCP configures /mcp, patchbay's own MCP face (see mcp.go).
+	MCP MCPSection `yaml:"mcp"`
 }
 
 // Connection is one entry under connections: exactly one of mcp, openapi,

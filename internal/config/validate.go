@@ -100,6 +100,7 @@ func (c *Config) Validate() error {
 	var ps problems
 	c.validateEnv(&ps)
 	c.File.validate(&ps)
+	c.validateMCP(&ps)
 	return ps.err()
 }
 

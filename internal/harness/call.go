@@ -114,7 +114,7 @@ func (r *run) prepare(ctx context.Context, f *frame, n *document.Node) (map[stri
 // asked for one. It returns the arguments with refs opened and the
 // approval the call goes out with ("" when none was needed).
 func (r *run) passGates(ctx context.Context, n *document.Node, conn *registry.Connection, marks *profiles.Operation, args map[string]any, key *string) (map[string]any, string, error) {
-	verdict, args, err := r.e.pipeline.Check(ctx, gates.Call{Conn: conn, Op: n.Op, Guarded: marks != nil && marks.Guarded, Args: args, Thread: r.rec.ID})
+	verdict, args, err := r.e.pipeline.Check(ctx, gates.Call{Conn: conn, Op: n.Op, Guarded: marks != nil && marks.Guarded, Args: args, Thread: r.refScope()})
 	traceGates(ctx, verdict, err)
 	if err != nil {
 		return nil, "", err
@@ -220,7 +220,7 @@ func (r *run) answered(ctx context.Context, n *document.Node, conn *registry.Con
 	if err := document.CheckProfileResult(n, conn.Name(), out); err != nil {
 		return nil, id, err
 	}
-	out, err = r.e.pipeline.Present(ctx, out, conn, r.rec.ID)
+	out, err = r.e.pipeline.Present(ctx, out, conn, r.refScope())
 	return withholdReadTool(conn, n.Op, out), id, err
 }
 

@@ -136,6 +136,10 @@ type record struct {
 	// runs on: its waits take their events through it and its final save
 	// closes it (see threads.go). Empty for every other execution.
 	Thread string `json:"thread,omitempty"`
+	// RefScope binds the refs the run seals and accepts to a scope wider
+	// than the execution: a tool caller's (see toolcalls.go). Empty: the
+	// execution's id.
+	RefScope string `json:"refScope,omitempty"`
 }
 
 func marshalRecord(rec *record) ([]byte, error) {
@@ -353,6 +357,9 @@ type Request struct {
 	// idempotency key reserves one (SubmitIdempotent), so that a retried
 	// submit of the same id yields the first execution.
 	ID string
+	// RefScope is what the run's refs are sealed to; empty: the
+	// execution (see record.RefScope).
+	RefScope string
 }
 
 // Submit validates the document against the registry and the request's
@@ -381,7 +388,10 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 	if id == "" {
 		id = newExecutionID()
 	}
-	return e.enqueueBound(ctx, id, req.Workflow, req.Input, req.Principal, &bound)
+	rec := newRecord(id, req.Workflow, req.Input, req.Principal, &bound)
+	rec.RefScope = req.RefScope
+	ex, _, err := e.enqueueRecord(ctx, rec)
+	return ex, err
 }
 
 func (e *Executions) allowlist(ctx context.Context, name string) (*gates.Allowlist, error) {

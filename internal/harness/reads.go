@@ -142,7 +142,7 @@ func (r *run) readTool(ctx context.Context, conn *registry.Connection, src docum
 			return nil, fmt.Errorf("read %s of %s: %w", read, conn.Name(), err)
 		}
 	}
-	verdict, args, err := r.e.pipeline.Check(ctx, gates.Call{Conn: conn, Op: op, Args: args, Thread: r.rec.ID})
+	verdict, args, err := r.e.pipeline.Check(ctx, gates.Call{Conn: conn, Op: op, Args: args, Thread: r.refScope()})
 	traceGates(ctx, verdict, err)
 	if err != nil {
 		return nil, err
@@ -249,7 +249,7 @@ func (r *run) reading(ctx context.Context, conn *registry.Connection, src docume
 	if err := src.Read.CheckOutput(document.JSONValue(out)); err != nil {
 		return nil, fmt.Errorf("read %s of %s contradicts %s: %s", read, conn.Name(), src.Profile.ID(), document.OneLine(err))
 	}
-	shown, err := r.e.pipeline.Present(ctx, out, conn, r.rec.ID)
+	shown, err := r.e.pipeline.Present(ctx, out, conn, r.refScope())
 	if err != nil {
 		return nil, err
 	}

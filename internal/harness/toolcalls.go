@@ -1,0 +1,214 @@
+package harness
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
+	"github.com/patchbay-dev/patchbay/internal/harness/document"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+)
+
+// Tool calls from outside the engine: the MCP face (/mcp) offers a
+// caller the operations its allowlist grants, by the names a model node
+// without tools sees, and runs each call as an execution of its own.
+//
+// Why one execution per call rather than one per MCP session: the
+// 2026-07-28 era has no session, and a session-long execution would fight
+// the claim, the repair sweep and resume (it never ends). An execution per
+// call gets, unchanged, everything a call step has: the six gates with
+// the caller as principal, parking while an approval is pending (no worker
+// held), resume on any replica after a crash, takeover, once-records,
+// events, listing and the admin UI. Its one node's id is "tool:<call id>",
+// so its idempotency key is "<execution>:tool:<call id>".
+//
+// Refs are sealed to the caller's scope (RefScope: the principal and, in
+// the 2025 era, the session) rather than to the execution, so a ref one
+// call returns is accepted by the caller's next call and refused in
+// another caller's.
+
+// ToolCaller is who calls tools from outside: a principal and the
+// allowlist bounding it.
+type ToolCaller struct {
+	Principal string
+	Allowlist string
+}
+
+// callIDPattern bounds a client-chosen call id: it becomes part of a
+// step id and of the idempotency key.
+var callIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,100}$`)
+
+// ValidCallID reports whether id may name a tool call.
+func ValidCallID(id string) bool { return callIDPattern.MatchString(id) }
+
+// Tools lists what the caller may call: each connection its allowlist
+// grants that is ready now, cut to the granted operations, named as a
+// model node without tools names them ("<connection>_<op>", merged tools
+// with a target). A connection not ready (starting, failed, needing an
+// operator's sign-in) is left out until it is.
+func (e *Executions) Tools(ctx context.Context, c ToolCaller) ([]agent.ModelTool, error) {
+	ts, err := e.toolsOf(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return ts.List(), nil
+}
+
+func (e *Executions) toolsOf(ctx context.Context, c ToolCaller) (*agent.ToolSet, error) {
+	al, err := e.allowlist(ctx, c.Allowlist)
+	if err != nil {
+		return nil, fmt.Errorf("tools: allowlist %s: %w", c.Allowlist, err)
+	}
+	var names []string
+	if al != nil {
+		for name := range al.Connections {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	doc := &document.Document{}
+	var turn []agent.ToolSource
+	for _, name := range names {
+		conn, err := e.reg.Get(name)
+		if err != nil || conn.State() != connect.StateReady {
+			continue
+		}
+		if conn.Access().ActsAsUser() && forNoOne(c.Principal) {
+			continue
+		}
+		ops := agent.GrantedOps(al, false, name, nil, conn.Manifest().Operations)
+		if len(ops) > 0 {
+			turn = append(turn, agent.SourceOf(doc, name, ops))
+		}
+	}
+	return agent.BuildToolSet(turn, nil, false)
+}
+
+// ToolCall is one call of a tool Tools listed.
+type ToolCall struct {
+	ToolCaller
+	// CallID names the call across retries: the same caller's same id
+	// is the same execution, so a retry after a timeout or an approval
+	// gets the first call's outcome instead of calling again. Empty: a
+	// fresh one.
+	CallID string
+	// Scope is what refs are sealed to (see RefScope on the record).
+	Scope string
+	Tool  string
+	Args  map[string]any
+}
+
+// Errors of CallTool, matched with errors.Is.
+var (
+	// ErrUnknownTool: the caller is offered no tool of that name.
+	ErrUnknownTool = errors.New("no such tool")
+	// ErrCallIDReused: the call id was used with another tool or
+	// other arguments.
+	ErrCallIDReused = errors.New("this call id was used for another call")
+)
+
+// CallTool starts the call as an execution the caller owns and returns
+// it (queued); Wait follows it. A retry with the same call id returns the
+// execution the first one started.
+func (e *Executions) CallTool(ctx context.Context, tc ToolCall) (*Execution, error) {
+	if tc.CallID == "" {
+		tc.CallID = newCallID()
+	}
+	if !ValidCallID(tc.CallID) {
+		return nil, fmt.Errorf("tools: call id %q: %w", tc.CallID, fault.Errorf(fault.CodeValidationFailed, "a call id is 1 to 100 letters, digits, '.', '_', ':' or '-'"))
+	}
+	ts, err := e.toolsOf(ctx, tc.ToolCaller)
+	if err != nil {
+		return nil, err
+	}
+	args := tc.Args
+	if args == nil {
+		args = map[string]any{}
+	}
+	conn, op, rest, err := ts.Resolve(tc.Tool, args)
+	if err != nil {
+		return nil, fmt.Errorf("tools: %s: %w: %w", tc.Tool, ErrUnknownTool, err)
+	}
+	workflow, err := callDocument(tc.CallID, conn, op, rest)
+	if err != nil {
+		return nil, err
+	}
+	key := IdempotencyKey{Principal: tc.Principal, Scope: "tools/call", Key: tc.CallID, Fingerprint: fingerprint(tc.Tool, args)}
+	ex, _, err := e.SubmitIdempotent(ctx, key, func(ctx context.Context, id string) (*Execution, error) {
+		return e.Submit(ctx, Request{Workflow: workflow, Principal: tc.Principal, Allowlist: tc.Allowlist, ID: id, RefScope: tc.Scope})
+	})
+	if errors.Is(err, ErrIdempotencyMismatch) {
+		return nil, fmt.Errorf("tools: call id %s: %w", tc.CallID, ErrCallIDReused)
+	}
+	return ex, err
+}
+
+func newCallID() string { return "c_" + newExecutionID()[3:] }
+
+// callDocument is the one-node document of a tool call. Every argument is
+// a $literal: what a client sends is data, never an expression or a
+// secret reference.
+func callDocument(callID, conn, op string, args map[string]any) (json.RawMessage, error) {
+	lits := make(map[string]any, len(args))
+	for k, v := range args {
+		lits[k] = map[string]any{"$literal": v}
+	}
+	doc := map[string]any{
+		"version":     1,
+		"connections": map[string]any{conn: map[string]any{}},
+		"root":        map[string]any{"kind": "call", "id": ToolStepID(callID), "connection": conn, "op": op, "args": lits},
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("tools: encode call %s: %w", callID, err)
+	}
+	return data, nil
+}
+
+// ToolStepID is the step id of a tool call's node, so that its
+// idempotency key is "<execution>:tool:<call id>".
+func ToolStepID(callID string) string { return "tool:" + callID }
+
+func fingerprint(tool string, args map[string]any) string {
+	data, _ := json.Marshal([]any{tool, args}) // maps marshal in key order
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// ToolOutcome is where a tool call's execution stands, as its caller is
+// answered.
+type ToolOutcome struct {
+	// Done: the execution ended; Output or Error is its result.
+	Done   bool
+	Output any
+	Error  *ExecError
+	// Approval is the pending approval the call waits for ("" when none).
+	Approval string
+}
+
+// OutcomeOf reads a tool call's execution.
+func OutcomeOf(ex *Execution) ToolOutcome {
+	o := ToolOutcome{Done: ex.Status.Terminal(), Output: ex.Output, Error: ex.Error}
+	for _, st := range ex.Steps {
+		if st.Status == StepWaiting && st.ApprovalID != "" {
+			o.Approval = st.ApprovalID
+		}
+	}
+	return o
+}
+
+// refScope is what the run's refs are sealed to and checked against: the
+// record's RefScope, else the execution.
+func (r *run) refScope() string {
+	if r.rec.RefScope != "" {
+		return r.rec.RefScope
+	}
+	return r.rec.ID
+}

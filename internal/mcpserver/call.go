@@ -1,0 +1,177 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+)
+
+// progressEvery is how often a held call tells the client it still
+// waits; well inside the idle timeouts of clients and proxies.
+const progressEvery = 2 * time.Second
+
+// call serves every tools/call: the call runs as an execution the
+// caller owns, and the client is held until it ends or Hold passes.
+func (s *Server) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	c := callerFrom(ctx)
+	if c == nil {
+		return nil, errors.New("mcp: a call without a caller")
+	}
+	callID, given := metaString(req, MetaCallID)
+	if !given {
+		// Named here so that a held call's answer can say which id gets
+		// its outcome.
+		callID = "c_" + strings.ToLower(rand.Text())
+	}
+	ex, err := s.o.Engine.CallTool(ctx, harness.ToolCall{
+		ToolCaller: harness.ToolCaller{Principal: c.Name, Allowlist: c.Allowlist},
+		CallID:     callID,
+		Scope:      refScope(ctx, c.Name),
+		Tool:       req.Params.Name,
+		Args:       req.GetArguments(),
+	})
+	if err != nil {
+		return refusal(err)
+	}
+	return s.await(ctx, req, ex, callID)
+}
+
+// refScope is what the caller's refs are sealed to: its session where the
+// era has one, else the caller.
+func refScope(ctx context.Context, principal string) string {
+	if cs := server.ClientSessionFromContext(ctx); cs != nil && cs.SessionID() != "" {
+		return "mcp:" + principal + ":" + cs.SessionID()
+	}
+	return "mcp:" + principal
+}
+
+// refusal is the answer to a call that could not start: a tool error the
+// model can read for what the caller got wrong, else the error itself
+// (a JSON-RPC internal error; its detail is logged, not sent).
+func refusal(err error) (*mcp.CallToolResult, error) {
+	var ve *fault.ValidationError
+	var fe *fault.Error
+	switch {
+	case errors.Is(err, harness.ErrUnknownTool), errors.Is(err, harness.ErrCallIDReused):
+		return mcp.NewToolResultError(err.Error()), nil
+	case errors.As(err, &ve):
+		msg := "refused:"
+		for _, p := range ve.Problems {
+			msg += fmt.Sprintf(" %s: %s (%s);", p.Path, p.Message, p.Code)
+		}
+		return mcp.NewToolResultError(msg), nil
+	case errors.As(err, &fe):
+		return mcp.NewToolResultError(fe.Error()), nil
+	}
+	return nil, err
+}
+
+// await holds the client while the call's execution runs, telling it of
+// progress, and answers with its result; past Hold, with a tool error
+// naming what it waits for.
+func (s *Server) await(ctx context.Context, req mcp.CallToolRequest, ex *harness.Execution, callID string) (*mcp.CallToolResult, error) {
+	deadline := time.Now().Add(s.o.Hold)
+	var token mcp.ProgressToken
+	if req.Params.Meta != nil {
+		token = req.Params.Meta.ProgressToken
+	}
+	var step float64
+	for {
+		o := harness.OutcomeOf(ex)
+		if o.Done {
+			return result(ex.ID, o), nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return held(ex.ID, callID, o), nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if token != nil {
+			step++
+			msg := "running"
+			if o.Approval != "" {
+				msg = "waiting for approval " + o.Approval
+			}
+			_ = s.mcp.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+				"progressToken": token, "progress": step, "message": msg,
+			})
+		}
+		next, err := s.o.Engine.Wait(ctx, ex.ID, min(progressEvery, left))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("mcp: follow execution %s: %w", ex.ID, err)
+		}
+		ex = next
+	}
+}
+
+// result is a finished call's answer. Text stays text; any other value is
+// its JSON, and an object is also the structured content.
+func result(id string, o harness.ToolOutcome) *mcp.CallToolResult {
+	var res *mcp.CallToolResult
+	switch {
+	case o.Error != nil:
+		res = mcp.NewToolResultError(o.Error.Code + ": " + o.Error.Message)
+	default:
+		res = valueResult(o.Output)
+	}
+	res.Meta = mcp.NewMetaFromMap(map[string]any{MetaExecution: id})
+	return res
+}
+
+func valueResult(v any) *mcp.CallToolResult {
+	if text, ok := v.(string); ok {
+		return mcp.NewToolResultText(text)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return mcp.NewToolResultError("the result could not be encoded")
+	}
+	res := mcp.NewToolResultText(string(data))
+	if obj, ok := v.(map[string]any); ok {
+		res.StructuredContent = obj
+	}
+	return res
+}
+
+// held is the answer of a call still running or waiting when the client
+// has been held long enough: a tool error saying what it waits for and
+// how to get its outcome (the same call id again).
+func held(id, callID string, o harness.ToolOutcome) *mcp.CallToolResult {
+	var why string
+	if o.Approval != "" {
+		why = fmt.Sprintf("approval_pending: this call waits for approval %s (a person decides it in the admin UI or through POST /v1/approvals/%s/approve)", o.Approval, o.Approval)
+	} else {
+		why = "still_running: this call has not finished yet"
+	}
+	res := mcp.NewToolResultError(why + fmt.Sprintf("; it runs as execution %s. Call again with the same arguments and _meta {%q: %q} to get its outcome.", id, MetaCallID, callID))
+	meta := map[string]any{MetaExecution: id, MetaCallID: callID}
+	if o.Approval != "" {
+		meta[MetaApproval] = o.Approval
+	}
+	res.Meta = mcp.NewMetaFromMap(meta)
+	return res
+}
+
+// metaString reads a string from the request's _meta.
+func metaString(req mcp.CallToolRequest, key string) (string, bool) {
+	if req.Params.Meta == nil {
+		return "", false
+	}
+	v, ok := req.Params.Meta.AdditionalFields[key].(string)
+	return v, ok
+}

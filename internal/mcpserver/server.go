@@ -1,0 +1,291 @@
+// Package mcpserver is patchbay's MCP face: /mcp serves the connections'
+// operations to any MCP client, as tools, through the same gates a
+// workflow's calls pass, as the caller.
+//
+// mcp-go's server does the protocol: both eras on one endpoint
+// (2026-07-28 per request: server/discover, Mcp-Method/Mcp-Name, resultType;
+// 2025-11-25 and 2025-06-18 with initialize and Mcp-Session-Id), JSON-RPC,
+// pagination, progress notifications. This package adds what it lacks:
+//
+//   - Who calls: the api package authenticates the request (an API key or
+//     an OAuth access token) and hands the caller to ServeMCP; the caller
+//     and the tools its allowlist grants ride in the request's context.
+//   - Per-caller tools: mcp-go keeps one tool table per server, so every
+//     name any caller is offered is registered once, with one handler, and
+//     a tool filter answers tools/list with the caller's own tools (their
+//     schemas included) and refuses at tools/call a name the caller is not
+//     offered. Sessions' own tool tables cannot serve: a 2026-era request
+//     has no session.
+//   - Calls: each tools/call runs as an execution the caller owns (see
+//     harness.CallTool for why one per call); the client is held while it
+//     runs or waits for an approval, with progress notifications, up to a
+//     bound, then answered with a tool error naming the approval.
+//   - Session ownership and caps: a session id is bound to the caller that
+//     opened it (another caller gets 404), and sessions and calls in flight
+//     are capped per caller (429 with Retry-After).
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/harness"
+	"github.com/patchbay-dev/patchbay/internal/harness/agent"
+)
+
+// Engine is what the face needs of the harness.
+type Engine interface {
+	Tools(ctx context.Context, c harness.ToolCaller) ([]agent.ModelTool, error)
+	CallTool(ctx context.Context, tc harness.ToolCall) (*harness.Execution, error)
+	Wait(ctx context.Context, id string, d time.Duration) (*harness.Execution, error)
+}
+
+// Options configure the face; zero values are the defaults.
+type Options struct {
+	Engine Engine
+	// Hold is how long a tools/call is held while its call runs or
+	// waits for approval before it is answered with a tool error naming
+	// the approval. Default 30s.
+	Hold time.Duration
+	// SessionsPerPrincipal and CallsPerPrincipal cap one caller's open
+	// sessions and tools/call requests in flight (in this process).
+	// Default 16 each.
+	SessionsPerPrincipal int
+	CallsPerPrincipal    int
+	// SessionIdle ends a 2025-era session unused this long. Default 30m.
+	SessionIdle time.Duration
+	// PageSize is how many tools one tools/list page holds. Default 100.
+	PageSize int
+	// Version is patchbay's, as serverInfo says.
+	Version string
+	Logger  *slog.Logger
+}
+
+// Server serves /mcp.
+type Server struct {
+	o    Options
+	mcp  *server.MCPServer
+	http *server.StreamableHTTPServer
+
+	mu         sync.Mutex
+	registered map[string]bool
+	sessions   *sessions
+	calls      map[string]int // principal → tools/call in flight
+}
+
+// Meta keys patchbay reads and writes in _meta.
+const (
+	// MetaCallID names a call across retries (see harness.ToolCall).
+	MetaCallID = "io.patchbay/call-id"
+	// MetaExecution is the execution a call ran as, in its result.
+	MetaExecution = "io.patchbay/execution"
+	// MetaApproval is the approval a held call waits for.
+	MetaApproval = "io.patchbay/approval"
+)
+
+// New builds the face.
+func New(o Options) *Server {
+	if o.Hold == 0 {
+		o.Hold = 30 * time.Second
+	}
+	if o.SessionsPerPrincipal <= 0 {
+		o.SessionsPerPrincipal = 16
+	}
+	if o.CallsPerPrincipal <= 0 {
+		o.CallsPerPrincipal = 16
+	}
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = 30 * time.Minute
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 100
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{o: o, registered: map[string]bool{}, sessions: newSessions(), calls: map[string]int{}}
+	hooks := &server.Hooks{}
+	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) {
+		s.sessions.end(session.SessionID())
+	})
+	s.mcp = server.NewMCPServer("patchbay", o.Version,
+		server.WithToolCapabilities(true),
+		server.WithToolFilter(s.filter),
+		server.WithPaginationLimit(o.PageSize),
+		server.WithHooks(hooks),
+		server.WithRecovery(),
+		server.WithLogger(o.Logger),
+		server.WithInstructions("patchbay's connections as tools: every call passes patchbay's gates (policy, approval, secrets) as you, and is recorded as an execution you own (GET /v1/executions)."),
+	)
+	s.http = server.NewStreamableHTTPServer(s.mcp,
+		server.WithEndpointPath("/mcp"),
+		server.WithSessionIdleTTL(o.SessionIdle),
+		server.WithStreamableHTTPLogger(o.Logger),
+		// The api package serves /mcp behind authentication on the
+		// configured address; DNS-rebinding protection for a loopback
+		// listener is the bearer credential a browser page cannot send.
+		server.WithDisableLocalhostProtection(true),
+	)
+	return s
+}
+
+// callerKey carries the request's caller in its context.
+type callerKey struct{}
+
+// caller is who sends the request and what it is offered.
+type caller struct {
+	authz.Principal
+	tools  []mcp.Tool
+	byName map[string]bool
+	// calling: the request is a tools/call, whose filter check passes
+	// the one tool called.
+	calling bool
+}
+
+func callerFrom(ctx context.Context) *caller {
+	c, _ := ctx.Value(callerKey{}).(*caller)
+	return c
+}
+
+// ServeMCP serves one /mcp request of an authenticated caller.
+func (s *Server) ServeMCP(w http.ResponseWriter, r *http.Request, p authz.Principal) {
+	sid := r.Header.Get(server.HeaderKeySessionID)
+	if sid != "" && !s.sessions.ownedBy(sid, p.Name) {
+		// Another caller's session (or one this process never opened):
+		// as unknown, so that its existence is not disclosed.
+		http.Error(w, "session not found", http.StatusNotFound)
+		return
+	}
+	method := requestMethod(r)
+	switch {
+	case method == string(mcp.MethodInitialize) && s.sessions.count(p.Name) >= s.o.SessionsPerPrincipal:
+		tooMany(w, "too many open MCP sessions for this caller; close one (DELETE /mcp) or wait for one to idle out")
+		return
+	case method == string(mcp.MethodToolsCall):
+		if !s.enter(p.Name) {
+			tooMany(w, "too many tools/call requests in flight for this caller")
+			return
+		}
+		defer s.leave(p.Name)
+	}
+	c := &caller{Principal: p, calling: method == string(mcp.MethodToolsCall)}
+	if method == string(mcp.MethodToolsList) || method == string(mcp.MethodToolsCall) {
+		tools, err := s.o.Engine.Tools(r.Context(), harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
+		if err != nil {
+			s.o.Logger.Error("mcp: list tools", "principal", p.Name, "err", err)
+			http.Error(w, "tools are unavailable; retry", http.StatusServiceUnavailable)
+			return
+		}
+		c.tools, c.byName = s.register(tools)
+	}
+	ctx := context.WithValue(r.Context(), callerKey{}, c)
+	if method == string(mcp.MethodInitialize) {
+		w = &sessionCapture{ResponseWriter: w, opened: func(id string) { s.sessions.open(id, p.Name) }}
+	}
+	s.http.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// requestMethod peeks at a POST's JSON-RPC method, leaving the body for
+// the transport to read (the api package bounds its size).
+func requestMethod(r *http.Request) string {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return ""
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return ""
+	}
+	var msg struct {
+		Method string `json:"method"`
+	}
+	_ = json.Unmarshal(body, &msg) // a batch or bad JSON: the transport answers
+	return msg.Method
+}
+
+func tooMany(w http.ResponseWriter, detail string) {
+	w.Header().Set("Retry-After", strconv.Itoa(5))
+	http.Error(w, detail, http.StatusTooManyRequests)
+}
+
+func (s *Server) enter(principal string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.calls[principal] >= s.o.CallsPerPrincipal {
+		return false
+	}
+	s.calls[principal]++
+	return true
+}
+
+func (s *Server) leave(principal string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.calls[principal]--; s.calls[principal] <= 0 {
+		delete(s.calls, principal)
+	}
+}
+
+// register makes sure every tool the caller is offered has a name in
+// mcp-go's table (one handler serves them all), and returns the caller's
+// tools as MCP tools.
+func (s *Server) register(tools []agent.ModelTool) ([]mcp.Tool, map[string]bool) {
+	out := make([]mcp.Tool, 0, len(tools))
+	names := make(map[string]bool, len(tools))
+	var fresh []server.ServerTool
+	s.mu.Lock()
+	for _, t := range tools {
+		mt := toMCPTool(t)
+		out = append(out, mt)
+		names[t.Name] = true
+		if !s.registered[t.Name] {
+			s.registered[t.Name] = true
+			fresh = append(fresh, server.ServerTool{Tool: mt, Handler: s.call})
+		}
+	}
+	s.mu.Unlock()
+	if len(fresh) > 0 {
+		// Tells open sessions their lists may have changed: a name new
+		// to this process is usually a connection or a grant just added.
+		s.mcp.AddTools(fresh...)
+	}
+	return out, names
+}
+
+func toMCPTool(t agent.ModelTool) mcp.Tool {
+	mt := mcp.NewToolWithRawSchema(t.Name, t.Description, t.InputSchema)
+	a := t.Annotations
+	mt.Annotations = mcp.ToolAnnotation{Title: a.Title, ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
+		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}
+	return mt
+}
+
+// filter answers tools/list with the caller's tools and, at tools/call,
+// keeps the requested tool only when the caller is offered it.
+func (s *Server) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	c := callerFrom(ctx)
+	if c == nil {
+		return nil
+	}
+	if !c.calling {
+		return c.tools
+	}
+	var kept []mcp.Tool
+	for _, t := range tools {
+		if c.byName[t.Name] {
+			kept = append(kept, t)
+		}
+	}
+	return kept
+}
