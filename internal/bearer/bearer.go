@@ -322,23 +322,23 @@ func (v *Verifier) verifyJWT(ctx context.Context, token string) (string, error) 
 		jwt.WithTimeFunc(v.now),
 	)
 	claims := jwt.MapClaims{}
+	var keyErr error // the key function's own error, said as it is
 	_, err := parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
 		if _, ok := t.Header["crit"]; ok {
 			// RFC 7515 §4.1.11: extensions this verifier does not
 			// know must not be ignored.
-			return nil, refused("the token's header has crit")
+			keyErr = refused("the token's header has crit")
+			return nil, keyErr
 		}
 		kid, _ := t.Header["kid"].(string)
-		return v.keys.find(ctx, kid, t.Method.Alg())
+		var k any
+		k, keyErr = v.keys.find(ctx, kid, t.Method.Alg())
+		return k, keyErr
 	})
-	if err != nil {
-		var u *unavailableError
-		if errors.As(err, &u) {
-			return "", u
-		}
-		if errors.Is(err, ErrRefused) {
-			return "", err // the key function's refusal, inside jwt's words
-		}
+	switch {
+	case keyErr != nil:
+		return "", keyErr
+	case err != nil:
 		return "", refused("%v", err)
 	}
 	return v.callerOf(claims)

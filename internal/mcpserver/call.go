@@ -27,6 +27,7 @@ func (s *Server) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTo
 	if c == nil {
 		return nil, errors.New("mcp: a call without a caller")
 	}
+	s.count(ctx, c.Name)
 	callID, given := metaString(req, MetaCallID)
 	if !given {
 		// Named here so that a held call's answer can say which id gets
@@ -44,6 +45,26 @@ func (s *Server) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTo
 		return refusal(err)
 	}
 	return s.await(ctx, req, ex, callID)
+}
+
+// count notes the call on its session (or 2026-era client) for the
+// admin UI.
+func (s *Server) count(ctx context.Context, principal string) {
+	cs := server.ClientSessionFromContext(ctx)
+	if cs == nil {
+		return
+	}
+	var client, version, era string
+	if ci, ok := cs.(server.SessionWithClientInfo); ok {
+		client, version = ci.GetClientInfo().Name, ci.GetClientInfo().Version
+	}
+	if pi := server.RequestProtocolInfoFromContext(ctx); pi != nil {
+		era = pi.ProtocolVersion
+		if pi.ClientInfo != nil {
+			client, version = pi.ClientInfo.Name, pi.ClientInfo.Version
+		}
+	}
+	s.sessions.called(cs.SessionID(), principal, client, version, era)
 }
 
 // refScope is what the caller's refs are sealed to: its session where the

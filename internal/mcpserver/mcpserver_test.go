@@ -42,6 +42,7 @@ type bundle struct {
 	url   string
 	execs *harness.Executions
 	mem   *connecttest.Memory
+	face  *mcpserver.Server
 	calls atomic.Int64
 }
 
@@ -86,6 +87,7 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 	go func() { _ = b.execs.Run(ctx, 4); close(done) }()
 	o.Engine = b.execs
 	face := mcpserver.New(o)
+	b.face = face
 	keys := []api.Key{
 		{SHA256: sha256.Sum256([]byte(aliceKey)), Principal: authz.Principal{Name: "alice", Allowlist: "wide"}},
 		{SHA256: sha256.Sum256([]byte(bobKey)), Principal: authz.Principal{Name: "bob", Allowlist: "narrow"}},
@@ -205,6 +207,29 @@ func TestGoSDKListsAndCallsAsTheCaller(t *testing.T) {
 				t.Errorf("leak = %s, want the secret redacted", text(res))
 			}
 		})
+	}
+}
+
+func TestSessionsListsLiveClients(t *testing.T) {
+	t.Parallel()
+	b := setup(t, mcpserver.Options{})
+	for _, era := range eras {
+		cs := dial(t, b, aliceKey, era, nil)
+		_, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "mem_add", Arguments: map[string]any{"a": 1, "b": 2}})
+		must(t, err)
+	}
+	got := map[string]mcpserver.Session{}
+	for _, s := range b.face.Sessions() {
+		got[s.Era] = s
+	}
+	for _, era := range eras {
+		s, ok := got[era]
+		if !ok || s.Principal != "alice" || s.Client != "patchbay-test" || s.Calls != 1 || s.LastCall.IsZero() {
+			t.Errorf("%s: session %+v, want alice's patchbay-test client with one call", era, s)
+		}
+	}
+	if s := got["2025-11-25"]; s.ID == "" {
+		t.Error("the 2025-era session has no id")
 	}
 }
 

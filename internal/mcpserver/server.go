@@ -114,10 +114,15 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, registered: map[string]bool{}, sessions: newSessions(), calls: map[string]int{}}
+	s := &Server{o: o, registered: map[string]bool{}, sessions: newSessions(o.SessionIdle), calls: map[string]int{}}
 	hooks := &server.Hooks{}
 	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) {
 		s.sessions.end(session.SessionID())
+	})
+	hooks.AddAfterInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest, res *mcp.InitializeResult) {
+		if cs := server.ClientSessionFromContext(ctx); cs != nil {
+			s.sessions.hello(cs.SessionID(), req.Params.ClientInfo.Name, req.Params.ClientInfo.Version, res.ProtocolVersion)
+		}
 	})
 	s.mcp = server.NewMCPServer("patchbay", o.Version,
 		server.WithToolCapabilities(true),
@@ -139,6 +144,10 @@ func New(o Options) *Server {
 	)
 	return s
 }
+
+// Sessions lists the live MCP clients of this process, most recent call
+// first.
+func (s *Server) Sessions() []Session { return s.sessions.list() }
 
 // callerKey carries the request's caller in its context.
 type callerKey struct{}

@@ -2,37 +2,128 @@ package mcpserver
 
 import (
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
 )
 
-// sessions binds each 2025-era session id to the caller that opened it.
-// mcp-go keeps a session in the process that opened it, so this table is
-// per process as well.
+// sessions binds each 2025-era session id to the caller that opened it,
+// and keeps what the admin UI shows of every client: 2025-era sessions,
+// and 2026-era clients (which have no session) by caller and client name,
+// forgotten after idle. mcp-go keeps a session in the process that opened
+// it, so this table is per process as well.
 type sessions struct {
 	mu   sync.Mutex
 	byID map[string]*session
+	// modern are the 2026-era clients, by caller and client name.
+	modern map[string]*session
+	idle   time.Duration
 }
 
 type session struct {
 	principal string
 	opened    time.Time
+	client    string
+	version   string
+	era       string
+	calls     int
+	lastCall  time.Time
+	seen      time.Time
 }
 
-func newSessions() *sessions { return &sessions{byID: map[string]*session{}} }
+// Session is one live MCP client as the admin UI lists it.
+type Session struct {
+	// ID is the 2025-era session id; "" for a 2026-era client.
+	ID        string
+	Principal string
+	Client    string
+	Version   string
+	// Era is the protocol version the client speaks.
+	Era      string
+	Opened   time.Time
+	Calls    int
+	LastCall time.Time
+}
 
+func newSessions(idle time.Duration) *sessions {
+	return &sessions{byID: map[string]*session{}, modern: map[string]*session{}, idle: idle}
+}
+
+// open binds a new session to its caller. The initialize hook (hello)
+// runs before the response carrying the id is written, so the record
+// may exist already, bound to no one.
 func (t *sessions) open(id, principal string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.byID[id] = &session{principal: principal, opened: time.Now()}
+	s := t.byID[id]
+	if s == nil {
+		s = &session{opened: time.Now()}
+		t.byID[id] = s
+	}
+	s.principal, s.seen = principal, time.Now()
 }
 
 func (t *sessions) end(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.byID, id)
+}
+
+// hello records who the client says it is.
+func (t *sessions) hello(id, client, version, era string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.byID[id]
+	if s == nil {
+		s = &session{opened: time.Now()}
+		t.byID[id] = s
+	}
+	s.client, s.version, s.era = client, version, era
+}
+
+// called counts a tools/call of a session (id) or of a 2026-era client.
+func (t *sessions) called(id, principal, client, version, era string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	s := t.byID[id]
+	if id == "" {
+		key := principal + "\x00" + client
+		if s = t.modern[key]; s == nil {
+			s = &session{principal: principal, opened: now, client: client, version: version, era: era}
+			t.modern[key] = s
+		}
+	}
+	if s == nil {
+		return
+	}
+	s.calls++
+	s.lastCall, s.seen = now, now
+}
+
+// list is every live client, most recent call first.
+func (t *sessions) list() []Session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Session
+	add := func(id string, s *session) {
+		out = append(out, Session{ID: id, Principal: s.principal, Client: s.client, Version: s.version, Era: s.era,
+			Opened: s.opened, Calls: s.calls, LastCall: s.lastCall})
+	}
+	for id, s := range t.byID {
+		add(id, s)
+	}
+	for key, s := range t.modern {
+		if time.Since(s.seen) > t.idle {
+			delete(t.modern, key)
+			continue
+		}
+		add("", s)
+	}
+	slices.SortFunc(out, func(a, b Session) int { return b.LastCall.Compare(a.LastCall) })
+	return out
 }
 
 // ownedBy reports whether principal opened the session id. An id this
