@@ -107,6 +107,9 @@ func TestAdminAuthorizationMatrix(t *testing.T) {
 		{"GET", "/admin/executions/:id/stream", "/admin/executions/{done}/stream", false, [6]int{see, ok, nf, ok, nf, ok}},
 		{"POST", "/admin/executions/:id/cancel", "/admin/executions/{exec}/cancel", true, [6]int{no, see, nf, no, nf, see}},
 		{"POST", "/admin/executions/:id/resume", "/admin/executions/{done}/resume", false, [6]int{no, see, nf, no, nf, see}},
+		// MCP clients: each sees their own principal's (the approver has
+		// none), the auditor and the operator everyone's.
+		{"GET", "/admin/mcp", "/admin/mcp", false, [6]int{see, ok, ok, ok, ok, ok}},
 		{"GET", "/admin/deadletters", "/admin/deadletters", false, [6]int{see, no, no, ok, no, ok}},
 		{"POST", "/admin/deadletters/:id/redeliver", "/admin/deadletters/dl_nope/redeliver", false, [6]int{no, no, no, no, no, nf}},
 	}

@@ -14,7 +14,9 @@
 // such a session has the key's roles (package authz) and sees what they
 // allow, as the API does — their own executions and approvals with run,
 // everything with read, the approvals they may decide with approve,
-// allowlists and dead letters to change with admin. The connection pages
+// allowlists and dead letters to change with admin. The live MCP clients
+// of this process (/admin/mcp) are scoped as executions are: one's own
+// principal's with run, everyone's with read. The connection pages
 // are open to every session, so that each user can connect their own
 // account to a per-user OAuth connection (see signin.go). Sessions
 // record how and as whom the operator signed in (Session.Method and
@@ -111,6 +113,9 @@ type Options struct {
 	// server shares one with the API, so streams on either count
 	// together.
 	Streams *eventstream.Streams
+	// MCP lists the live clients of this process's MCP face for the MCP
+	// clients page (/admin/mcp); nil: the page says /mcp is not served.
+	MCP MCPSessions
 }
 
 // User is an API key that may sign in to the UI as its principal. Its
@@ -201,6 +206,8 @@ func Mount(e *echo.Echo, o Options) error {
 	e.GET("/admin/executions/:id/stream", anyone(h.executionStream))
 	e.POST("/admin/executions/:id/cancel", anyone(h.cancel))
 	e.POST("/admin/executions/:id/resume", anyone(h.resume))
+	// MCP clients: one's own principal's, or all with read.
+	e.GET("/admin/mcp", anyone(h.mcpSessions))
 	e.GET("/admin/deadletters", need(authz.Read, h.deadLetters))
 	e.POST("/admin/deadletters/:id/redeliver", need(authz.Admin, h.redeliver))
 	return nil
@@ -469,7 +476,7 @@ func (p page) shows(nav string) bool {
 		return p.Who.Has(authz.Read)
 	case "approvals":
 		return p.Who.Has(authz.Read) || p.Who.Has(authz.Approve)
-	case "executions":
+	case "executions", "mcp":
 		return p.Who.Has(authz.Read) || p.Who.Has(authz.Run)
 	}
 	return true
