@@ -136,7 +136,8 @@ type Limits struct {
 	// decided call's result).
 	MCPHold time.Duration
 	// MCPSessionsPerPrincipal (PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL,
-	// default 16) caps the /mcp sessions one caller holds open, and
+	// default 64: clients rarely end their sessions, which then idle out) caps
+	// the /mcp sessions one caller holds open, and
 	// MCPCallsPerPrincipal (PATCHBAY_MCP_CALLS_PER_PRINCIPAL, default 16)
 	// its tools/call requests in flight, in this process; past either
 	// the request is 429 with Retry-After.

@@ -897,7 +897,7 @@ func TestLoadLimits(t *testing.T) {
 					IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, MaxConns: 1024, MaxConnsPerAddress: 256,
 					AuthFailures: 5, AuthBackoff: time.Second, AuthBackoffMax: 5 * time.Minute,
 					MaxStreams: 512, MaxStreamsPerPrincipal: 32,
-					MCPHold: 30 * time.Second, MCPSessionsPerPrincipal: 16, MCPCallsPerPrincipal: 16, MCPSessionIdle: 30 * time.Minute,
+					MCPHold: 30 * time.Second, MCPSessionsPerPrincipal: 64, MCPCallsPerPrincipal: 16, MCPSessionIdle: 30 * time.Minute,
 				}
 				if !reflect.DeepEqual(l, want) {
 					t.Errorf("limits = %+v, want %+v", l, want)

@@ -68,7 +68,7 @@ const (
 	// is commonly patient; a person's approval usually takes longer, and
 	// the retry with the same call id (or a task) picks it up.
 	DefaultMCPHold                 = 30 * time.Second
-	DefaultMCPSessionsPerPrincipal = 16
+	DefaultMCPSessionsPerPrincipal = 64
 	DefaultMCPCallsPerPrincipal    = 16
 	DefaultMCPSessionIdle          = 30 * time.Minute
 )

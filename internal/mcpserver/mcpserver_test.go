@@ -164,7 +164,7 @@ func TestGoSDKListsAndCallsAsTheCaller(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era, func(t *testing.T) {
 			alice := dial(t, b, aliceKey, era, nil)
-			if got, want := strings.Join(toolNames(t, alice), ","), "mem_add,mem_guarded,mem_wipe,mem_leak"; got != want {
+			if got, want := strings.Join(toolNames(t, alice), ","), "mem_add,mem_guarded,mem_leak,mem_wipe"; got != want {
 				t.Errorf("alice's tools = %s, want %s", got, want)
 			}
 			bob := dial(t, b, bobKey, era, nil)

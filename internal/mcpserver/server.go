@@ -32,7 +32,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,7 +61,7 @@ type Options struct {
 	Hold time.Duration
 	// SessionsPerPrincipal and CallsPerPrincipal cap one caller's open
 	// sessions and tools/call requests in flight (in this process).
-	// Default 16 each.
+	// Default 64 and 16.
 	SessionsPerPrincipal int
 	CallsPerPrincipal    int
 	// SessionIdle ends a 2025-era session unused this long. Default 30m.
@@ -100,7 +101,7 @@ func New(o Options) *Server {
 		o.Hold = 30 * time.Second
 	}
 	if o.SessionsPerPrincipal <= 0 {
-		o.SessionsPerPrincipal = 16
+		o.SessionsPerPrincipal = 64
 	}
 	if o.CallsPerPrincipal <= 0 {
 		o.CallsPerPrincipal = 16
@@ -170,20 +171,27 @@ func callerFrom(ctx context.Context) *caller {
 // ServeMCP serves one /mcp request of an authenticated caller.
 func (s *Server) ServeMCP(w http.ResponseWriter, r *http.Request, p authz.Principal) {
 	sid := r.Header.Get(server.HeaderKeySessionID)
+	if sid == "" && r.Method != http.MethodPost {
+		// A GET stream or a DELETE belongs to a 2025-era session; the
+		// 2026 era has neither (its spec answers them 405 too).
+		w.Header().Set("Allow", http.MethodPost)
+		writeProblem(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, "GET and DELETE need the Mcp-Session-Id of a session this caller opened")
+		return
+	}
 	if sid != "" && !s.sessions.ownedBy(sid, p.Name) {
 		// Another caller's session (or one this process never opened):
 		// as unknown, so that its existence is not disclosed.
-		http.Error(w, "session not found", http.StatusNotFound)
+		writeProblem(w, http.StatusNotFound, codeSessionNotFound, "no such MCP session: initialize a new one")
 		return
 	}
 	method := requestMethod(r)
 	switch {
 	case method == string(mcp.MethodInitialize) && s.sessions.count(p.Name) >= s.o.SessionsPerPrincipal:
-		tooMany(w, "too many open MCP sessions for this caller; close one (DELETE /mcp) or wait for one to idle out")
+		writeProblem(w, http.StatusTooManyRequests, codeTooManySessions, "too many open MCP sessions for this caller; close one (DELETE /mcp) or wait for one to idle out")
 		return
 	case method == string(mcp.MethodToolsCall):
 		if !s.enter(p.Name) {
-			tooMany(w, "too many tools/call requests in flight for this caller")
+			writeProblem(w, http.StatusTooManyRequests, codeTooManyCalls, "too many tools/call requests in flight for this caller")
 			return
 		}
 		defer s.leave(p.Name)
@@ -193,7 +201,7 @@ func (s *Server) ServeMCP(w http.ResponseWriter, r *http.Request, p authz.Princi
 		tools, err := s.o.Engine.Tools(r.Context(), harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
 		if err != nil {
 			s.o.Logger.Error("mcp: list tools", "principal", p.Name, "err", err)
-			http.Error(w, "tools are unavailable; retry", http.StatusServiceUnavailable)
+			writeProblem(w, http.StatusServiceUnavailable, codeToolsUnavailable, "the caller's tools could not be read; retry")
 			return
 		}
 		c.tools, c.byName = s.register(tools)
@@ -221,11 +229,6 @@ func requestMethod(r *http.Request) string {
 	}
 	_ = json.Unmarshal(body, &msg) // a batch or bad JSON: the transport answers
 	return msg.Method
-}
-
-func tooMany(w http.ResponseWriter, detail string) {
-	w.Header().Set("Retry-After", strconv.Itoa(5))
-	http.Error(w, detail, http.StatusTooManyRequests)
 }
 
 func (s *Server) enter(principal string) bool {
@@ -264,6 +267,9 @@ func (s *Server) register(tools []agent.ModelTool) ([]mcp.Tool, map[string]bool)
 		}
 	}
 	s.mu.Unlock()
+	// mcp-go pages a list by name (its cursor is the last name given),
+	// so the list must be in name order.
+	slices.SortFunc(out, func(a, b mcp.Tool) int { return strings.Compare(a.Name, b.Name) })
 	if len(fresh) > 0 {
 		// Tells open sessions their lists may have changed: a name new
 		// to this process is usually a connection or a grant just added.
