@@ -230,6 +230,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	webOpts := web.Options{
 		AdminToken: adminToken(cfg, stdout), Store: st, Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Logger: logger,
 		Users: uiUsers(cfg), Throttle: guesses, TrustedProxies: proxies, TraceURL: cfg.TraceURL, Streams: streams,
+		MCP: face,
 	}
 	if oauthSvc != nil {
 		webOpts.SignIns = oauthSvc

@@ -48,7 +48,7 @@ const (
 )
 
 // aliceTools are the tools alice is offered, sorted.
-const aliceTools = "mem_add,mem_guarded,mem_leak,mem_wipe"
+const aliceTools = "mem_add,mem_guarded,mem_leak,mem_open,mem_use,mem_wipe"
 
 // sortedNames is names sorted, joined with commas: the order of tools/list
 // is not part of what a client may rely on.

@@ -31,6 +31,7 @@ import (
 const (
 	aliceKey    = "alice-key"
 	bobKey      = "bob-key"
+	carolKey    = "carol-key"
 	approverKey = "approver-key"
 	secretValue = "s3cr3t-value-for-redaction"
 )
@@ -61,6 +62,12 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "guarded", InputSchema: json.RawMessage(`{"type":"object"}`)},
 			Fn: func(_ context.Context, a map[string]any) (any, error) { return "done after approval", nil }},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "wipe", InputSchema: json.RawMessage(`{"type":"object"}`)}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "open", InputSchema: json.RawMessage(`{"type":"object"}`)},
+			Fn: func(context.Context, map[string]any) (any, error) {
+				return map[string]any{"window": map[string]any{"$ref": "win-1", "kind": "window"}}, nil
+			}},
+		connecttest.MemoryOp{Operation: connect.Operation{Name: "use", InputSchema: json.RawMessage(`{"type":"object"}`)},
+			Fn: func(_ context.Context, a map[string]any) (any, error) { return map[string]any{"used": a["window"]}, nil }},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "leak", InputSchema: json.RawMessage(`{"type":"object"}`)},
 			Fn: func(context.Context, map[string]any) (any, error) { return "the token is " + secretValue, nil }},
 	)
@@ -91,6 +98,7 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 	keys := []api.Key{
 		{SHA256: sha256.Sum256([]byte(aliceKey)), Principal: authz.Principal{Name: "alice", Allowlist: "wide"}},
 		{SHA256: sha256.Sum256([]byte(bobKey)), Principal: authz.Principal{Name: "bob", Allowlist: "narrow"}},
+		{SHA256: sha256.Sum256([]byte(carolKey)), Principal: authz.Principal{Name: "carol", Allowlist: "wide"}},
 		{SHA256: sha256.Sum256([]byte(approverKey)), Principal: authz.Principal{Name: "approver", Allowlist: "wide", Roles: []authz.Role{authz.Approve}}},
 	}
 	srv := httptest.NewServer(api.New(api.Options{Executions: b.execs, Registry: reg, Allowlists: als, APIKeys: keys, MCP: face}))
@@ -164,7 +172,7 @@ func TestGoSDKListsAndCallsAsTheCaller(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era, func(t *testing.T) {
 			alice := dial(t, b, aliceKey, era, nil)
-			if got, want := strings.Join(toolNames(t, alice), ","), "mem_add,mem_guarded,mem_leak,mem_wipe"; got != want {
+			if got, want := strings.Join(toolNames(t, alice), ","), "mem_add,mem_guarded,mem_leak,mem_open,mem_use,mem_wipe"; got != want {
 				t.Errorf("alice's tools = %s, want %s", got, want)
 			}
 			bob := dial(t, b, bobKey, era, nil)
@@ -231,6 +239,67 @@ func TestSessionsListsLiveClients(t *testing.T) {
 	if s := got["2025-11-25"]; s.ID == "" {
 		t.Error("the 2025-era session has no id")
 	}
+}
+
+// TestRefsAndExecutionsStayTheCallers: a ref one caller's call returns
+// is accepted by that caller's next call (in the 2025 era, within its
+// session) and refused to another caller; the executions are the
+// caller's alone.
+func TestRefsAndExecutionsStayTheCallers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, mcpserver.Options{})
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			alice := dial(t, b, aliceKey, era, nil)
+			res, err := alice.CallTool(t.Context(), &sdk.CallToolParams{Name: "mem_open", Arguments: map[string]any{}})
+			must(t, err)
+			window, _ := res.StructuredContent.(map[string]any)["window"].(map[string]any)
+			token, _ := window["$ref"].(string)
+			if res.IsError || token == "" || token == "win-1" {
+				t.Fatalf("open = %s, want a sealed ref", text(res))
+			}
+			use := &sdk.CallToolParams{Name: "mem_use", Arguments: map[string]any{"window": map[string]any{"$ref": token}}}
+			res, err = alice.CallTool(t.Context(), use)
+			must(t, err)
+			if res.IsError || !strings.Contains(text(res), "win-1") {
+				t.Errorf("alice using her ref = %s, want the raw ref at the connection", text(res))
+			}
+			aliceExec, _ := res.Meta[mcpserver.MetaExecution].(string)
+
+			carol := dial(t, b, carolKey, era, nil)
+			res, err = carol.CallTool(t.Context(), use)
+			must(t, err)
+			if !res.IsError || !strings.Contains(text(res), "steering_denied") {
+				t.Errorf("carol using alice's ref = %s, want it refused", text(res))
+			}
+			if era == "2025-11-25" {
+				other := dial(t, b, aliceKey, era, nil)
+				res, err = other.CallTool(t.Context(), use)
+				must(t, err)
+				if !res.IsError {
+					t.Errorf("alice using her ref in another session = %s, want it refused", text(res))
+				}
+			}
+
+			// Carol cannot read alice's execution, and her list lacks it.
+			if status := getAs(t, b, carolKey, "/v1/executions/"+aliceExec); status != http.StatusNotFound {
+				t.Errorf("carol GET alice's execution = %d, want 404", status)
+			}
+			if status := getAs(t, b, aliceKey, "/v1/executions/"+aliceExec); status != http.StatusOK {
+				t.Errorf("alice GET her execution = %d, want 200", status)
+			}
+		})
+	}
+}
+
+func getAs(t *testing.T, b *bundle, key, path string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, b.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func TestNoKeyNoTools(t *testing.T) {
