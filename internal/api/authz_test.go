@@ -72,7 +72,7 @@ func (b *bundle) newFixture(t *testing.T) fixture {
 // use it.
 func TestAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, withMCPTokens(t, newOAuthIssuer(t)))
 	const other = "/v1/allowlists/other" // an allowlist no test key is bound to
 	if r := b.do(t, "PUT", other, "application/json", `{"connections":{}}`); r.status != 201 {
 		t.Fatalf("PUT other = %d %s", r.status, r.body)
@@ -89,6 +89,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/healthz", "", false, [7]int{200, 200, 200, 200, 200, 200, 200}},
 		{"GET", "/readyz", "", false, [7]int{200, 200, 200, 200, 200, 200, 200}},
 		{"GET", "/metrics", "", false, [7]int{200, 200, 200, 200, 200, 200, 200}},
+		// Public: where an MCP client learns which issuer's tokens /mcp takes.
+		{"GET", "/.well-known/oauth-protected-resource/mcp", "", false, [7]int{200, 200, 200, 200, 200, 200, 200}},
 		{"POST", "/v1/executions", `{"workflow":` + hello + `,"input":{"x":1}}`, false, [7]int{401, 202, 202, 403, 403, 202, 202}},
 		{"GET", "/v1/executions", "", false, [7]int{401, 200, 200, 200, 200, 200, 200}},
 		{"GET", "/v1/executions/{exec}", "", false, [7]int{401, 200, 404, 200, 404, 200, 404}},

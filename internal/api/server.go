@@ -70,7 +70,9 @@ type Options struct {
 	MCP MCPFace
 	// MCPTokens, when set, lets /mcp callers present an OAuth access
 	// token instead of an API key, and serves the Protected Resource
-	// Metadata that says where to get one; nil: API keys only.
+	// Metadata that says where to get one (whether or not MCP is set, so
+	// the document does not depend on how the face is built); nil: API
+	// keys only.
 	MCPTokens MCPTokens
 }
 
@@ -142,11 +144,15 @@ func New(o Options) *echo.Echo {
 	v1.GET("/approvals/:id", h.getApproval, auth)
 	v1.POST("/approvals/:id/approve", h.approve, auth)
 	v1.POST("/approvals/:id/deny", h.deny, auth)
+	if o.MCPTokens != nil {
+		// Public: where an MCP client learns which issuer's tokens /mcp
+		// takes and what to ask them for.
+		e.GET(mcpResourceMetadataPath, echo.WrapHandler(o.MCPTokens.MetadataHandler()))
+	}
 	if o.MCP != nil {
 		var tokens TokenVerifier
 		if o.MCPTokens != nil {
 			tokens = o.MCPTokens
-			e.GET(mcpResourceMetadataPath, echo.WrapHandler(o.MCPTokens.MetadataHandler()))
 		}
 		mountMCP(e, o.MCP, requireCaller(o.APIKeys, tokens, guard{limiter: o.Throttle, proxies: o.TrustedProxies, logger: o.Logger}))
 	}

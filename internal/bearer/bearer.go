@@ -167,9 +167,9 @@ func New(o Options) (*Verifier, error) {
 	if !secureURL(o.Issuer, false) {
 		bad("Issuer must be an https URL (http only on a loopback host) without credentials, query or fragment")
 	}
-	for name, u := range map[string]string{"Resource": o.Resource, "MetadataURL": o.MetadataURL} {
-		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Fragment != "" {
-			bad("%s must be an absolute http or https URL", name)
+	for _, u := range []struct{ name, v string }{{"Resource", o.Resource}, {"MetadataURL", o.MetadataURL}} {
+		if p, err := url.Parse(u.v); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Fragment != "" {
+			bad("%s must be an absolute http or https URL", u.name)
 		}
 	}
 	if o.JWKSURL != "" && !secureURL(o.JWKSURL, true) {
