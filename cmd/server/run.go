@@ -215,10 +215,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Engine: execs, Hold: cfg.Limits.MCPHold, SessionsPerPrincipal: cfg.Limits.MCPSessionsPerPrincipal,
 		CallsPerPrincipal: cfg.Limits.MCPCallsPerPrincipal, SessionIdle: cfg.Limits.MCPSessionIdle, Logger: logger,
 	})
+	tokens, err := mcpTokens(cfg, logger)
+	if err != nil {
+		return err
+	}
 	handler := api.New(api.Options{
 		Executions: execs, Registry: reg, APIKeys: keys, Allowlists: als, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
 		Triggers: trig, Webhooks: hooks, Secrets: secretWriter, Throttle: guesses, TrustedProxies: proxies, Tracer: tel.Tracer,
-		Streams: streams, MCP: face,
+		Streams: streams, MCP: face, MCPTokens: tokens,
 		Ready: func(ctx context.Context) error {
 			if !started.Load() {
 				return errors.New("connections are still starting")

@@ -29,6 +29,9 @@ type fixture struct {
 	done     string // alice's execution that has finished
 }
 
+// mcpInitialize opens a 2025-era MCP session.
+const mcpInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"matrix","version":"1"}}}`
+
 const guardedDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"call","id":"g","connection":"mem","op":"guarded","args":{"x":1}}}`
 
 // submitAs starts doc as the key and returns the execution's id.
@@ -118,6 +121,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/v1/approvals/{approval}", "", false, [7]int{401, 200, 404, 200, 200, 200, 404}},
 		{"POST", "/v1/approvals/{approval}/approve", "", true, [7]int{401, 409, 404, 403, 200, 200, 404}},
 		{"POST", "/v1/approvals/{approval}/deny", "", true, [7]int{401, 409, 404, 403, 200, 200, 404}},
+		// The MCP face: any key that may run; the tools it lists are what
+		// the key's allowlist grants (package mcpserver tests that).
+		{"POST", "/mcp", mcpInitialize, false, [7]int{401, 200, 200, 403, 403, 200, 200}},
+		{"GET", "/mcp", "", false, [7]int{401, 405, 405, 403, 403, 405, 405}},
+		{"DELETE", "/mcp", "", false, [7]int{401, 405, 405, 403, 403, 405, 405}},
 	}
 
 	covered := map[string]bool{}

@@ -16,13 +16,16 @@ type MCPFace interface {
 // mountMCP adds /mcp: every method an era uses (POST; GET and DELETE for
 // 2025 sessions), each authenticated as the caller. No token, no tools: a
 // request without a valid key or token is 401 before the face sees it.
+// Calling tools runs executions, so the caller needs the run role, as
+// for POST /v1/executions.
 func mountMCP(e *echo.Echo, face MCPFace, auth echo.MiddlewareFunc) {
+	run := need(authz.Run)
 	serve := func(c echo.Context) error {
 		face.ServeMCP(c.Response(), c.Request(), principal(c))
 		return nil
 	}
 	for _, m := range []string{http.MethodPost, http.MethodGet, http.MethodDelete} {
-		e.Add(m, "/mcp", serve, auth)
+		e.Add(m, "/mcp", serve, auth, run)
 	}
 }
 
