@@ -67,7 +67,9 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 				return map[string]any{"window": map[string]any{"$ref": "win-1", "kind": "window"}}, nil
 			}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "use", InputSchema: json.RawMessage(`{"type":"object"}`)},
-			Fn: func(_ context.Context, a map[string]any) (any, error) { return map[string]any{"used": a["window"]}, nil }},
+			Fn: func(_ context.Context, a map[string]any) (any, error) {
+				return map[string]any{"used": a["window"]}, nil
+			}},
 		connecttest.MemoryOp{Operation: connect.Operation{Name: "leak", InputSchema: json.RawMessage(`{"type":"object"}`)},
 			Fn: func(context.Context, map[string]any) (any, error) { return "the token is " + secretValue, nil }},
 	)
