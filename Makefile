@@ -57,6 +57,10 @@ bench: ## run the benchmarks and print their figures
 	@# OpenAPI: a call through the provider vs a plain net/http request to the same Prism (npm) and
 	@# httptest endpoints, as a ratio; load time, kept heap and peak RSS for GitHub's description.
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./internal/openapi/
+	@# MCP face: the same Go SDK client calling the demo server's echo over stdio directly and through /mcp (each call an
+	@# execution on the real Redis), p50/p99 of both and the difference from one run; calls/s with 64 sessions; the server's
+	@# heap and RSS per idle 2025-era session.
+	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'ToolCall|IdleSession' -benchtime 2s -count=1 ./internal/mcpserver/
 
 generate: ## regenerate generated code (the admin UI's templ components, with the templ pinned in go.mod's tool directive)
 	$(GO) generate ./...
