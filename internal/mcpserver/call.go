@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -110,7 +111,7 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest, ex *harness
 	for {
 		o := harness.OutcomeOf(ex)
 		if o.Done {
-			return result(ex.ID, o), nil
+			return s.result(ex, o), nil
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -142,16 +143,27 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest, ex *harness
 
 // result is a finished call's answer. Text stays text; any other value is
 // its JSON, and an object is also the structured content.
-func result(id string, o harness.ToolOutcome) *mcp.CallToolResult {
+func (s *Server) result(ex *harness.Execution, o harness.ToolOutcome) *mcp.CallToolResult {
 	var res *mcp.CallToolResult
 	switch {
 	case o.Error != nil:
-		res = mcp.NewToolResultError(o.Error.Code + ": " + o.Error.Message)
+		res = mcp.NewToolResultError(o.Error.Code + ": " + o.Error.Message + s.signInHint(ex, o.Error))
 	default:
 		res = valueResult(o.Output)
 	}
-	res.Meta = mcp.NewMetaFromMap(map[string]any{MetaExecution: id})
+	res.Meta = mcp.NewMetaFromMap(map[string]any{MetaExecution: ex.ID})
 	return res
+}
+
+// signInHint tells a caller refused for want of its own sign-in (gate 6
+// of a per-user connection) where to sign in: the admin UI's sign-in
+// route, signed in there as the same principal.
+func (s *Server) signInHint(ex *harness.Execution, e *harness.ExecError) string {
+	if e.Code != fault.SteeringDenied || e.Gate != int(fault.GateSecrets) || !strings.Contains(e.Message, "needs a sign-in") || len(ex.Steps) == 0 {
+		return ""
+	}
+	conn := ex.Steps[0].Connection
+	return fmt.Sprintf(" Sign in at %s/oauth/%s/start (the admin UI, as %s), then call again.", s.o.PublicURL, url.PathEscape(conn), ex.Principal)
 }
 
 func valueResult(v any) *mcp.CallToolResult {

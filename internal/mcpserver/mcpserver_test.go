@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -32,6 +33,7 @@ const (
 	aliceKey    = "alice-key"
 	bobKey      = "bob-key"
 	carolKey    = "carol-key"
+	daveKey     = "dave-key"
 	approverKey = "approver-key"
 	secretValue = "s3cr3t-value-for-redaction"
 )
@@ -90,17 +92,19 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 	}
 	redactor := secrets.NewSecretRedactor()
 	redactor.Add(secretValue)
-	b.execs = harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als, Redactor: redactor})
+	b.execs = harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als, Redactor: redactor, Credentials: signedOut{"dave"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = b.execs.Run(ctx, 4); close(done) }()
 	o.Engine = b.execs
+	o.PublicURL = "https://patchbay.example"
 	face := mcpserver.New(o)
 	b.face = face
 	keys := []api.Key{
 		{SHA256: sha256.Sum256([]byte(aliceKey)), Principal: authz.Principal{Name: "alice", Allowlist: "wide"}},
 		{SHA256: sha256.Sum256([]byte(bobKey)), Principal: authz.Principal{Name: "bob", Allowlist: "narrow"}},
 		{SHA256: sha256.Sum256([]byte(carolKey)), Principal: authz.Principal{Name: "carol", Allowlist: "wide"}},
+		{SHA256: sha256.Sum256([]byte(daveKey)), Principal: authz.Principal{Name: "dave", Allowlist: "wide"}},
 		{SHA256: sha256.Sum256([]byte(approverKey)), Principal: authz.Principal{Name: "approver", Allowlist: "wide", Roles: []authz.Role{authz.Approve}}},
 	}
 	srv := httptest.NewServer(api.New(api.Options{Executions: b.execs, Registry: reg, Allowlists: als, APIKeys: keys, MCP: face}))
@@ -112,6 +116,17 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 	})
 	b.url = srv.URL
 	return b
+}
+
+// signedOut is the per-caller credentials of a connection its principal
+// has not signed in to.
+type signedOut struct{ principal string }
+
+func (s signedOut) Headers(_ context.Context, _, principal string) (map[string]string, bool, error) {
+	if principal == s.principal {
+		return nil, false, fmt.Errorf("no token for %s: %w", principal, connect.ErrNeedsSignIn)
+	}
+	return nil, false, nil
 }
 
 func must(t testing.TB, err error) {
@@ -302,6 +317,17 @@ func getAs(t *testing.T, b *bundle, key, path string) int {
 	must(t, err)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+func TestACallerNotSignedInIsToldWhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t, mcpserver.Options{})
+	dave := dial(t, b, daveKey, "2026-07-28", nil)
+	res, err := dave.CallTool(t.Context(), &sdk.CallToolParams{Name: "mem_add", Arguments: map[string]any{"a": 1, "b": 2}})
+	must(t, err)
+	if !res.IsError || !strings.Contains(text(res), "https://patchbay.example/oauth/mem/start") {
+		t.Errorf("dave's call = %s, want a tool error naming the sign-in URL", text(res))
+	}
 }
 
 func TestNoKeyNoTools(t *testing.T) {

@@ -68,6 +68,9 @@ type Options struct {
 	SessionIdle time.Duration
 	// PageSize is how many tools one tools/list page holds. Default 100.
 	PageSize int
+	// PublicURL is where browsers reach patchbay (PATCHBAY_PUBLIC_URL):
+	// a caller that must sign in to a per-user connection is sent there.
+	PublicURL string
 	// Version is patchbay's, as serverInfo says.
 	Version string
 	Logger  *slog.Logger
