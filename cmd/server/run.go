@@ -262,6 +262,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		logger.Warn("some connections did not start; they are unavailable", "err", err)
 	}
 	started.Store(true)
+	go face.Watch(ctx)
 
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup

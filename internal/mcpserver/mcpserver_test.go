@@ -46,6 +46,7 @@ type bundle struct {
 	execs *harness.Executions
 	mem   *connecttest.Memory
 	face  *mcpserver.Server
+	als   *gates.Allowlists
 	calls atomic.Int64
 }
 
@@ -115,6 +116,8 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 		reg.Close()
 	})
 	b.url = srv.URL
+	b.als = als
+	go face.Watch(ctx)
 	return b
 }
 
@@ -327,6 +330,29 @@ func TestACallerNotSignedInIsToldWhere(t *testing.T) {
 	must(t, err)
 	if !res.IsError || !strings.Contains(text(res), "https://patchbay.example/oauth/mem/start") {
 		t.Errorf("dave's call = %s, want a tool error naming the sign-in URL", text(res))
+	}
+}
+
+func TestAnEditedAllowlistChangesTheList(t *testing.T) {
+	t.Parallel()
+	b := setup(t, mcpserver.Options{ListCheck: 50 * time.Millisecond})
+	changed := make(chan struct{}, 4)
+	alice := dial(t, b, aliceKey, "2025-11-25", &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	before := toolNames(t, alice)
+	time.Sleep(200 * time.Millisecond) // a check records what alice is offered
+	al, err := gates.ParseAllowlist("wide", []byte(`{"connections":{"mem":{"ops":["add","guarded"]}}}`))
+	must(t, err)
+	_, err = b.als.Put(t.Context(), al, "test")
+	must(t, err)
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notifications/tools/list_changed after the allowlist changed")
+	}
+	if after := toolNames(t, alice); strings.Join(after, ",") != "mem_add,mem_guarded" {
+		t.Errorf("tools after the edit = %v (before %v), want mem_add,mem_guarded", after, before)
 	}
 }
 

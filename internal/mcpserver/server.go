@@ -66,6 +66,9 @@ type Options struct {
 	CallsPerPrincipal    int
 	// SessionIdle ends a 2025-era session unused this long. Default 30m.
 	SessionIdle time.Duration
+	// ListCheck is how often Watch looks for changed tool lists.
+	// Default 5s.
+	ListCheck time.Duration
 	// PageSize is how many tools one tools/list page holds. Default 100.
 	PageSize int
 	// PublicURL is where browsers reach patchbay (PATCHBAY_PUBLIC_URL):
@@ -112,6 +115,9 @@ func New(o Options) *Server {
 	if o.SessionIdle <= 0 {
 		o.SessionIdle = 30 * time.Minute
 	}
+	if o.ListCheck <= 0 {
+		o.ListCheck = 5 * time.Second
+	}
 	if o.PageSize <= 0 {
 		o.PageSize = 100
 	}
@@ -124,8 +130,9 @@ func New(o Options) *Server {
 		s.sessions.end(session.SessionID())
 	})
 	hooks.AddAfterInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest, res *mcp.InitializeResult) {
-		if cs := server.ClientSessionFromContext(ctx); cs != nil {
-			s.sessions.hello(cs.SessionID(), req.Params.ClientInfo.Name, req.Params.ClientInfo.Version, res.ProtocolVersion)
+		cs, c := server.ClientSessionFromContext(ctx), callerFrom(ctx)
+		if cs != nil && c != nil {
+			s.sessions.hello(cs.SessionID(), c.Principal, req.Params.ClientInfo.Name, req.Params.ClientInfo.Version, res.ProtocolVersion)
 		}
 	})
 	s.mcp = server.NewMCPServer("patchbay", o.Version,

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/patchbay-dev/patchbay/internal/authz"
 )
 
 // sessions binds each 2025-era session id to the caller that opened it,
@@ -24,6 +26,11 @@ type sessions struct {
 
 type session struct {
 	principal string
+	// caller is the principal with its allowlist, from the initialize
+	// request; the list watch reads what it is offered.
+	caller authz.Principal
+	// tools is the digest of the tool names last offered (see watch.go).
+	tools string
 	opened    time.Time
 	client    string
 	version   string
@@ -72,7 +79,7 @@ func (t *sessions) end(id string) {
 }
 
 // hello records who the client says it is.
-func (t *sessions) hello(id, client, version, era string) {
+func (t *sessions) hello(id string, caller authz.Principal, client, version, era string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.byID[id]
@@ -80,7 +87,7 @@ func (t *sessions) hello(id, client, version, era string) {
 		s = &session{opened: time.Now()}
 		t.byID[id] = s
 	}
-	s.client, s.version, s.era = client, version, era
+	s.client, s.version, s.era, s.caller = client, version, era, caller
 }
 
 // called counts a tools/call of a session (id) or of a 2026-era client.
@@ -183,3 +190,31 @@ func (w *sessionCapture) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *sessionCapture) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// live is every 2025-era session with the caller that opened it.
+func (t *sessions) live() map[string]authz.Principal {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]authz.Principal, len(t.byID))
+	for id, s := range t.byID {
+		if s.principal != "" && s.caller.Name == s.principal {
+			out[id] = s.caller
+		}
+	}
+	return out
+}
+
+// offered records the digest of the tools a session is offered now and
+// reports whether it differs from the last one recorded (the first
+// record is no change: the client has just listed).
+func (t *sessions) offered(id, digest string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.byID[id]
+	if s == nil {
+		return false
+	}
+	changed := s.tools != "" && s.tools != digest
+	s.tools = digest
+	return changed
+}
