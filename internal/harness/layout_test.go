@@ -165,3 +165,23 @@ func TestNoPackageHoldsMostOfTheCode(t *testing.T) {
 	engine := filepath.Join(root, "internal", "harness")
 	t.Logf("engine root: %d of %d lines (%.1f %%)", lines[engine], total, 100*float64(lines[engine])/float64(total))
 }
+
+// No package imports the edges (the JSON API, the admin UI): they sit on
+// top with the MCP face and are wired together by cmd/server alone.
+func TestNothingImportsTheEdges(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join(internalRoot, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		pkg := filepath.Base(d)
+		if files, _ := filepath.Glob(filepath.Join(d, "*.go")); len(files) == 0 {
+			continue
+		}
+		for _, imp := range imports(t, pkg) {
+			if imp == "api" || imp == "web" {
+				t.Errorf("package %s imports %s; only cmd/server may", pkg, imp)
+			}
+		}
+	}
+}
