@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -140,6 +141,10 @@ type record struct {
 	// than the execution: a tool caller's (see toolcalls.go). Empty: the
 	// execution's id.
 	RefScope string `json:"refScope,omitempty"`
+	// LeaseHolder, when set, holds the run's pool leases instead of the
+	// execution, across executions: leases are taken back from and kept
+	// for it rather than given back (see toolcalls.go).
+	LeaseHolder string `json:"leaseHolder,omitempty"`
 }
 
 func marshalRecord(rec *record) ([]byte, error) {
@@ -253,6 +258,9 @@ type Executions struct {
 	// notify is the one subscription of this process to every
 	// execution's cancel and done channels (see notifier).
 	notify *notifier
+	// held are the leases held across executions, by holder (see
+	// toolcalls.go: an MCP session's).
+	held sync.Map
 }
 
 const workGroup = "workers"
@@ -360,6 +368,9 @@ type Request struct {
 	// RefScope is what the run's refs are sealed to; empty: the
 	// execution (see record.RefScope).
 	RefScope string
+	// LeaseHolder holds the run's pool leases across executions (see
+	// record.LeaseHolder); empty: the execution.
+	LeaseHolder string
 }
 
 // Submit validates the document against the registry and the request's
@@ -389,7 +400,7 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 		id = newExecutionID()
 	}
 	rec := newRecord(id, req.Workflow, req.Input, req.Principal, &bound)
-	rec.RefScope = req.RefScope
+	rec.RefScope, rec.LeaseHolder = req.RefScope, req.LeaseHolder
 	ex, _, err := e.enqueueRecord(ctx, rec)
 	return ex, err
 }

@@ -75,7 +75,16 @@ func (r *run) holder(h document.Handle, f *frame) string {
 	if h.Fresh == document.FreshPath {
 		scope = f.scope
 	}
+	if r.rec.LeaseHolder != "" {
+		return r.rec.LeaseHolder + "/" + h.Name + scope
+	}
 	return r.rec.ID + "/" + h.Name + scope
+}
+
+// heldAcross reports whether hl is held across executions (see
+// record.LeaseHolder): the run neither gives it back nor forgets it.
+func (r *run) heldAcross(hl *heldLease) bool {
+	return r.rec.LeaseHolder != "" && strings.HasPrefix(hl.rec.Holder, r.rec.LeaseHolder+"/")
 }
 
 // recheckHandle applies determinism to a done entry recorded on a pooled
@@ -200,6 +209,10 @@ func (r *run) acquire(ctx context.Context, hl *heldLease, holder, step string) (
 		}
 	}
 	r.mu.Unlock()
+	if v, ok := r.e.held.Load(holder); prev == nil && ok {
+		rec := v.(connect.LeaseRecord)
+		prev = &rec
+	}
 	var waited bool
 	asked := time.Now()
 	lease, err := leaser.Lease(ctx, connect.LeaseRequest{Holder: holder, Setup: h.Setup, Resume: prev, Waiting: func() {
@@ -410,6 +423,14 @@ func (r *run) endLeases(match func(*heldLease) bool, release bool) {
 	for _, hl := range ended {
 		close(hl.stop)
 		hl.wg.Wait()
+		if r.heldAcross(hl) {
+			// Its holder outlives the run: kept for the next one, which
+			// takes it back (acquire), renewed meanwhile by the holder's
+			// owner (RenewHeld).
+			hl.lease.Keep()
+			r.e.held.Store(hl.rec.Holder, hl.rec)
+			continue
+		}
 		if !release {
 			hl.lease.Keep()
 			if r.parking {

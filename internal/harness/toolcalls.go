@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
@@ -101,8 +102,12 @@ type ToolCall struct {
 	CallID string
 	// Scope is what refs are sealed to (see RefScope on the record).
 	Scope string
-	Tool  string
-	Args  map[string]any
+	// HoldLeases: the scope (an MCP session) holds the leases its calls
+	// take from pools, across calls, until ReleaseHeld; false: each call
+	// leases afresh and gives the lease back.
+	HoldLeases bool
+	Tool       string
+	Args       map[string]any
 }
 
 // Errors of CallTool, matched with errors.Is.
@@ -142,7 +147,11 @@ func (e *Executions) CallTool(ctx context.Context, tc ToolCall) (*Execution, err
 	}
 	key := IdempotencyKey{Principal: tc.Principal, Scope: "tools/call", Key: tc.CallID, Fingerprint: fingerprint(tc.Tool, args)}
 	ex, _, err := e.SubmitIdempotent(ctx, key, func(ctx context.Context, id string) (*Execution, error) {
-		return e.Submit(ctx, Request{Workflow: workflow, Principal: tc.Principal, Allowlist: tc.Allowlist, ID: id, RefScope: tc.Scope})
+		req := Request{Workflow: workflow, Principal: tc.Principal, Allowlist: tc.Allowlist, ID: id, RefScope: tc.Scope}
+		if tc.HoldLeases {
+			req.LeaseHolder = tc.Scope
+		}
+		return e.Submit(ctx, req)
 	})
 	if errors.Is(err, ErrIdempotencyMismatch) {
 		return nil, fmt.Errorf("tools: call id %s: %w", tc.CallID, ErrCallIDReused)
@@ -211,4 +220,48 @@ func (r *run) refScope() string {
 		return r.rec.RefScope
 	}
 	return r.rec.ID
+}
+
+// RenewHeld renews the leases scope holds across calls (see
+// ToolCall.HoldLeases) that no run holds now; a lease found reclaimed is
+// forgotten, and the scope's next call leases afresh.
+func (e *Executions) RenewHeld(ctx context.Context, scope string) {
+	e.eachHeld(scope, func(held connect.HeldLeases, rec connect.LeaseRecord) {
+		err := held.RenewRecord(ctx, rec)
+		if errors.Is(err, connect.ErrLeaseLost) {
+			e.held.CompareAndDelete(rec.Holder, rec)
+		}
+		if err != nil {
+			e.logger.WarnContext(ctx, "held lease not renewed", "holder", rec.Holder, "lease", rec.ID, "err", err)
+		}
+	})
+}
+
+// ReleaseHeld gives back every lease scope holds across calls: its
+// session ended.
+func (e *Executions) ReleaseHeld(ctx context.Context, scope string) {
+	e.eachHeld(scope, func(held connect.HeldLeases, rec connect.LeaseRecord) {
+		e.held.CompareAndDelete(rec.Holder, rec)
+		if err := held.ReleaseRecord(ctx, rec); err != nil {
+			e.logger.WarnContext(ctx, "held lease not given back; it is reclaimed after the window", "holder", rec.Holder, "lease", rec.ID, "err", err)
+		}
+	})
+}
+
+func (e *Executions) eachHeld(scope string, fn func(connect.HeldLeases, connect.LeaseRecord)) {
+	e.held.Range(func(k, v any) bool {
+		if !strings.HasPrefix(k.(string), scope+"/") {
+			return true
+		}
+		rec := v.(connect.LeaseRecord)
+		pc, err := e.reg.Get(rec.Pool)
+		if err != nil {
+			return true
+		}
+		leaser, ok := pc.Leaser()
+		if held, can := leaser.(connect.HeldLeases); ok && can {
+			fn(held, rec)
+		}
+		return true
+	})
 }

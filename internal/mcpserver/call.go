@@ -39,6 +39,7 @@ func (s *Server) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTo
 		ToolCaller: harness.ToolCaller{Principal: c.Name, Allowlist: c.Allowlist},
 		CallID:     callID,
 		Scope:      refScope(ctx, c.Name),
+		HoldLeases: sessionID(ctx) != "",
 		Tool:       req.Params.Name,
 		Args:       req.GetArguments(),
 	})
@@ -71,10 +72,23 @@ func (s *Server) count(ctx context.Context, principal string) {
 // refScope is what the caller's refs are sealed to: its session where the
 // era has one, else the caller.
 func refScope(ctx context.Context, principal string) string {
-	if cs := server.ClientSessionFromContext(ctx); cs != nil && cs.SessionID() != "" {
-		return "mcp:" + principal + ":" + cs.SessionID()
+	if id := sessionID(ctx); id != "" {
+		return sessionScope(principal, id)
 	}
 	return "mcp:" + principal
+}
+
+// sessionScope is a 2025-era session's scope: its refs, and the pool
+// leases it holds across its calls (released when the session ends).
+// A 2026-era caller has no session, so each of its calls leases afresh.
+func sessionScope(principal, session string) string { return "mcp:" + principal + ":" + session }
+
+// sessionID is the request's 2025-era session, "" for none.
+func sessionID(ctx context.Context) string {
+	if cs := server.ClientSessionFromContext(ctx); cs != nil {
+		return cs.SessionID()
+	}
+	return ""
 }
 
 // refusal is the answer to a call that could not start: a tool error the

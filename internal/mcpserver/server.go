@@ -50,6 +50,10 @@ type Engine interface {
 	Tools(ctx context.Context, c harness.ToolCaller) ([]agent.ModelTool, error)
 	CallTool(ctx context.Context, tc harness.ToolCall) (*harness.Execution, error)
 	Wait(ctx context.Context, id string, d time.Duration) (*harness.Execution, error)
+	// RenewHeld and ReleaseHeld keep and end the pool leases a session
+	// holds across its calls.
+	RenewHeld(ctx context.Context, scope string)
+	ReleaseHeld(ctx context.Context, scope string)
 }
 
 // Options configure the face; zero values are the defaults.
@@ -126,8 +130,10 @@ func New(o Options) *Server {
 	}
 	s := &Server{o: o, registered: map[string]bool{}, sessions: newSessions(o.SessionIdle), calls: map[string]int{}}
 	hooks := &server.Hooks{}
-	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) {
-		s.sessions.end(session.SessionID())
+	hooks.AddOnUnregisterSession(func(ctx context.Context, session server.ClientSession) {
+		if p, ok := s.sessions.end(session.SessionID()); ok {
+			s.o.Engine.ReleaseHeld(context.WithoutCancel(ctx), sessionScope(p, session.SessionID()))
+		}
 	})
 	hooks.AddAfterInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		cs, c := server.ClientSessionFromContext(ctx), callerFrom(ctx)

@@ -30,14 +30,14 @@ type session struct {
 	// request; the list watch reads what it is offered.
 	caller authz.Principal
 	// tools is the digest of the tool names last offered (see watch.go).
-	tools string
-	opened    time.Time
-	client    string
-	version   string
-	era       string
-	calls     int
-	lastCall  time.Time
-	seen      time.Time
+	tools    string
+	opened   time.Time
+	client   string
+	version  string
+	era      string
+	calls    int
+	lastCall time.Time
+	seen     time.Time
 }
 
 // Session is one live MCP client as the admin UI lists it.
@@ -72,10 +72,16 @@ func (t *sessions) open(id, principal string) {
 	s.principal, s.seen = principal, time.Now()
 }
 
-func (t *sessions) end(id string) {
+// end forgets a session and says whose it was.
+func (t *sessions) end(id string) (principal string, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	s, ok := t.byID[id]
 	delete(t.byID, id)
+	if !ok || s.principal == "" {
+		return "", false
+	}
+	return s.principal, true
 }
 
 // hello records who the client says it is.

@@ -11,7 +11,8 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
-// Watch tells 2025-era sessions when the tools their caller is offered
+// Watch renews the pool leases 2025-era sessions hold across their
+// calls, and tells them when the tools their caller is offered
 // change — a connection added, gone or back, an allowlist edited — with
 // notifications/tools/list_changed on the session's stream, checking every
 // Options.ListCheck until ctx ends. (2026-era clients have no stream to
@@ -34,6 +35,7 @@ func (s *Server) Watch(ctx context.Context) {
 func (s *Server) checkLists(ctx context.Context) {
 	digests := map[string]string{} // principal → digest of its tool names
 	for id, p := range s.sessions.live() {
+		s.o.Engine.RenewHeld(ctx, sessionScope(p.Name, id))
 		d, ok := digests[p.Name]
 		if !ok {
 			var err error

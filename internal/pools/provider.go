@@ -280,11 +280,45 @@ func (pr *Provider) Lease(ctx context.Context, req connect.LeaseRequest) (connec
 	return pr.attach(ctx, lease, req.Setup)
 }
 
+var _ connect.HeldLeases = (*Provider)(nil)
+
+// RenewRecord renews a lease no run holds now (see connect.HeldLeases).
+func (pr *Provider) RenewRecord(ctx context.Context, rec connect.LeaseRecord) error {
+	err := pr.pool.Renew(ctx, leaseOf(rec))
+	if errors.Is(err, ErrStaleLease) {
+		pr.dropLive(rec.ID)
+		return fmt.Errorf("%w: %v", connect.ErrLeaseLost, err)
+	}
+	return err
+}
+
+// ReleaseRecord gives back a lease no run holds now.
+func (pr *Provider) ReleaseRecord(ctx context.Context, rec connect.LeaseRecord) error {
+	err := pr.pool.Release(ctx, leaseOf(rec))
+	pr.dropLive(rec.ID)
+	pr.refresh(ctx)
+	return err
+}
+
+func leaseOf(rec connect.LeaseRecord) *Lease {
+	return &Lease{ID: rec.ID, Holder: rec.Holder, Slot: rec.Slot, Token: rec.Token, AcquiredAt: rec.AcquiredAt}
+}
+
+// dropLive closes this process's connection of lease id, if it has one.
+func (pr *Provider) dropLive(id string) {
+	pr.mu.Lock()
+	l := pr.live[id]
+	pr.mu.Unlock()
+	if l != nil {
+		l.drop()
+	}
+}
+
 // resume returns the recorded lease when it still holds its slot, nil
 // when it was reclaimed.
 func (pr *Provider) resume(ctx context.Context, req connect.LeaseRequest) (connect.Lease, error) {
+	lease := leaseOf(*req.Resume)
 	r := req.Resume
-	lease := &Lease{ID: r.ID, Holder: r.Holder, Slot: r.Slot, Token: r.Token, AcquiredAt: r.AcquiredAt}
 	pr.mu.Lock()
 	l := pr.live[r.ID]
 	pr.mu.Unlock()

@@ -22,6 +22,18 @@ type Leaser interface {
 	PoolStatus() *PoolStatus
 }
 
+// HeldLeases is implemented by Leasers whose leases can be renewed and
+// given back by their record alone, between the runs that use them: the
+// lease an MCP session holds across its calls. Both act on this
+// process's connection of the lease, if it has one.
+type HeldLeases interface {
+	// RenewRecord restarts the lease's reclaim window; an error wrapping
+	// ErrLeaseLost says it was reclaimed (its connection is closed).
+	RenewRecord(ctx context.Context, rec LeaseRecord) error
+	// ReleaseRecord gives the lease back and closes its connection.
+	ReleaseRecord(ctx context.Context, rec LeaseRecord) error
+}
+
 // LeaseRequest asks a pool for a lease.
 type LeaseRequest struct {
 	// Holder is who holds the lease: "<execution>/<handle>" for the
