@@ -6,14 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,22 +32,7 @@ const sdkVersion = "1.32.2"
 // internal/mcp with the service's Transport.
 func TestInteropTypeScriptSDK(t *testing.T) {
 	t.Parallel()
-	dir := npmtest.Require(t, "sdk", "@modelcontextprotocol/sdk@"+sdkVersion)
-	node := npmtest.Node(t)
-	// The demo needs fixed ports (its URLs are built from them); a port
-	// taken between choosing and binding means another try.
-	var mcpPort, authPort int
-	for attempt := 1; ; attempt++ {
-		mcpPort, authPort = freePort(t), freePort(t)
-		err := startDemo(t, node, filepath.Join(dir, "dist", "esm", "examples", "server", "simpleStreamableHttp.js"), mcpPort, authPort)
-		if err == nil {
-			break
-		}
-		if attempt == 3 {
-			t.Fatal(err)
-		}
-		t.Logf("demo server, attempt %d: %v", attempt, err)
-	}
+	mcpPort, authPort := npmtest.OAuthDemo(t, sdkVersion)
 	resourceURL := fmt.Sprintf("http://localhost:%d/mcp", mcpPort)
 
 	// The callback is a real loopback server that completes the sign-in.
@@ -151,78 +131,4 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 	if _, _, err := svc.Headers(t.Context(), "demo", ""); !errors.Is(err, connect.ErrNeedsSignIn) {
 		t.Errorf("Headers after Disconnect = %v", err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startDemo runs the example server (and its authorization server) on
-// loopback and waits until both ports accept connections. It is killed at
-// cleanup, or at once when it fails to start.
-func startDemo(t *testing.T, node, script string, mcpPort, authPort int) error {
-	t.Helper()
-	cmd := exec.Command(node, "--import", npmtest.LoopbackPreload(), script, "--oauth")
-	cmd.Env = []string{fmt.Sprintf("MCP_PORT=%d", mcpPort), fmt.Sprintf("MCP_AUTH_PORT=%d", authPort), "PATH=" + filepath.Dir(node)}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, port := range []int{mcpPort, authPort} {
-		for {
-			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-			if err == nil {
-				c.Close()
-				break
-			}
-			select {
-			case <-exited:
-				return fmt.Errorf("the demo server exited: %s", logs.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				stop()
-				return fmt.Errorf("the demo server did not listen on %d within 30s: %s", port, logs.String())
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	t.Cleanup(stop)
-	return nil
-}
-
-// syncBuffer collects a child's output for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.b.Len() < 64<<10 {
-		b.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
