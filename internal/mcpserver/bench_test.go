@@ -85,7 +85,7 @@ func benchCalls(b *testing.B, cs *sdk.ClientSession, tool string) (p50, p99 floa
 			b.Fatalf("%s: %v", tool, err)
 		}
 		if res.IsError {
-			b.Fatalf("%s: tool error: %s", tool, benchText(res))
+			b.Fatalf("%s: tool error: %s", tool, text(res))
 		}
 	}
 	// Warm up: the first calls register the tool, fill pools and caches.
@@ -134,7 +134,7 @@ func BenchmarkToolCallSessions64(b *testing.B) {
 				mu.Lock()
 				took = append(took, d)
 				if err == nil && res.IsError {
-					err = fmt.Errorf("tool error: %s", benchText(res))
+					err = fmt.Errorf("tool error: %s", text(res))
 				}
 				if err != nil && fail == nil {
 					fail = err
@@ -202,7 +202,7 @@ func BenchmarkIdleSession(b *testing.B) {
 			conn := &http.Transport{}
 			conns = append(conns, conn)
 			tr := &sdk.StreamableClientTransport{Endpoint: child.url + "/mcp", MaxRetries: -1,
-				HTTPClient: &http.Client{Transport: benchBearer{key: benchKey(0), next: conn}}}
+				HTTPClient: &http.Client{Transport: bearer{key: benchKey(0), next: conn}}}
 			cs, err := sdk.NewClient(&sdk.Implementation{Name: "patchbay-bench", Version: "1"}, nil).
 				Connect(context.Background(), tr, &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 			if err != nil {
@@ -409,19 +409,7 @@ func startBenchFace(b *testing.B, demo string, o mcpserver.Options, callers int,
 // transport is the i-th caller's client transport to /mcp.
 func (f *benchFace) transport(i int) sdk.Transport {
 	return &sdk.StreamableClientTransport{Endpoint: f.url + "/mcp", MaxRetries: -1,
-		HTTPClient: &http.Client{Transport: benchBearer{key: benchKey(i), next: f.client}}}
-}
-
-// benchBearer adds an API key to every request.
-type benchBearer struct {
-	key  string
-	next http.RoundTripper
-}
-
-func (t benchBearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+t.key)
-	return t.next.RoundTrip(r)
+		HTTPClient: &http.Client{Transport: bearer{key: benchKey(i), next: f.client}}}
 }
 
 // benchConnect connects an SDK client over tr (era "" is the SDK's
@@ -474,12 +462,3 @@ func percentileMs(sorted []time.Duration, q float64) float64 {
 	return float64(sorted[i]) / float64(time.Millisecond)
 }
 
-func benchText(res *sdk.CallToolResult) string {
-	var parts []string
-	for _, c := range res.Content {
-		if tc, ok := c.(*sdk.TextContent); ok {
-			parts = append(parts, tc.Text)
-		}
-	}
-	return strings.Join(parts, "")
-}
