@@ -461,4 +461,3 @@ func percentileMs(sorted []time.Duration, q float64) float64 {
 	i = max(0, min(i, len(sorted)-1))
 	return float64(sorted[i]) / float64(time.Millisecond)
 }
-
