@@ -65,46 +65,75 @@ func LoopbackPreload() string {
 	return filepath.Join(filepath.Dir(file), "loopback.mjs")
 }
 
+// RequireAll installs specs together into .cache/npm/<folder> (one npm
+// install, so that a package finds its peers, such as an extension
+// package and the SDK it plugs into) and returns each package's directory,
+// or fails (CI) or skips the test. A folder holds one set: npm removes
+// what a later install into the same folder does not name.
+func RequireAll(t testing.TB, folder string, specs ...string) []string {
+	t.Helper()
+	dirs, err := InstallAll(folder, specs...)
+	if err != nil {
+		Missing(t, "%s could not be installed: %v", strings.Join(specs, " "), err)
+	}
+	return dirs
+}
+
 // Install is Require without a test: it installs spec into
 // .cache/npm/<folder> unless a marker says this version is there, holding
 // a file lock so parallel test processes install it once.
 func Install(folder, spec string) (string, error) {
+	dirs, err := InstallAll(folder, spec)
+	if err != nil {
+		return "", err
+	}
+	return dirs[0], nil
+}
+
+// InstallAll is RequireAll without a test.
+func InstallAll(folder string, specs ...string) ([]string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Errorf("repository root not found: %w", err)
+		return nil, fmt.Errorf("repository root not found: %w", err)
 	}
 	prefix := filepath.Join(root, ".cache", "npm", folder)
 	if err := os.MkdirAll(prefix, 0o755); err != nil {
-		return "", err
+		return nil, err
 	}
-	name := spec
-	if i := strings.LastIndex(spec, "@"); i > 0 {
-		name = spec[:i]
+	dirs := make([]string, len(specs))
+	for i, spec := range specs {
+		name := spec
+		if j := strings.LastIndex(spec, "@"); j > 0 {
+			name = spec[:j]
+		}
+		dirs[i] = filepath.Join(prefix, "node_modules", filepath.FromSlash(name))
 	}
-	pkgDir := filepath.Join(prefix, "node_modules", filepath.FromSlash(name))
-	marker := filepath.Join(prefix, ".installed-"+strings.NewReplacer("/", "_", "@", "_").Replace(spec))
+	marker := filepath.Join(prefix, ".installed-"+strings.NewReplacer("/", "_", "@", "_").Replace(strings.Join(specs, "+")))
 	lock, err := os.OpenFile(filepath.Join(prefix, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
+		return nil, err
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	if _, err := os.Stat(marker); err == nil {
-		return pkgDir, nil
+		return dirs, nil
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	if out, err := exec.Command(npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", prefix, spec).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("npm install %s: %w\n%s", spec, err, out)
+	args := append([]string{"install", "--no-audit", "--no-fund", "--no-save", "--prefix", prefix}, specs...)
+	if out, err := exec.Command(npm, args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("npm install %s: %w\n%s", strings.Join(specs, " "), err, out)
 	}
-	if _, err := os.Stat(pkgDir); err != nil {
-		return "", err
+	for _, dir := range dirs {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, err
+		}
 	}
-	return pkgDir, os.WriteFile(marker, nil, 0o644)
+	return dirs, os.WriteFile(marker, nil, 0o644)
 }
