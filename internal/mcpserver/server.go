@@ -50,6 +50,11 @@ type Engine interface {
 	Tools(ctx context.Context, c harness.ToolCaller) ([]agent.ModelTool, error)
 	CallTool(ctx context.Context, tc harness.ToolCall) (*harness.Execution, error)
 	Wait(ctx context.Context, id string, d time.Duration) (*harness.Execution, error)
+	// Get, List and Cancel serve the Tasks feature: a task is a tool
+	// call's execution (tasks.go).
+	Get(ctx context.Context, id string) (*harness.Execution, error)
+	List(ctx context.Context, opts harness.ListOptions) (harness.Page, error)
+	Cancel(ctx context.Context, id string) (*harness.Execution, error)
 	// RenewHeld and ReleaseHeld keep and end the pool leases a session
 	// holds across its calls.
 	RenewHeld(ctx context.Context, scope string)
@@ -201,6 +206,9 @@ func (s *Server) ServeMCP(w http.ResponseWriter, r *http.Request, p authz.Princi
 		return
 	}
 	method := requestMethod(r)
+	if s.serveTasks(w, r, p, method) {
+		return // the Tasks feature, answered in front of mcp-go (tasks.go)
+	}
 	switch {
 	case method == string(mcp.MethodInitialize) && s.sessions.count(p.Name) >= s.o.SessionsPerPrincipal:
 		writeProblem(w, http.StatusTooManyRequests, codeTooManySessions, "too many open MCP sessions for this caller; close one (DELETE /mcp) or wait for one to idle out")
@@ -299,6 +307,10 @@ func toMCPTool(t agent.ModelTool) mcp.Tool {
 	a := t.Annotations
 	mt.Annotations = mcp.ToolAnnotation{Title: a.Title, ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
 		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}
+	// A 2025-era client may call any tool as a task, or be held as before
+	// (tasks.go); the 2026 era ignores the field (its tasks are the
+	// server's to decide).
+	mt.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 	return mt
 }
 
