@@ -135,6 +135,7 @@ func New(o Options) *Server {
 	}
 	s := &Server{o: o, registered: map[string]bool{}, sessions: newSessions(o.SessionIdle), calls: map[string]int{}}
 	hooks := &server.Hooks{}
+	advertiseTasks(hooks)
 	hooks.AddOnUnregisterSession(func(ctx context.Context, session server.ClientSession) {
 		if p, ok := s.sessions.end(session.SessionID()); ok {
 			s.o.Engine.ReleaseHeld(context.WithoutCancel(ctx), sessionScope(p, session.SessionID()))

@@ -59,7 +59,6 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -132,7 +131,6 @@ func errTaskNotFound() *rpcError {
 // no one asked to run as a task, is left to mcp-go. p is the caller, method
 // the request's JSON-RPC method.
 func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, p authz.Principal, method string) bool {
-	s.advertiseTasks()
 	switch method {
 	case string(mcp.MethodToolsCall), methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel, methodTasksUpdate:
 	default:
@@ -712,33 +710,24 @@ func toolText(res *mcp.CallToolResult) string {
 	return strings.Join(parts, " ")
 }
 
-// taskHooks makes sure each Server advertises the Tasks feature once.
-var taskHooks sync.Map // *Server → *sync.Once
-
-// advertiseTasks adds, once, the hooks that advertise the Tasks feature:
-// the tasks capability in a 2025-era initialize (from 2025-11-25 on) and
-// the extension in server/discover. It runs before the first request
-// reaches mcp-go (ServeMCP calls serveTasks first), and hooks may be added
-// to mcp-go's server after it is built.
-func (s *Server) advertiseTasks() {
-	once, _ := taskHooks.LoadOrStore(s, new(sync.Once))
-	once.(*sync.Once).Do(func() {
-		hooks := s.mcp.GetHooks()
-		hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
-			if res.ProtocolVersion >= tasksSince {
-				res.Capabilities.Tasks = &mcp.TasksCapability{List: &struct{}{}, Cancel: &struct{}{},
-					Requests: &mcp.TaskRequestsCapability{Tools: &struct {
-						Call *struct{} `json:"call,omitempty"`
-					}{Call: &struct{}{}}}}
-			}
-		})
-		hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
-			ext := maps.Clone(res.Capabilities.Extensions)
-			if ext == nil {
-				ext = map[string]any{}
-			}
-			ext[tasksExtension] = map[string]any{}
-			res.Capabilities.Extensions = ext
-		})
+// advertiseTasks adds the hooks that advertise the Tasks feature: the
+// tasks capability in a 2025-era initialize (from 2025-11-25 on) and the
+// extension in server/discover.
+func advertiseTasks(hooks *server.Hooks) {
+	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+		if res.ProtocolVersion >= tasksSince {
+			res.Capabilities.Tasks = &mcp.TasksCapability{List: &struct{}{}, Cancel: &struct{}{},
+				Requests: &mcp.TaskRequestsCapability{Tools: &struct {
+					Call *struct{} `json:"call,omitempty"`
+				}{Call: &struct{}{}}}}
+		}
+	})
+	hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
+		ext := maps.Clone(res.Capabilities.Extensions)
+		if ext == nil {
+			ext = map[string]any{}
+		}
+		ext[tasksExtension] = map[string]any{}
+		res.Capabilities.Extensions = ext
 	})
 }
