@@ -125,6 +125,9 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest, ex *harness
 	for {
 		o := harness.OutcomeOf(ex)
 		if o.Done {
+			if u, ok := s.signInURL(ex, o.Error); ok && elicitsURL(ctx, req) {
+				return signInElicitation(u, ex), nil
+			}
 			return s.result(ex, o), nil
 		}
 		left := time.Until(deadline)
@@ -169,15 +172,43 @@ func (s *Server) result(ex *harness.Execution, o harness.ToolOutcome) *mcp.CallT
 	return res
 }
 
-// signInHint tells a caller refused for want of its own sign-in (gate 6
-// of a per-user connection) where to sign in: the admin UI's sign-in
-// route, signed in there as the same principal.
+// signInURL is where a caller refused for want of its own sign-in (gate 6
+// of a per-user connection) signs in: the admin UI's sign-in route,
+// signed in there as the same principal.
+func (s *Server) signInURL(ex *harness.Execution, e *harness.ExecError) (string, bool) {
+	if e == nil || e.Code != fault.SteeringDenied || e.Gate != int(fault.GateSecrets) || !strings.Contains(e.Message, "needs a sign-in") || len(ex.Steps) == 0 {
+		return "", false
+	}
+	return s.o.PublicURL + "/oauth/" + url.PathEscape(ex.Steps[0].Connection) + "/start", true
+}
+
 func (s *Server) signInHint(ex *harness.Execution, e *harness.ExecError) string {
-	if e.Code != fault.SteeringDenied || e.Gate != int(fault.GateSecrets) || !strings.Contains(e.Message, "needs a sign-in") || len(ex.Steps) == 0 {
+	u, ok := s.signInURL(ex, e)
+	if !ok {
 		return ""
 	}
-	conn := ex.Steps[0].Connection
-	return fmt.Sprintf(" Sign in at %s/oauth/%s/start (the admin UI, as %s), then call again.", s.o.PublicURL, url.PathEscape(conn), ex.Principal)
+	return fmt.Sprintf(" Sign in at %s (the admin UI, as %s), then call again.", u, ex.Principal)
+}
+
+// elicitsURL reports whether the client takes a URL elicitation in a
+// 2026-era result (it declared elicitation.url), and this is the call's
+// first round: a retry carrying answers is not asked again, so a caller
+// who did not sign in gets the tool error rather than a loop.
+func elicitsURL(ctx context.Context, req mcp.CallToolRequest) bool {
+	pi := server.RequestProtocolInfoFromContext(ctx)
+	return pi != nil && pi.Modern && pi.ClientCapabilities != nil && pi.ClientCapabilities.Elicitation != nil &&
+		pi.ClientCapabilities.Elicitation.URL != nil && len(req.Params.InputResponses) == 0
+}
+
+// signInElicitation asks the client to open the sign-in URL, then call
+// again (SEP-2322's input_required result with a URL elicitation).
+func signInElicitation(u string, ex *harness.Execution) *mcp.CallToolResult {
+	res := server.NewInputRequestBuilder("").Elicit("sign-in", mcp.ElicitationParams{
+		Mode: "url", URL: u, ElicitationID: "signin_" + ex.ID,
+		Message: fmt.Sprintf("This tool acts as you (%s): sign in to its service, then the call runs again.", ex.Principal),
+	}).ToolResult()
+	res.Meta = mcp.NewMetaFromMap(map[string]any{MetaExecution: ex.ID})
+	return res
 }
 
 func valueResult(v any) *mcp.CallToolResult {

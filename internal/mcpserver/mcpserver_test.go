@@ -356,6 +356,30 @@ func TestAnEditedAllowlistChangesTheList(t *testing.T) {
 	}
 }
 
+// TestSignInIsAskedForAsAURL: a 2026-era client that takes URL
+// elicitations is asked to open the sign-in URL; its retry with the
+// answer, still not signed in, gets the tool error (no loop).
+func TestSignInIsAskedForAsAURL(t *testing.T) {
+	t.Parallel()
+	b := setup(t, mcpserver.Options{})
+	w := newWire(t, b, daveKey, true)
+	w.tasks, w.elicitURL = false, true
+	call := map[string]any{"name": "mem_add", "arguments": map[string]any{"a": 1, "b": 2}}
+	_, first := w.send("tools/call", call, nil)
+	req, _ := first.Result["inputRequests"].(map[string]any)["sign-in"].(map[string]any)
+	params, _ := req["params"].(map[string]any)
+	if first.Result["resultType"] != "input_required" || req["method"] != "elicitation/create" ||
+		params["mode"] != "url" || params["url"] != "https://patchbay.example/oauth/mem/start" {
+		t.Fatalf("first answer = %+v, want a URL elicitation of the sign-in", first.Result)
+	}
+	call["inputResponses"] = map[string]any{"sign-in": map[string]any{"action": "accept"}}
+	_, retry := w.send("tools/call", call, nil)
+	content, _ := retry.Result["content"].([]any)
+	if retry.Result["isError"] != true || len(content) == 0 || !strings.Contains(fmt.Sprint(content[0]), "/oauth/mem/start") {
+		t.Fatalf("retry = %+v, want the tool error naming the sign-in", retry.Result)
+	}
+}
+
 func TestNoKeyNoTools(t *testing.T) {
 	t.Parallel()
 	b := setup(t, mcpserver.Options{})

@@ -37,6 +37,8 @@ type wire struct {
 	session string
 	// tasks: a 2026-era client declares the extension.
 	tasks bool
+	// elicitURL: a 2026-era client takes URL elicitations.
+	elicitURL bool
 }
 
 func newWire(t *testing.T, b *bundle, key string, modern bool) *wire {
@@ -71,6 +73,9 @@ func (w *wire) send(method string, params map[string]any, header map[string]stri
 		caps := map[string]any{}
 		if w.tasks {
 			caps["extensions"] = map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}
+		}
+		if w.elicitURL {
+			caps["elicitation"] = map[string]any{"url": map[string]any{}}
 		}
 		meta, _ := params["_meta"].(map[string]any)
 		if meta == nil {
