@@ -378,11 +378,16 @@ type Request struct {
 // item. A document problem is a *ValidationError with paths under
 // "/workflow".
 func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error) {
-	doc, err := document.ParseDocument(req.Workflow, e.reg, "/workflow")
+	al, err := e.allowlist(ctx, req.Allowlist)
 	if err != nil {
 		return nil, err
 	}
-	al, err := e.allowlist(ctx, req.Allowlist)
+	return e.submitUnder(ctx, req, al)
+}
+
+// submitUnder is Submit with the request's allowlist read already.
+func (e *Executions) submitUnder(ctx context.Context, req Request, al *gates.Allowlist) (*Execution, error) {
+	doc, err := document.ParseDocument(req.Workflow, e.reg, "/workflow")
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // Tool calls from outside the engine: the MCP face (/mcp) offers a
@@ -55,17 +56,18 @@ func ValidCallID(id string) bool { return callIDPattern.MatchString(id) }
 // with a target). A connection not ready (starting, failed, needing an
 // operator's sign-in) is left out until it is.
 func (e *Executions) Tools(ctx context.Context, c ToolCaller) ([]agent.ModelTool, error) {
-	ts, err := e.toolsOf(ctx, c)
+	ts, _, err := e.toolsOf(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	return ts.List(), nil
 }
 
-func (e *Executions) toolsOf(ctx context.Context, c ToolCaller) (*agent.ToolSet, error) {
+// toolsOf is the caller's tool set and the allowlist it was cut to.
+func (e *Executions) toolsOf(ctx context.Context, c ToolCaller) (*agent.ToolSet, *gates.Allowlist, error) {
 	al, err := e.allowlist(ctx, c.Allowlist)
 	if err != nil {
-		return nil, fmt.Errorf("tools: allowlist %s: %w", c.Allowlist, err)
+		return nil, nil, fmt.Errorf("tools: allowlist %s: %w", c.Allowlist, err)
 	}
 	var names []string
 	if al != nil {
@@ -89,7 +91,8 @@ func (e *Executions) toolsOf(ctx context.Context, c ToolCaller) (*agent.ToolSet,
 			turn = append(turn, agent.SourceOf(doc, name, ops))
 		}
 	}
-	return agent.BuildToolSet(turn, nil, false)
+	ts, err := agent.BuildToolSet(turn, nil, false)
+	return ts, al, err
 }
 
 // ToolCall is one call of a tool Tools listed.
@@ -129,7 +132,7 @@ func (e *Executions) CallTool(ctx context.Context, tc ToolCall) (*Execution, err
 	if !ValidCallID(tc.CallID) {
 		return nil, fmt.Errorf("tools: call id %q: %w", tc.CallID, fault.Errorf(fault.CodeValidationFailed, "a call id is 1 to 100 letters, digits, '.', '_', ':' or '-'"))
 	}
-	ts, err := e.toolsOf(ctx, tc.ToolCaller)
+	ts, al, err := e.toolsOf(ctx, tc.ToolCaller)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +154,8 @@ func (e *Executions) CallTool(ctx context.Context, tc ToolCall) (*Execution, err
 		if tc.HoldLeases {
 			req.LeaseHolder = tc.Scope
 		}
-		return e.Submit(ctx, req)
+		// The call is checked under the allowlist its tool was found in.
+		return e.submitUnder(ctx, req, al)
 	})
 	if errors.Is(err, ErrIdempotencyMismatch) {
 		return nil, fmt.Errorf("tools: call id %s: %w", tc.CallID, ErrCallIDReused)
