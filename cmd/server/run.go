@@ -214,7 +214,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	face := mcpserver.New(mcpserver.Options{
 		Engine: execs, Hold: cfg.Limits.MCPHold, SessionsPerPrincipal: cfg.Limits.MCPSessionsPerPrincipal,
 		CallsPerPrincipal: cfg.Limits.MCPCallsPerPrincipal, SessionIdle: cfg.Limits.MCPSessionIdle, Logger: logger,
-		PublicURL: cfg.PublicURL,
+		PublicURL: cfg.PublicURL, Version: telemetry.Version(),
 	})
 	tokens, err := mcpTokens(cfg, logger)
 	if err != nil {

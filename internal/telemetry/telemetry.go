@@ -117,7 +117,7 @@ func Setup(ctx context.Context, getenv func(string) string, redactor Redactor) (
 		return nil, fmt.Errorf("telemetry: OTLP %s exporter: %w", s.Protocol, err)
 	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "patchbay"), attribute.String("service.version", version())),
+		resource.WithAttributes(attribute.String("service.name", "patchbay"), attribute.String("service.version", Version())),
 		resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
@@ -127,7 +127,8 @@ func Setup(ctx context.Context, getenv func(string) string, redactor Redactor) (
 	return &Telemetry{Tracer: tp.Tracer(ScopeName), Provider: tp, shutdown: tp.Shutdown}, nil
 }
 
-func version() string {
+// Version is patchbay's module version as built, or "dev".
+func Version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
