@@ -382,22 +382,25 @@ func (e *Executions) Submit(ctx context.Context, req Request) (*Execution, error
 	if err != nil {
 		return nil, err
 	}
-	return e.submitUnder(ctx, req, al)
+	ex, _, err := e.submitUnder(ctx, req, al)
+	return ex, err
 }
 
-// submitUnder is Submit with the request's allowlist read already.
-func (e *Executions) submitUnder(ctx context.Context, req Request, al *gates.Allowlist) (*Execution, error) {
+// submitUnder is Submit with the request's allowlist read already; fresh
+// reports whether this call wrote the execution (false: req.ID was
+// written before).
+func (e *Executions) submitUnder(ctx context.Context, req Request, al *gates.Allowlist) (ex *Execution, fresh bool, err error) {
 	doc, err := document.ParseDocument(req.Workflow, e.reg, "/workflow")
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if problems := document.ResolveSetups(doc, e.reg, req.Input, "/workflow"); len(problems) > 0 {
-		return nil, &fault.ValidationError{Problems: problems}
+		return nil, false, &fault.ValidationError{Problems: problems}
 	}
 	problems := al.Check(doc, "/workflow")
 	problems = append(problems, e.checkModels(doc, al, false)...)
 	if len(problems) > 0 {
-		return nil, &fault.ValidationError{Problems: problems}
+		return nil, false, &fault.ValidationError{Problems: problems}
 	}
 	bound := req.Allowlist
 	id := req.ID
@@ -406,8 +409,7 @@ func (e *Executions) submitUnder(ctx context.Context, req Request, al *gates.All
 	}
 	rec := newRecord(id, req.Workflow, req.Input, req.Principal, &bound)
 	rec.RefScope, rec.LeaseHolder = req.RefScope, req.LeaseHolder
-	ex, _, err := e.enqueueRecord(ctx, rec)
-	return ex, err
+	return e.enqueueRecord(ctx, rec)
 }
 
 func (e *Executions) allowlist(ctx context.Context, name string) (*gates.Allowlist, error) {

@@ -3,10 +3,11 @@ package harness
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -148,22 +149,49 @@ func (e *Executions) CallTool(ctx context.Context, tc ToolCall) (*Execution, err
 	if err != nil {
 		return nil, err
 	}
-	key := IdempotencyKey{Principal: tc.Principal, Scope: "tools/call", Key: tc.CallID, Fingerprint: fingerprint(tc.Tool, args)}
-	ex, _, err := e.SubmitIdempotent(ctx, key, func(ctx context.Context, id string) (*Execution, error) {
-		req := Request{Workflow: workflow, Principal: tc.Principal, Allowlist: tc.Allowlist, ID: id, RefScope: tc.Scope}
-		if tc.HoldLeases {
-			req.LeaseHolder = tc.Scope
-		}
-		// The call is checked under the allowlist its tool was found in.
-		return e.submitUnder(ctx, req, al)
-	})
-	if errors.Is(err, ErrIdempotencyMismatch) {
-		return nil, fmt.Errorf("tools: call id %s: %w", tc.CallID, ErrCallIDReused)
+	// The execution's id is the call's (callExecutionID): a retry with
+	// the same call id writes nothing new and answers the first call's
+	// execution, with no claim to take and complete around the submit.
+	req := Request{Workflow: workflow, Principal: tc.Principal, Allowlist: tc.Allowlist, ID: callExecutionID(tc.Principal, tc.CallID), RefScope: tc.Scope}
+	if tc.HoldLeases {
+		req.LeaseHolder = tc.Scope
 	}
-	return ex, err
+	// The call is checked under the allowlist its tool was found in.
+	ex, fresh, err := e.submitUnder(ctx, req, al)
+	if err != nil || fresh {
+		return ex, err
+	}
+	if same, err := e.sameCall(ctx, ex.ID, workflow); err != nil || !same {
+		if err == nil {
+			err = fmt.Errorf("tools: call id %s: %w", tc.CallID, ErrCallIDReused)
+		}
+		return nil, err
+	}
+	return ex, nil
 }
 
 func newCallID() string { return "c_" + newExecutionID()[3:] }
+
+// callExecutionID is the id of the execution a caller's call id runs as:
+// the same for every retry of the call, another for another caller's.
+func callExecutionID(principal, callID string) string {
+	sum := sha256.Sum256([]byte("tools/call\x00" + principal + "\x00" + callID))
+	return "ex_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
+}
+
+// sameCall reports whether the execution id runs workflow: a call id
+// reused for another tool or other arguments does not.
+func (e *Executions) sameCall(ctx context.Context, id string, workflow json.RawMessage) (bool, error) {
+	rec, err := e.load(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	var had, want any
+	if json.Unmarshal(rec.Workflow, &had) != nil || json.Unmarshal(workflow, &want) != nil {
+		return false, nil
+	}
+	return reflect.DeepEqual(had, want), nil
+}
 
 // callDocument is the one-node document of a tool call. Every argument is
 // a $literal: what a client sends is data, never an expression or a
@@ -189,11 +217,6 @@ func callDocument(callID, conn, op string, args map[string]any) (json.RawMessage
 // idempotency key is "<execution>:tool:<call id>".
 func ToolStepID(callID string) string { return "tool:" + callID }
 
-func fingerprint(tool string, args map[string]any) string {
-	data, _ := json.Marshal([]any{tool, args}) // maps marshal in key order
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
 
 // ToolOutcome is where a tool call's execution stands, as its caller is
 // answered.

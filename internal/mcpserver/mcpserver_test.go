@@ -380,6 +380,33 @@ func TestSignInIsAskedForAsAURL(t *testing.T) {
 	}
 }
 
+func TestACallIDNamesOneCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, mcpserver.Options{})
+	alice := dial(t, b, aliceKey, "2026-07-28", nil)
+	call := func(a float64) *sdk.CallToolResult {
+		res, err := alice.CallTool(t.Context(), &sdk.CallToolParams{Name: "mem_add", Arguments: map[string]any{"a": a, "b": 1},
+			Meta: sdk.Meta{mcpserver.MetaCallID: "one-call"}})
+		must(t, err)
+		return res
+	}
+	first, again := call(1), call(1)
+	if first.Meta[mcpserver.MetaExecution] != again.Meta[mcpserver.MetaExecution] || b.calls.Load() != 1 {
+		t.Errorf("a retry ran as %v (first %v), %d calls reached the connection: want the first call's execution, one call",
+			again.Meta[mcpserver.MetaExecution], first.Meta[mcpserver.MetaExecution], b.calls.Load())
+	}
+	if other := call(2); !other.IsError || !strings.Contains(text(other), "another call") {
+		t.Errorf("the call id with other arguments = %s, want it refused", text(other))
+	}
+	bob := dial(t, b, bobKey, "2026-07-28", nil)
+	res, err := bob.CallTool(t.Context(), &sdk.CallToolParams{Name: "mem_add", Arguments: map[string]any{"a": 1, "b": 1},
+		Meta: sdk.Meta{mcpserver.MetaCallID: "one-call"}})
+	must(t, err)
+	if res.IsError || res.Meta[mcpserver.MetaExecution] == first.Meta[mcpserver.MetaExecution] {
+		t.Errorf("bob's call with alice's call id = %s (%v): want a call of his own", text(res), res.Meta)
+	}
+}
+
 func TestNoKeyNoTools(t *testing.T) {
 	t.Parallel()
 	b := setup(t, mcpserver.Options{})
