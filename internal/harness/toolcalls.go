@@ -217,7 +217,6 @@ func callDocument(callID, conn, op string, args map[string]any) (json.RawMessage
 // idempotency key is "<execution>:tool:<call id>".
 func ToolStepID(callID string) string { return "tool:" + callID }
 
-
 // ToolOutcome is where a tool call's execution stands, as its caller is
 // answered.
 type ToolOutcome struct {
