@@ -51,24 +51,26 @@ var callIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,100}$`)
 // ValidCallID reports whether id may name a tool call.
 func ValidCallID(id string) bool { return callIDPattern.MatchString(id) }
 
-// Tools lists what the caller may call: each connection its allowlist
+// ToolOffer is what a caller may call, read once: the tools and the
+// allowlist they were cut to, so that a call of a listed tool is checked
+// against the grants it was listed under, without reading them again.
+type ToolOffer struct {
+	ts *agent.ToolSet
+	al *gates.Allowlist
+}
+
+// List is the offered tools.
+func (o *ToolOffer) List() []agent.ModelTool { return o.ts.List() }
+
+// Tools reads what the caller may call: each connection its allowlist
 // grants that is ready now, cut to the granted operations, named as a
 // model node without tools names them ("<connection>_<op>", merged tools
 // with a target). A connection not ready (starting, failed, needing an
 // operator's sign-in) is left out until it is.
-func (e *Executions) Tools(ctx context.Context, c ToolCaller) ([]agent.ModelTool, error) {
-	ts, _, err := e.toolsOf(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	return ts.List(), nil
-}
-
-// toolsOf is the caller's tool set and the allowlist it was cut to.
-func (e *Executions) toolsOf(ctx context.Context, c ToolCaller) (*agent.ToolSet, *gates.Allowlist, error) {
+func (e *Executions) Tools(ctx context.Context, c ToolCaller) (*ToolOffer, error) {
 	al, err := e.allowlist(ctx, c.Allowlist)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tools: allowlist %s: %w", c.Allowlist, err)
+		return nil, fmt.Errorf("tools: allowlist %s: %w", c.Allowlist, err)
 	}
 	var names []string
 	if al != nil {
@@ -93,7 +95,10 @@ func (e *Executions) toolsOf(ctx context.Context, c ToolCaller) (*agent.ToolSet,
 		}
 	}
 	ts, err := agent.BuildToolSet(turn, nil, false)
-	return ts, al, err
+	if err != nil {
+		return nil, err
+	}
+	return &ToolOffer{ts: ts, al: al}, nil
 }
 
 // ToolCall is one call of a tool Tools listed.
@@ -112,6 +117,9 @@ type ToolCall struct {
 	HoldLeases bool
 	Tool       string
 	Args       map[string]any
+	// Offer is what the caller was offered in this request (Tools); nil:
+	// read now.
+	Offer *ToolOffer
 }
 
 // Errors of CallTool, matched with errors.Is.
@@ -133,15 +141,18 @@ func (e *Executions) CallTool(ctx context.Context, tc ToolCall) (*Execution, err
 	if !ValidCallID(tc.CallID) {
 		return nil, fmt.Errorf("tools: call id %q: %w", tc.CallID, fault.Errorf(fault.CodeValidationFailed, "a call id is 1 to 100 letters, digits, '.', '_', ':' or '-'"))
 	}
-	ts, al, err := e.toolsOf(ctx, tc.ToolCaller)
-	if err != nil {
-		return nil, err
+	offer := tc.Offer
+	if offer == nil {
+		var err error
+		if offer, err = e.Tools(ctx, tc.ToolCaller); err != nil {
+			return nil, err
+		}
 	}
 	args := tc.Args
 	if args == nil {
 		args = map[string]any{}
 	}
-	conn, op, rest, err := ts.Resolve(tc.Tool, args)
+	conn, op, rest, err := offer.ts.Resolve(tc.Tool, args)
 	if err != nil {
 		return nil, fmt.Errorf("tools: %s: %w: %w", tc.Tool, ErrUnknownTool, err)
 	}
@@ -157,7 +168,7 @@ func (e *Executions) CallTool(ctx context.Context, tc ToolCall) (*Execution, err
 		req.LeaseHolder = tc.Scope
 	}
 	// The call is checked under the allowlist its tool was found in.
-	ex, fresh, err := e.submitUnder(ctx, req, al)
+	ex, fresh, err := e.submitUnder(ctx, req, offer.al)
 	if err != nil || fresh {
 		return ex, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
@@ -29,24 +30,35 @@ func (s *Server) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTo
 		return nil, errors.New("mcp: a call without a caller")
 	}
 	s.count(ctx, c.Name)
-	callID, given := metaString(req, MetaCallID)
-	if !given {
-		// Named here so that a held call's answer can say which id gets
-		// its outcome.
-		callID = "c_" + strings.ToLower(rand.Text())
-	}
-	ex, err := s.o.Engine.CallTool(ctx, harness.ToolCall{
-		ToolCaller: harness.ToolCaller{Principal: c.Name, Allowlist: c.Allowlist},
-		CallID:     callID,
-		Scope:      refScope(ctx, c.Name),
-		HoldLeases: sessionID(ctx) != "",
-		Tool:       req.Params.Name,
-		Args:       req.GetArguments(),
-	})
+	tc := toolCall(c.Principal, c.offer, sessionID(ctx), req.Params.Meta, req.Params.Name, req.GetArguments())
+	ex, err := s.o.Engine.CallTool(ctx, tc)
 	if err != nil {
 		return refusal(err)
 	}
-	return s.await(ctx, req, ex, callID)
+	return s.await(ctx, req, ex, tc.CallID)
+}
+
+// toolCall is a tools/call of p as the engine takes it: under the call id
+// the client named in _meta, else one named here (so that a held call's
+// answer can say which id gets its outcome); refs sealed to the caller
+// and its 2025-era session, which holds the pool leases its calls take.
+func toolCall(p authz.Principal, offer *harness.ToolOffer, session string, meta *mcp.Meta, tool string, args map[string]any) harness.ToolCall {
+	callID := ""
+	if meta != nil {
+		callID, _ = meta.AdditionalFields[MetaCallID].(string)
+	}
+	if callID == "" {
+		callID = "c_" + strings.ToLower(rand.Text())
+	}
+	scope := "mcp:" + p.Name
+	if session != "" {
+		scope = sessionScope(p.Name, session)
+	}
+	return harness.ToolCall{
+		ToolCaller: harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist},
+		CallID:     callID, Scope: scope, HoldLeases: session != "",
+		Tool: tool, Args: args, Offer: offer,
+	}
 }
 
 // count notes the call on its session (or 2026-era client) for the
@@ -67,15 +79,6 @@ func (s *Server) count(ctx context.Context, principal string) {
 		}
 	}
 	s.sessions.called(cs.SessionID(), principal, client, version, era)
-}
-
-// refScope is what the caller's refs are sealed to: its session where the
-// era has one, else the caller.
-func refScope(ctx context.Context, principal string) string {
-	if id := sessionID(ctx); id != "" {
-		return sessionScope(principal, id)
-	}
-	return "mcp:" + principal
 }
 
 // sessionScope is a 2025-era session's scope: its refs, and the pool
@@ -243,13 +246,4 @@ func held(id, callID string, o harness.ToolOutcome) *mcp.CallToolResult {
 	}
 	res.Meta = mcp.NewMetaFromMap(meta)
 	return res
-}
-
-// metaString reads a string from the request's _meta.
-func metaString(req mcp.CallToolRequest, key string) (string, bool) {
-	if req.Params.Meta == nil {
-		return "", false
-	}
-	v, ok := req.Params.Meta.AdditionalFields[key].(string)
-	return v, ok
 }

@@ -47,7 +47,7 @@ import (
 
 // Engine is what the face needs of the harness.
 type Engine interface {
-	Tools(ctx context.Context, c harness.ToolCaller) ([]agent.ModelTool, error)
+	Tools(ctx context.Context, c harness.ToolCaller) (*harness.ToolOffer, error)
 	CallTool(ctx context.Context, tc harness.ToolCall) (*harness.Execution, error)
 	Wait(ctx context.Context, id string, d time.Duration) (*harness.Execution, error)
 	// Get, List and Cancel serve the Tasks feature: a task is a tool
@@ -178,6 +178,9 @@ type callerKey struct{}
 // caller is who sends the request and what it is offered.
 type caller struct {
 	authz.Principal
+	// offer is what the caller was offered in this request: the call
+	// is checked against it, not against the grants read again.
+	offer  *harness.ToolOffer
 	tools  []mcp.Tool
 	byName map[string]bool
 	// calling: the request is a tools/call, whose filter check passes
@@ -223,19 +226,29 @@ func (s *Server) ServeMCP(w http.ResponseWriter, r *http.Request, p authz.Princi
 	}
 	c := &caller{Principal: p, calling: method == string(mcp.MethodToolsCall)}
 	if method == string(mcp.MethodToolsList) || method == string(mcp.MethodToolsCall) {
-		tools, err := s.o.Engine.Tools(r.Context(), harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
-		if err != nil {
-			s.o.Logger.Error("mcp: list tools", "principal", p.Name, "err", err)
-			writeProblem(w, http.StatusServiceUnavailable, codeToolsUnavailable, "the caller's tools could not be read; retry")
+		var ok bool
+		if c.offer, ok = s.offer(w, r, p); !ok {
 			return
 		}
-		c.tools, c.byName = s.register(tools)
+		c.tools, c.byName = s.register(c.offer.List())
 	}
 	ctx := context.WithValue(r.Context(), callerKey{}, c)
 	if method == string(mcp.MethodInitialize) {
 		w = &sessionCapture{ResponseWriter: w, opened: func(id string) { s.sessions.open(id, p.Name) }}
 	}
 	s.http.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// offer reads what the caller is offered; when it cannot, the request is
+// answered 503 and ok is false.
+func (s *Server) offer(w http.ResponseWriter, r *http.Request, p authz.Principal) (offer *harness.ToolOffer, ok bool) {
+	offer, err := s.o.Engine.Tools(r.Context(), harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
+	if err != nil {
+		s.o.Logger.Error("mcp: list tools", "principal", p.Name, "err", err)
+		writeProblem(w, http.StatusServiceUnavailable, codeToolsUnavailable, "the caller's tools could not be read; retry")
+		return nil, false
+	}
+	return offer, true
 }
 
 // requestMethod peeks at a POST's JSON-RPC method, leaving the body for

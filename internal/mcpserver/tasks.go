@@ -50,7 +50,6 @@ package mcpserver
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,7 +65,6 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
-	"github.com/patchbay-dev/patchbay/internal/harness/agent"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 )
 
@@ -192,14 +190,11 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, p authz.Prin
 			return true
 		}
 		defer s.leave(p.Name)
-		tools, err := s.o.Engine.Tools(ctx, harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
-		if err != nil {
-			// As ServeMCP answers a tools/call it cannot list tools for.
-			s.o.Logger.Error("mcp: list tools", "principal", p.Name, "err", err)
-			writeProblem(w, http.StatusServiceUnavailable, codeToolsUnavailable, "the caller's tools could not be read; retry")
+		offer, ok := s.offer(w, r, p)
+		if !ok {
 			return true
 		}
-		result, e = s.startTask(ctx, p, req, tools)
+		result, e = s.startTask(ctx, p, req, offer)
 	case methodTasksResult:
 		// Held as a call is, so bounded with the calls.
 		if !s.enter(p.Name) {
@@ -377,7 +372,7 @@ func writeRPC(w http.ResponseWriter, req *taskRequest, result any, e *rpcError) 
 // task. A call refused before it could start has no task: in the 2026 era
 // it is answered as a held call's refusal is (a tool result), in the 2025
 // era (which owes a task-augmented request a task) with a JSON-RPC error.
-func (s *Server) startTask(ctx context.Context, p authz.Principal, req *taskRequest, tools []agent.ModelTool) (any, *rpcError) {
+func (s *Server) startTask(ctx context.Context, p authz.Principal, req *taskRequest, offer *harness.ToolOffer) (any, *rpcError) {
 	var call struct {
 		Name      string         `json:"name"`
 		Arguments map[string]any `json:"arguments"`
@@ -386,34 +381,16 @@ func (s *Server) startTask(ctx context.Context, p authz.Principal, req *taskRequ
 		return nil, rpcErr(mcp.INVALID_PARAMS, "invalid tools/call params")
 	}
 	offered := false
-	for _, t := range tools {
+	for _, t := range offer.List() {
 		offered = offered || t.Name == call.Name
 	}
 	if !offered {
 		return nil, rpcErr(mcp.INVALID_PARAMS, "tool '%s' not found: tool not found", call.Name)
 	}
 	s.countTask(p.Name, req)
-	var callID string
-	if req.meta != nil {
-		callID, _ = req.meta.AdditionalFields[MetaCallID].(string)
-	}
-	if callID == "" {
-		callID = "c_" + strings.ToLower(rand.Text())
-	}
-	// As call does: refs sealed to the caller and its 2025-era session,
-	// which holds the pool leases its calls take.
-	scope := "mcp:" + p.Name
-	if req.session != "" {
-		scope = sessionScope(p.Name, req.session)
-	}
-	ex, err := s.o.Engine.CallTool(ctx, harness.ToolCall{
-		ToolCaller: harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist},
-		CallID:     callID,
-		Scope:      scope,
-		HoldLeases: req.session != "",
-		Tool:       call.Name,
-		Args:       call.Arguments,
-	})
+	tc := toolCall(p, offer, req.session, req.meta, call.Name, call.Arguments)
+	callID := tc.CallID
+	ex, err := s.o.Engine.CallTool(ctx, tc)
 	if err != nil {
 		res, err := refusal(err)
 		switch {

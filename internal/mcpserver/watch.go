@@ -52,10 +52,11 @@ func (s *Server) checkLists(ctx context.Context) {
 }
 
 func (s *Server) toolDigest(ctx context.Context, p authz.Principal) (string, error) {
-	tools, err := s.o.Engine.Tools(ctx, harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
+	offer, err := s.o.Engine.Tools(ctx, harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
 	if err != nil {
 		return "", err
 	}
+	tools := offer.List()
 	var b strings.Builder
 	for _, t := range tools {
 		b.WriteString(t.Name)
