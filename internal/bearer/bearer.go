@@ -48,6 +48,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // Options configure a Verifier. Issuer, Resource and MetadataURL are
@@ -354,13 +355,7 @@ func secureURL(raw string, query bool) bool {
 	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" || (!query && u.RawQuery != "") {
 		return false
 	}
-	switch u.Scheme {
-	case "https":
-		return true
-	case "http":
-		return isLoopback(u.Hostname())
-	}
-	return false
+	return credhttp.Secure(u)
 }
 
 // quoteEscape escapes a value for a quoted-string of a challenge.

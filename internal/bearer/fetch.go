@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
@@ -79,12 +78,4 @@ func describe(u *url.URL, err error) error {
 		return fmt.Errorf("%s: no answer within %s", credhttp.Show(u), fetchTimeout)
 	}
 	return fmt.Errorf("%s: %w", credhttp.Show(u), err)
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

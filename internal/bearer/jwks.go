@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // keySet is the issuer's JSON Web Key Set, fetched when first needed and
@@ -154,19 +156,8 @@ func discover(ctx context.Context, f *fetcher, issuer string) (serverMetadata, e
 	if err != nil {
 		return serverMetadata{}, fmt.Errorf("issuer: %w", err)
 	}
-	origin := iu.Scheme + "://" + iu.Host
-	var candidates []string
-	if p := strings.TrimSuffix(iu.EscapedPath(), "/"); p == "" {
-		candidates = []string{origin + "/.well-known/oauth-authorization-server", origin + "/.well-known/openid-configuration"}
-	} else {
-		candidates = []string{
-			origin + "/.well-known/oauth-authorization-server" + p,
-			origin + "/.well-known/openid-configuration" + p,
-			origin + p + "/.well-known/openid-configuration",
-		}
-	}
 	var tried []string
-	for _, u := range candidates {
+	for _, u := range credhttp.MetadataURLs(iu) {
 		var md serverMetadata
 		status, err := f.getJSON(ctx, u, &md)
 		switch {

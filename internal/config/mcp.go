@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // MCPSection is the config file's mcp: what /mcp, patchbay's own MCP
@@ -211,21 +212,7 @@ func secureURL(raw string) bool {
 	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return false
 	}
-	switch u.Scheme {
-	case "https":
-		return true
-	case "http":
-		return loopbackHost(u.Hostname())
-	}
-	return false
-}
-
-func loopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
+	return credhttp.Secure(u)
 }
 
 // reachableAddr reports whether http://<addr> names a host a client could

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/oauth2"
+
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // Token endpoint authentication methods patchbay can use, most preferred
@@ -196,7 +198,7 @@ func (s *Service) clientMetadata(method string, document bool) map[string]any {
 // applicationType is "native" for a loopback redirect (a server run on a
 // workstation), "web" otherwise, as OpenID Connect registration expects.
 func applicationType(redirect string) string {
-	if u, err := url.Parse(redirect); err == nil && isLoopback(u.Hostname()) {
+	if u, err := url.Parse(redirect); err == nil && credhttp.Loopback(u.Hostname()) {
 		return "native"
 	}
 	return "web"

@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/patchbay-dev/patchbay/internal/credhttp"
 )
 
 // challenge is what a resource server's WWW-Authenticate Bearer challenge
@@ -201,23 +202,12 @@ func port(u *url.URL) string {
 // https (or http on a loopback host).
 func (s *Service) serverMetadata(ctx context.Context, issuer string) (serverMetadata, error) {
 	iu, err := url.Parse(issuer)
-	if err != nil || !secureURL(iu) || iu.RawQuery != "" || iu.Fragment != "" {
+	if err != nil || !credhttp.Secure(iu) || iu.RawQuery != "" || iu.Fragment != "" {
 		return serverMetadata{}, flowErr(KindDiscovery, "The authorization server %q is not an https URL (http is accepted on loopback only) without query or fragment.", clip(issuer))
-	}
-	origin := iu.Scheme + "://" + iu.Host
-	var candidates []string
-	if p := strings.TrimSuffix(iu.EscapedPath(), "/"); p == "" {
-		candidates = []string{origin + "/.well-known/oauth-authorization-server", origin + "/.well-known/openid-configuration"}
-	} else {
-		candidates = []string{
-			origin + "/.well-known/oauth-authorization-server" + p,
-			origin + "/.well-known/openid-configuration" + p,
-			origin + p + "/.well-known/openid-configuration",
-		}
 	}
 	var tried []string
 	var mismatch error
-	for _, u := range candidates {
+	for _, u := range credhttp.MetadataURLs(iu) {
 		var md serverMetadata
 		status, err := s.fetchJSON(ctx, u, &md)
 		if err != nil || status != http.StatusOK {
@@ -258,30 +248,11 @@ func checkServerMetadata(md serverMetadata) error {
 			continue
 		}
 		u, err := url.Parse(raw)
-		if raw == "" || err != nil || !secureURL(u) || u.Fragment != "" {
+		if raw == "" || err != nil || !credhttp.Secure(u) || u.Fragment != "" {
 			return flowErr(KindDiscovery, "The authorization server %s gives no usable %s (it must be https, or http on loopback).", clip(md.Issuer), name)
 		}
 	}
 	return nil
-}
-
-// secureURL: https anywhere, http only to a loopback host.
-func secureURL(u *url.URL) bool {
-	switch u.Scheme {
-	case "https":
-		return u.Host != ""
-	case "http":
-		return isLoopback(u.Hostname())
-	}
-	return false
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // fetchJSON GETs u and decodes a 200 answer into v.
