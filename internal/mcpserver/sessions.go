@@ -37,7 +37,6 @@ type session struct {
 	era      string
 	calls    int
 	lastCall time.Time
-	seen     time.Time
 }
 
 // Session is one live MCP client as the admin UI lists it.
@@ -69,7 +68,7 @@ func (t *sessions) open(id, principal string) {
 		s = &session{opened: time.Now()}
 		t.byID[id] = s
 	}
-	s.principal, s.seen = principal, time.Now()
+	s.principal = principal
 }
 
 // end forgets a session and says whose it was.
@@ -113,7 +112,7 @@ func (t *sessions) called(id, principal, client, version, era string) {
 		return
 	}
 	s.calls++
-	s.lastCall, s.seen = now, now
+	s.lastCall = now
 }
 
 // list is every live client, most recent call first.
@@ -129,7 +128,7 @@ func (t *sessions) list() []Session {
 		add(id, s)
 	}
 	for key, s := range t.modern {
-		if time.Since(s.seen) > t.idle {
+		if time.Since(s.lastCall) > t.idle {
 			delete(t.modern, key)
 			continue
 		}
