@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -48,6 +49,8 @@ type executionData struct {
 	Ex        *harness.Execution
 	Approvals []*gates.Approval // pending approvals of this execution
 	Events    []harness.Event
+	// Agents is what the acp-agent nodes reported in Events.
+	Agents []agentView
 	// TraceLink is the execution's trace in the tracing UI; empty without
 	// a trace or a PATCHBAY_TRACE_URL.
 	TraceLink string
@@ -99,6 +102,7 @@ func (h *handler) loadExecution(c echo.Context) (executionData, error) {
 		d.Events = append(d.Events, evs...)
 		after = evs[len(evs)-1].ID
 	}
+	d.Agents = agentViews(d.Events)
 	return d, nil
 }
 
@@ -195,4 +199,144 @@ func traceLink(template, traceID string) string {
 		return ""
 	}
 	return strings.ReplaceAll(template, "{traceId}", traceID)
+}
+
+// The events of acp-agent nodes (harness.EventAgentMessage, EventAgentToolCall
+// and EventAgentPlan).
+const (
+	evAgentMessage  = "agent.message"   // {key, id, text}: a piece of the message
+	evAgentToolCall = "agent.tool_call" // {key, id, toolCallId, title?, kind?, status?}
+	evAgentPlan     = "agent.plan"      // {key, id, entries: [{content, priority, status}]}
+)
+
+// What the Agent section shows of one node run at most.
+const (
+	maxAgentTextShown  = 64 << 10
+	maxAgentCallsShown = 200
+)
+
+// agentView is what one acp-agent node run reported: its message so far,
+// its tool calls and its latest plan.
+type agentView struct {
+	Key, ID string // the ledger key (the node id, with an iteration's suffix) and the node id
+	Text    string
+	TextCut bool // the message goes on past Text, cut at maxAgentTextShown bytes
+	Calls   []agentCall
+	// MoreCalls counts the tool calls past the first maxAgentCallsShown,
+	// which are not shown.
+	MoreCalls int
+	Plan      []agentPlanEntry
+}
+
+type agentCall struct{ ID, Title, Kind, Status string }
+
+type agentPlanEntry struct{ Content, Priority, Status string }
+
+// agentViews gathers the agent events among events by node run, in the
+// order the runs first reported: the message pieces concatenated, each
+// tool call with the latest of what was reported of it, and the last
+// plan. Other events are ignored.
+func agentViews(events []harness.Event) []agentView {
+	type acc struct {
+		view  agentView
+		text  strings.Builder
+		calls map[string]int // tool call id -> index in view.Calls, or -1 if not shown
+	}
+	var order []*acc
+	runs := map[string]*acc{}
+	for _, ev := range events {
+		if ev.Type != evAgentMessage && ev.Type != evAgentToolCall && ev.Type != evAgentPlan {
+			continue
+		}
+		id := eventString(ev.Data, "id")
+		key := eventString(ev.Data, "key")
+		if key == "" {
+			key = id
+		}
+		if key == "" {
+			continue
+		}
+		a := runs[key]
+		if a == nil {
+			if id == "" {
+				id = key
+			}
+			a = &acc{view: agentView{Key: key, ID: id}, calls: map[string]int{}}
+			runs[key] = a
+			order = append(order, a)
+		}
+		switch ev.Type {
+		case evAgentMessage:
+			text := eventString(ev.Data, "text")
+			if a.view.TextCut {
+				continue
+			}
+			if room := maxAgentTextShown - a.text.Len(); len(text) > room {
+				text = cutUTF8(text, room)
+				a.view.TextCut = true
+			}
+			a.text.WriteString(text)
+		case evAgentToolCall:
+			callID := eventString(ev.Data, "toolCallId")
+			if callID == "" {
+				continue
+			}
+			i, seen := a.calls[callID]
+			if !seen {
+				i = -1
+				if len(a.view.Calls) < maxAgentCallsShown {
+					i = len(a.view.Calls)
+					a.view.Calls = append(a.view.Calls, agentCall{ID: callID})
+				} else {
+					a.view.MoreCalls++
+				}
+				a.calls[callID] = i
+			}
+			if i < 0 {
+				continue
+			}
+			c := &a.view.Calls[i]
+			for _, f := range []struct {
+				name string
+				to   *string
+			}{{"title", &c.Title}, {"kind", &c.Kind}, {"status", &c.Status}} {
+				if s := eventString(ev.Data, f.name); s != "" {
+					*f.to = s
+				}
+			}
+		case evAgentPlan:
+			entries, _ := ev.Data["entries"].([]any)
+			a.view.Plan = make([]agentPlanEntry, 0, len(entries))
+			for _, e := range entries {
+				m, _ := e.(map[string]any)
+				a.view.Plan = append(a.view.Plan, agentPlanEntry{Content: eventString(m, "content"), Priority: eventString(m, "priority"), Status: eventString(m, "status")})
+			}
+		}
+	}
+	views := make([]agentView, len(order))
+	for i, a := range order {
+		a.view.Text = a.text.String()
+		views[i] = a.view
+	}
+	return views
+}
+
+// eventString is m[k] if it is a string, else "".
+func eventString(m map[string]any, k string) string {
+	s, _ := m[k].(string)
+	return s
+}
+
+// cutUTF8 is s cut to at most n bytes, not within a character.
+func cutUTF8(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
