@@ -191,6 +191,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: callCredentials(apps.conns, credentials(oauthSvc)),
 		Models: newModels(cfg.File.Models, secrets, redactor), Tracer: tel.Tracer,
 		SchemaMaxNodes: cfg.SchemaMaxNodes, SchemaCompileTimeout: cfg.SchemaCompileTimeout,
+		Agents: agentEntries(cfg.File.Agents),
 	})
 	watchHealth(metrics, st, execs, cfg, logger)
 	keys := apiKeys(cfg, stdout)
@@ -253,6 +254,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	execs.SetAgentBridge(bridgeURL(ln.Addr()))
 	srv := newHTTPServer(handler, cfg.Limits, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

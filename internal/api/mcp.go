@@ -1,11 +1,15 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
+	"github.com/patchbay-dev/patchbay/internal/harness"
 )
 
 // MCPFace serves /mcp (see package mcpserver) for an authenticated caller.
@@ -38,4 +42,38 @@ const mcpResourceMetadataPath = "/.well-known/oauth-protected-resource/mcp"
 type MCPTokens interface {
 	TokenVerifier
 	MetadataHandler() http.Handler
+}
+
+// bridgeTokens admits, at /mcp, the credential minted for an acp-agent
+// node run (harness.BridgeCredentialPrefix), besides what next (OAuth
+// access tokens; nil for none) admits. The credential stands for the
+// node's agent: /mcp offers it that node's tools and runs its calls as
+// steps of the node's execution, as the execution's principal.
+type bridgeTokens struct {
+	execs *harness.Executions
+	next  TokenVerifier
+}
+
+var errBridgeCredential = errors.New("the agent credential is not valid: its node run has ended, or it was never minted here")
+
+func (b bridgeTokens) Accepts(token string) bool {
+	return strings.HasPrefix(token, harness.BridgeCredentialPrefix) || (b.next != nil && b.next.Accepts(token))
+}
+
+func (b bridgeTokens) Verify(ctx context.Context, token string) (authz.Principal, error) {
+	if !strings.HasPrefix(token, harness.BridgeCredentialPrefix) {
+		return b.next.Verify(ctx, token)
+	}
+	bc, ok := b.execs.Bridge(token)
+	if !ok {
+		return authz.Principal{}, errBridgeCredential
+	}
+	return authz.Principal{Name: "agent:" + bc.Execution + "/" + bc.Node, Roles: []authz.Role{authz.Run}, Bridge: bc.Bridge}, nil
+}
+
+func (b bridgeTokens) Challenge() string {
+	if b.next == nil {
+		return ""
+	}
+	return b.next.Challenge()
 }

@@ -154,6 +154,9 @@ func New(o Options) *echo.Echo {
 		if o.MCPTokens != nil {
 			tokens = o.MCPTokens
 		}
+		if o.Executions != nil {
+			tokens = bridgeTokens{execs: o.Executions, next: tokens}
+		}
 		mountMCP(e, o.MCP, requireCaller(o.APIKeys, tokens, guard{limiter: o.Throttle, proxies: o.TrustedProxies, logger: o.Logger}))
 	}
 	return e

@@ -60,6 +60,11 @@ type Principal struct {
 	Approve []string
 	// Push names the sources it may push events into.
 	Push []string
+	// Bridge, when set, says the caller is an acp-agent node's agent,
+	// authenticated with the credential minted for that node run: /mcp
+	// offers it the node's tools and runs its calls as steps of the
+	// node's execution (the bridge's id, see harness.Executions.Bridge).
+	Bridge string
 }
 
 // Names patchbay gives principals of its own. A configured key named like

@@ -217,6 +217,8 @@ type File struct {
 	ProfilesDir string `yaml:"profilesDir"`
 	// MCP configures /mcp, patchbay's own MCP face (see mcp.go).
 	MCP MCPSection `yaml:"mcp"`
+	// Agents are the coding agents acp-agent nodes run (see agents.go).
+	Agents map[string]Agent `yaml:"agents"`
 }
 
 // Connection is one entry under connections: exactly one of mcp, openapi,

@@ -482,6 +482,7 @@ func (c *Config) loadFile(getenv func(string) string, readFile func(string) ([]b
 	}
 	f.substitute(getenv, ps)
 	f.substituteModels(getenv, ps)
+	f.substituteAgents(getenv, ps)
 	f.substituteWebhookSecrets(getenv, ps)
 	f.substituteMCP(getenv, ps)
 	f.loadWorkflows(c.ConfigPath, readFile, ps)

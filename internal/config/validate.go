@@ -263,6 +263,7 @@ func (f *File) validate(ps *problems) {
 	f.validateTriggers(ps)
 	f.Inbox.validate(ps)
 	f.validateModels(ps)
+	f.validateAgents(ps)
 }
 
 func (c Connection) validate(ps *problems, name string) {

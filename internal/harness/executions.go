@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -110,8 +111,13 @@ type StepRecord struct {
 	Task string `json:"task,omitempty"`
 	// Cursor and Deadline of a wait: a resumed run listens again from the
 	// cursor until the deadline.
-	Cursor     string     `json:"cursor,omitempty"`
-	Deadline   *time.Time `json:"deadline,omitempty"`
+	Cursor   string     `json:"cursor,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Session and Tree of an acp-agent node: the agent's session id and
+	// the tag of its process tree, so a resumed run loads the session and
+	// ends what a crashed run left running.
+	Session    string     `json:"session,omitempty"`
+	Tree       string     `json:"tree,omitempty"`
 	Output     any        `json:"output,omitempty"`
 	Error      *ExecError `json:"error,omitempty"`
 	StartedAt  time.Time  `json:"startedAt"`
@@ -212,6 +218,9 @@ type ExecutionsOptions struct {
 	// Tracer records runs, steps, calls and model rounds as spans (see
 	// trace.go); nil: no tracing, at no cost.
 	Tracer trace.Tracer
+	// Agents are the coding agents acp-agent nodes run, by name; nil:
+	// documents with acp-agent nodes are refused.
+	Agents map[string]AgentEntry
 	// SchemaMaxNodes bounds an operation schema gate 2 compiles (JSON
 	// values, once repeated subschemas are shared); a larger one refuses
 	// its calls at gate 2. Default DefaultSchemaMaxNodes.
@@ -261,6 +270,11 @@ type Executions struct {
 	// held are the leases held across executions, by holder (see
 	// toolcalls.go: an MCP session's).
 	held sync.Map
+	// agents are the config file's agents; bridges the live acp-agent
+	// node runs by credential digest, reached at bridgeURL (bridge.go).
+	agents    map[string]AgentEntry
+	bridges   sync.Map
+	bridgeURL atomic.Pointer[string]
 }
 
 const workGroup = "workers"
@@ -303,7 +317,7 @@ func NewExecutions(st *store.Store, reg *registry.Registry, opts *ExecutionsOpti
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
 		repairEvery: o.RepairEvery, repairGrace: repairGrace,
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, attacher: o.Attacher,
-		models: o.Models, tracer: o.Tracer,
+		models: o.Models, tracer: o.Tracer, agents: o.Agents,
 	}
 	e.pipeline = gates.New(gates.Options{Sealer: o.Sealer, Secrets: e.secrets, Credentials: o.Credentials, Redactor: e.redactor, Logger: e.logger,
 		SchemaMaxNodes: o.SchemaMaxNodes, SchemaCompileTimeout: o.SchemaCompileTimeout})
@@ -399,6 +413,7 @@ func (e *Executions) submitUnder(ctx context.Context, req Request, al *gates.All
 	}
 	problems := al.Check(doc, "/workflow")
 	problems = append(problems, e.checkModels(doc, al, false)...)
+	problems = append(problems, e.checkAgents(doc, al, false)...)
 	if len(problems) > 0 {
 		return nil, false, &fault.ValidationError{Problems: problems}
 	}

@@ -301,7 +301,19 @@ func (r *run) toolCall(ctx context.Context, f *frame, n *document.Node, round in
 	if t := ts.ByName[call.Name]; t != nil && t.Lists {
 		return r.listOps(t.Pair, res, args), nil
 	}
-	conn, op, rest, rerr := ts.Resolve(call.Name, args)
+	return r.runToolCall(ctx, f, tn, ts, call.Name, args, nil, res)
+}
+
+// runToolCall runs a call of tool (of ts) as the call step tn, or records
+// it refused when ts cannot resolve it or refuse is set, and answers it as
+// its caller reads it: a refusal or failure is an error result; only
+// waiting, fencing and storage failures (and a context cut short) are
+// errors.
+func (r *run) runToolCall(ctx context.Context, f *frame, tn *document.Node, ts *agent.ToolSet, tool string, args map[string]any, refuse error, res agent.ModelToolResult) (agent.ModelToolResult, error) {
+	conn, op, rest, rerr := ts.Resolve(tool, args)
+	if rerr == nil {
+		rerr = refuse
+	}
 	tn.Connection, tn.Op = conn, op
 	var out any
 	var err error

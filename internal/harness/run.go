@@ -235,6 +235,8 @@ func (r *run) node(ctx context.Context, f *frame, n *document.Node) (any, error)
 		out, err = r.wait(ctx, f, n)
 	case document.KindModel:
 		out, err = r.model(ctx, f, n)
+	case document.KindACPAgent:
+		out, err = r.acpAgent(ctx, f, n)
 	default:
 		err = &stepError{step: n.ID, code: fault.StepFailed, err: fmt.Errorf("kind %q cannot run", n.Kind)}
 	}

@@ -30,12 +30,31 @@ func (s *Server) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTo
 		return nil, errors.New("mcp: a call without a caller")
 	}
 	s.count(ctx, c.Name)
+	if c.Bridge != "" {
+		return s.bridgeCall(ctx, c, req)
+	}
 	tc := toolCall(c.Principal, c.offer, sessionID(ctx), req.Params.Meta, req.Params.Name, req.GetArguments())
 	ex, err := s.o.Engine.CallTool(ctx, tc)
 	if err != nil {
 		return refusal(err)
 	}
 	return s.await(ctx, req, ex, tc.CallID)
+}
+
+// bridgeCall runs an acp-agent node's call as a step of the node's
+// execution: the agent waits for it in place, approvals included (the
+// node run holds the agent anyway), so there is no Hold and no task.
+func (s *Server) bridgeCall(ctx context.Context, c *caller, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	res, err := s.o.Engine.BridgeCall(ctx, c.Bridge, req.Params.Name, req.GetArguments())
+	switch {
+	case errors.Is(err, harness.ErrBridgeClosed):
+		return mcp.NewToolResultError(err.Error()), nil
+	case err != nil:
+		return nil, err
+	case res.IsError:
+		return mcp.NewToolResultError(res.Content), nil
+	}
+	return mcp.NewToolResultText(res.Content), nil
 }
 
 // toolCall is a tools/call of p as the engine takes it: under the call id

@@ -35,6 +35,7 @@ const (
 	carolKey    = "carol-key"
 	daveKey     = "dave-key"
 	approverKey = "approver-key"
+	runnerKey   = "runner-key"
 	secretValue = "s3cr3t-value-for-redaction"
 )
 
@@ -51,6 +52,13 @@ type bundle struct {
 }
 
 func setup(t *testing.T, o mcpserver.Options) *bundle {
+	t.Helper()
+	return setupWith(t, o, harness.ExecutionsOptions{}, nil)
+}
+
+// setupWith is setup with more engine options (agents), and a wrapper
+// around the HTTP handler (nil: none).
+func setupWith(t *testing.T, o mcpserver.Options, eo harness.ExecutionsOptions, wrap func(http.Handler) http.Handler) *bundle {
 	t.Helper()
 	b := &bundle{}
 	b.mem = connecttest.NewMemory(
@@ -85,6 +93,7 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 	for name, body := range map[string]string{
 		"wide":   `{"connections":{"mem":{"ops":["*"]}}}`,
 		"narrow": `{"connections":{"mem":{"ops":["add"]}}}`,
+		"agents": `{"connections":{"mem":{"ops":["*"]}},"agents":["codex","example","denier"]}`,
 	} {
 		al, err := gates.ParseAllowlist(name, []byte(body))
 		must(t, err)
@@ -93,7 +102,8 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 	}
 	redactor := secrets.NewSecretRedactor()
 	redactor.Add(secretValue)
-	b.execs = harness.NewExecutions(st, reg, &harness.ExecutionsOptions{Allowlists: als, Redactor: redactor, Credentials: signedOut{"dave"}})
+	eo.Allowlists, eo.Redactor, eo.Credentials = als, redactor, signedOut{"dave"}
+	b.execs = harness.NewExecutions(st, reg, &eo)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = b.execs.Run(ctx, 4); close(done) }()
@@ -107,8 +117,14 @@ func setup(t *testing.T, o mcpserver.Options) *bundle {
 		{SHA256: sha256.Sum256([]byte(carolKey)), Principal: authz.Principal{Name: "carol", Allowlist: "wide"}},
 		{SHA256: sha256.Sum256([]byte(daveKey)), Principal: authz.Principal{Name: "dave", Allowlist: "wide"}},
 		{SHA256: sha256.Sum256([]byte(approverKey)), Principal: authz.Principal{Name: "approver", Allowlist: "wide", Roles: []authz.Role{authz.Approve}}},
+		{SHA256: sha256.Sum256([]byte(runnerKey)), Principal: authz.Principal{Name: "runner", Allowlist: "agents"}},
 	}
-	srv := httptest.NewServer(api.New(api.Options{Executions: b.execs, Registry: reg, Allowlists: als, APIKeys: keys, MCP: face}))
+	var h http.Handler = api.New(api.Options{Executions: b.execs, Registry: reg, Allowlists: als, APIKeys: keys, MCP: face})
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	b.execs.SetAgentBridge(srv.URL + "/mcp")
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()

@@ -15,6 +15,9 @@ const (
 	codeTooManySessions  = "TOO_MANY_SESSIONS"
 	codeTooManyCalls     = "TOO_MANY_CALLS"
 	codeToolsUnavailable = "TOOLS_UNAVAILABLE"
+	// codeBridgeClosed: an acp-agent node's credential whose node run
+	// ended between authentication and the request.
+	codeBridgeClosed = "BRIDGE_CLOSED"
 )
 
 // retryAfter is the Retry-After of a refusal a retry may fix, in seconds.

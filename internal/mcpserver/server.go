@@ -29,6 +29,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -59,6 +60,11 @@ type Engine interface {
 	// holds across its calls.
 	RenewHeld(ctx context.Context, scope string)
 	ReleaseHeld(ctx context.Context, scope string)
+	// BridgeTools and BridgeCall serve an acp-agent node's agent (a
+	// caller with Bridge set): the node's tools, its calls as steps of
+	// the node's execution.
+	BridgeTools(id string) (*harness.ToolOffer, error)
+	BridgeCall(ctx context.Context, id, tool string, args map[string]any) (agent.ModelToolResult, error)
 }
 
 // Options configure the face; zero values are the defaults.
@@ -242,7 +248,16 @@ func (s *Server) ServeMCP(w http.ResponseWriter, r *http.Request, p authz.Princi
 // offer reads what the caller is offered; when it cannot, the request is
 // answered 503 and ok is false.
 func (s *Server) offer(w http.ResponseWriter, r *http.Request, p authz.Principal) (offer *harness.ToolOffer, ok bool) {
-	offer, err := s.o.Engine.Tools(r.Context(), harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
+	var err error
+	if p.Bridge != "" {
+		offer, err = s.o.Engine.BridgeTools(p.Bridge)
+	} else {
+		offer, err = s.o.Engine.Tools(r.Context(), harness.ToolCaller{Principal: p.Name, Allowlist: p.Allowlist})
+	}
+	if errors.Is(err, harness.ErrBridgeClosed) {
+		writeProblem(w, http.StatusUnauthorized, codeBridgeClosed, "the node run this credential was minted for has ended")
+		return nil, false
+	}
 	if err != nil {
 		s.o.Logger.Error("mcp: list tools", "principal", p.Name, "err", err)
 		writeProblem(w, http.StatusServiceUnavailable, codeToolsUnavailable, "the caller's tools could not be read; retry")

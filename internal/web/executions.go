@@ -201,14 +201,6 @@ func traceLink(template, traceID string) string {
 	return strings.ReplaceAll(template, "{traceId}", traceID)
 }
 
-// The events of acp-agent nodes (harness.EventAgentMessage, EventAgentToolCall
-// and EventAgentPlan).
-const (
-	evAgentMessage  = "agent.message"   // {key, id, text}: a piece of the message
-	evAgentToolCall = "agent.tool_call" // {key, id, toolCallId, title?, kind?, status?}
-	evAgentPlan     = "agent.plan"      // {key, id, entries: [{content, priority, status}]}
-)
-
 // What the Agent section shows of one node run at most.
 const (
 	maxAgentTextShown  = 64 << 10
@@ -245,7 +237,7 @@ func agentViews(events []harness.Event) []agentView {
 	var order []*acc
 	runs := map[string]*acc{}
 	for _, ev := range events {
-		if ev.Type != evAgentMessage && ev.Type != evAgentToolCall && ev.Type != evAgentPlan {
+		if ev.Type != harness.EventAgentMessage && ev.Type != harness.EventAgentToolCall && ev.Type != harness.EventAgentPlan {
 			continue
 		}
 		id := eventString(ev.Data, "id")
@@ -266,7 +258,7 @@ func agentViews(events []harness.Event) []agentView {
 			order = append(order, a)
 		}
 		switch ev.Type {
-		case evAgentMessage:
+		case harness.EventAgentMessage:
 			text := eventString(ev.Data, "text")
 			if a.view.TextCut {
 				continue
@@ -276,7 +268,7 @@ func agentViews(events []harness.Event) []agentView {
 				a.view.TextCut = true
 			}
 			a.text.WriteString(text)
-		case evAgentToolCall:
+		case harness.EventAgentToolCall:
 			callID := eventString(ev.Data, "toolCallId")
 			if callID == "" {
 				continue
@@ -304,7 +296,7 @@ func agentViews(events []harness.Event) []agentView {
 					*f.to = s
 				}
 			}
-		case evAgentPlan:
+		case harness.EventAgentPlan:
 			entries, _ := ev.Data["entries"].([]any)
 			a.view.Plan = make([]agentPlanEntry, 0, len(entries))
 			for _, e := range entries {

@@ -32,7 +32,7 @@ const (
 	KindVerify   = "verify"
 )
 
-const kindList = "sequence, call, parallel, verify, wait or model"
+const kindList = "sequence, call, parallel, verify, wait, model or acp-agent"
 
 // Document is a parsed and validated workflow document, ready to run.
 type Document struct {
@@ -85,8 +85,10 @@ type Node struct {
 	Timeout time.Duration
 	Every   time.Duration
 
-	// Model (see model.go)
+	// Model (see model.go); an acp-agent node's tools, prompt, until and
+	// output too (see acp.go)
 	Model *ModelSpec
+	Agent *AgentSpec
 
 	// Profile and ProfileOp type a call to an operation of the profile
 	// its connection's entry names (see profiles.go); nil otherwise.
@@ -251,6 +253,8 @@ func (p *parser) node(v any, path string) *Node {
 		return p.wait(obj, path)
 	case kind == KindModel:
 		return p.model(obj, path)
+	case kind == KindACPAgent:
+		return p.acpAgent(obj, path)
 	case obj["kind"] == nil && len(obj) == 1:
 		return p.shorthand(obj, path)
 	case obj["kind"] == nil:

@@ -59,8 +59,11 @@ type Allowlist struct {
 	Name        string           `json:"name"`
 	Connections map[string]Grant `json:"connections"`
 	MCP         []MCPGrant       `json:"mcp,omitempty"`
-	UpdatedAt   time.Time        `json:"updatedAt"`
-	UpdatedBy   string           `json:"updatedBy"`
+	// Agents are the config file's agents (by name) that acp-agent nodes
+	// may run. The command behind a name is the host's alone.
+	Agents    []string  `json:"agents,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	UpdatedBy string    `json:"updatedBy"`
 }
 
 // ParseAllowlist decodes and validates an allowlist body. Every problem is
@@ -77,6 +80,7 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 	var body struct {
 		Connections map[string]Grant `json:"connections"`
 		MCP         []MCPGrant       `json:"mcp"`
+		Agents      []string         `json:"agents"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -119,13 +123,18 @@ func ParseAllowlist(name string, raw []byte) (*Allowlist, error) {
 		}
 		checkGlobs(at+"/ops", g.Ops, bad)
 	}
+	for i, a := range body.Agents {
+		if !registry.ValidName(a) {
+			bad(fmt.Sprintf("/agents/%d", i), "%q is not a valid agent name", a)
+		}
+	}
 	if len(problems) > 0 {
 		return nil, &fault.ValidationError{Problems: problems}
 	}
 	if body.Connections == nil {
 		body.Connections = map[string]Grant{}
 	}
-	return &Allowlist{Name: name, Connections: body.Connections, MCP: body.MCP}, nil
+	return &Allowlist{Name: name, Connections: body.Connections, MCP: body.MCP, Agents: body.Agents}, nil
 }
 
 // MCPGrant returns the grant for an attached server, if the allowlist has
@@ -206,6 +215,10 @@ func (al *Allowlist) Check(doc *document.Document, base string) []fault.FieldErr
 		}
 	}
 	doc.Walk(func(n *document.Node) {
+		if n.Agent != nil && (al == nil || !slices.Contains(al.Agents, n.Agent.Agent)) {
+			problems = append(problems, fault.FieldError{Path: n.Path + "/agent", Code: CodeAgentNotAllowed,
+				Message: fmt.Sprintf("the allowlist grants no agent %q (step %s)", n.Agent.Agent, n.ID)})
+		}
 		if h, ok := doc.Handles[n.Connection]; ok {
 			c := *n // a call on a handle is judged by its pool's grant
 			c.Connection = h.Pool
@@ -250,6 +263,10 @@ func (al *Allowlist) Check(doc *document.Document, base string) []fault.FieldErr
 	})
 	return problems
 }
+
+// CodeAgentNotAllowed: an acp-agent node names an agent its allowlist
+// does not grant.
+const CodeAgentNotAllowed fault.Code = "AGENT_NOT_ALLOWED"
 
 // ErrAllowlistNotFound is returned for an allowlist that does not exist.
 var ErrAllowlistNotFound = errors.New("allowlist not found")
