@@ -270,3 +270,20 @@ func alive(pid int) bool {
 	i := bytes.LastIndexByte(stat, ')')
 	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
+
+// TestAnAgentPastItsTimeoutIsEnded: the entry's timeoutMs bounds the
+// node run; the agent is cancelled and its process ended.
+func TestAnAgentPastItsTimeoutIsEnded(t *testing.T) {
+	t.Parallel()
+	slow := exampleAgent(t)
+	slow.Timeout = 1500 * time.Millisecond // the example's turn takes about five seconds
+	mark := "agent-of-" + t.Name()
+	slow.Args = append(slow.Args, mark)
+	b := setupWith(t, mcpserver.Options{}, harness.ExecutionsOptions{Agents: map[string]harness.AgentEntry{"example": slow}}, nil)
+	id := postExecution(t, b, runnerKey, fmt.Sprintf(exampleDoc, "example"), nil)
+	ex := finished(t, b, id)
+	if ex.Status != harness.ExecFailed || ex.Error == nil || ex.Error.Code != "timeout" {
+		t.Fatalf("execution %s %+v, want failed with timeout", ex.Status, ex.Error)
+	}
+	waitGone(t, agentPIDs(t, mark))
+}

@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -158,5 +159,52 @@ func TestCodexCallsToolsThroughTheBridge(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("the ended node's credential got %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestCodexAsksBeforeAShellCommand: Codex under approval_policy
+// "untrusted" asks before running a command it does not know to be safe;
+// the request is an approval another key decides, and the command runs
+// once approved. An entry whose permissions allow the kind is not asked.
+func TestCodexAsksBeforeAShellCommand(t *testing.T) {
+	t.Parallel()
+	script := func(req modeltest.ResponsesRequest) modeltest.Reply {
+		if _, out, ok := req.LastToolOutput(); ok {
+			return modeltest.Text("ran: " + strings.TrimSpace(modeltest.OutputText(out)))
+		}
+		return modeltest.Reply{ToolCalls: []modeltest.FunctionCall{{Name: "exec_command", Arguments: `{"cmd":"touch made-by-agent && ls"}`}}}
+	}
+	asking := codexAgent(t, modeltest.NewResponses(t, script), t.TempDir())
+	asking.Args = append(asking.Args, "-c", `approval_policy="untrusted"`)
+	trusting := codexAgent(t, modeltest.NewResponses(t, script), t.TempDir())
+	trusting.Args = append(trusting.Args, "-c", `approval_policy="untrusted"`)
+	trusting.Allow = []string{"execute"}
+	b := setupWith(t, mcpserver.Options{}, harness.ExecutionsOptions{
+		Agents: map[string]harness.AgentEntry{"codex": asking, "example": trusting},
+	}, nil)
+	const doc = `{"version":1,"root":{"kind":"acp-agent","id":"shell","agent":%q,"prompt":"say hello in a file"}}`
+
+	id := postExecution(t, b, runnerKey, fmt.Sprintf(doc, "codex"), nil)
+	ap := pendingApproval(t, b, id)
+	if ap.Connection != "agent:codex" || ap.Op != "execute" || !strings.Contains(fmt.Sprint(ap.Args["title"], ap.Args["rawInput"]), "touch made-by-agent") {
+		t.Fatalf("approval = %+v, want the command codex showed", ap)
+	}
+	decideAs(t, b, approverKey, ap.ID, "approve")
+	ex := finished(t, b, id)
+	if ex.Status != harness.ExecSucceeded || !strings.Contains(fmt.Sprint(ex.Output), "made-by-agent") {
+		t.Fatalf("execution %s %+v, output %v", ex.Status, ex.Error, ex.Output)
+	}
+
+	id = postExecution(t, b, runnerKey, fmt.Sprintf(doc, "example"), nil)
+	ex = finished(t, b, id)
+	if ex.Status != harness.ExecSucceeded || !strings.Contains(fmt.Sprint(ex.Output), "made-by-agent") {
+		t.Fatalf("with execute allowed: execution %s %+v, output %v", ex.Status, ex.Error, ex.Output)
+	}
+	list, err := b.execs.Approvals().List(t.Context(), "", 100)
+	must(t, err)
+	for _, a := range list {
+		if a.Execution == id {
+			t.Errorf("an allowed kind was asked for: %+v", a)
+		}
 	}
 }
