@@ -216,7 +216,8 @@ const hello = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","
 
 func TestEveryRouteMatchesOpenAPI(t *testing.T) {
 	t.Parallel()
-	b := setup(t, withMCPTokens(t, newOAuthIssuer(t)))
+	qq := newQuestionQueue(t)
+	b := setup(t, withMCPTokens(t, newOAuthIssuer(t)), withQuestions(qq))
 	const jsonCT = "application/json"
 
 	r := b.do(t, "POST", "/v1/executions", jsonCT, `{"workflow":`+hello+`,"input":{"x":1},"wait":"10s"}`)
@@ -278,6 +279,7 @@ func TestEveryRouteMatchesOpenAPI(t *testing.T) {
 
 	exerciseAllowlists(t, b)
 	exerciseApprovals(t, b)
+	exerciseQuestions(t, b, qq)
 	exerciseLifecycle(t, b, id)
 	exerciseTriggers(t, b)
 	exerciseSecrets(t, b)

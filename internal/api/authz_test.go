@@ -27,6 +27,7 @@ type fixture struct {
 	exec     string // alice's execution, waiting for the approval of a guarded call
 	approval string // that call's approval
 	done     string // alice's execution that has finished
+	question string // a question put to alice's waiting execution
 }
 
 // mcpInitialize opens a 2025-era MCP session.
@@ -75,12 +76,14 @@ func (b *bundle) newFixture(t *testing.T) fixture {
 // use it.
 func TestAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
-	b := setup(t, withMCPTokens(t, newOAuthIssuer(t)))
+	qq := newQuestionQueue(t)
+	b := setup(t, withMCPTokens(t, newOAuthIssuer(t)), withQuestions(qq))
 	const other = "/v1/allowlists/other" // an allowlist no test key is bound to
 	if r := b.do(t, "PUT", other, "application/json", `{"connections":{}}`); r.status != 201 {
 		t.Fatalf("PUT other = %d %s", r.status, r.body)
 	}
 	shared := b.newFixture(t)
+	shared.question = qq.ask(t, freshKey(), shared.exec, "alice", "mem")
 	push := `{"id":"{uniq}","type":"deploy.failed","payload":{"service":"api"}}`
 
 	// want: none, owner, other, read, approve, admin, pusher.
@@ -121,6 +124,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/v1/approvals/{approval}", "", false, [7]int{401, 200, 404, 200, 200, 200, 404}},
 		{"POST", "/v1/approvals/{approval}/approve", "", true, [7]int{401, 409, 404, 403, 200, 200, 404}},
 		{"POST", "/v1/approvals/{approval}/deny", "", true, [7]int{401, 409, 404, 403, 200, 200, 404}},
+		// Questions as approvals: the asker sees its own but may not
+		// answer (its connection names no answerers), read sees all.
+		{"GET", "/v1/questions", "", false, [7]int{401, 200, 200, 200, 200, 200, 200}},
+		{"GET", "/v1/questions/{question}", "", false, [7]int{401, 200, 404, 200, 200, 200, 404}},
+		{"POST", "/v1/questions/{question}/answer", goodAnswer, true, [7]int{401, 409, 404, 403, 200, 200, 404}},
+		{"POST", "/v1/questions/{question}/decline", `{"reason":"no"}`, true, [7]int{401, 409, 404, 403, 200, 200, 404}},
+		{"POST", "/v1/questions/{question}/cancel", `{}`, true, [7]int{401, 409, 404, 403, 200, 200, 404}},
 		// The MCP face: any key that may run; the tools it lists are what
 		// the key's allowlist grants (package mcpserver tests that).
 		{"POST", "/mcp", mcpInitialize, false, [7]int{401, 200, 200, 403, 403, 200, 200}},
@@ -135,9 +145,15 @@ func TestAuthorizationMatrix(t *testing.T) {
 			t.Run(fmt.Sprintf("%s %s as %s", row.method, row.path, who.name), func(t *testing.T) {
 				f := shared
 				if row.fresh {
-					f = b.newFixture(t)
+					if strings.Contains(row.path, "{question}") {
+						// A question needs no run of its own: a fresh
+						// one on the shared execution.
+						f.question = qq.ask(t, freshKey(), shared.exec, "alice", "mem")
+					} else {
+						f = b.newFixture(t)
+					}
 				}
-				path := strings.NewReplacer("{exec}", f.exec, "{done}", f.done, "{approval}", f.approval).Replace(row.path)
+				path := strings.NewReplacer("{exec}", f.exec, "{done}", f.done, "{approval}", f.approval, "{question}", f.question).Replace(row.path)
 				if strings.Contains(path, "{scratch}") {
 					path = strings.ReplaceAll(path, "{scratch}", b.scratchAllowlist(t))
 				}
@@ -200,6 +216,10 @@ func routeOf(p string) string {
 		"/v1/approvals/{approval}":            "/v1/approvals/:id",
 		"/v1/approvals/{approval}/approve":    "/v1/approvals/:id/approve",
 		"/v1/approvals/{approval}/deny":       "/v1/approvals/:id/deny",
+		"/v1/questions/{question}":            "/v1/questions/:id",
+		"/v1/questions/{question}/answer":     "/v1/questions/:id/answer",
+		"/v1/questions/{question}/decline":    "/v1/questions/:id/decline",
+		"/v1/questions/{question}/cancel":     "/v1/questions/:id/cancel",
 	}
 	if r, ok := known[p]; ok {
 		return r

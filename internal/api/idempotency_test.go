@@ -251,6 +251,7 @@ func downSetup(t *testing.T, st *store.Store) *bundle {
 	}
 	e := api.New(api.Options{
 		Executions: execs, Registry: reg, Allowlists: als, Triggers: trig, Webhooks: hooks, Secrets: secrets.NewRedisSecrets(st, keys),
+		Questions: gates.NewQuestions(st, gates.QuestionHooks{}),
 		APIKeys: []api.Key{
 			{SHA256: sha256.Sum256([]byte(testKey)), Principal: authz.Principal{Name: "tester", Allowlist: "test", Roles: []authz.Role{authz.Admin}}},
 			{SHA256: sha256.Sum256([]byte("alice-key")), Principal: authz.Principal{Name: "alice", Allowlist: "test"}},
@@ -319,6 +320,11 @@ func storeDownIs503(t *testing.T, b *bundle) {
 		{"GET", "/v1/approvals/:id", "/v1/approvals/ap_missing", "", nil},
 		{"POST", "/v1/approvals/:id/approve", "/v1/approvals/ap_missing/approve", "", nil},
 		{"POST", "/v1/approvals/:id/deny", "/v1/approvals/ap_missing/deny", "", nil},
+		{"GET", "/v1/questions", "/v1/questions", "", nil},
+		{"GET", "/v1/questions/:id", "/v1/questions/qs_missing", "", nil},
+		{"POST", "/v1/questions/:id/answer", "/v1/questions/qs_missing/answer", "", nil},
+		{"POST", "/v1/questions/:id/decline", "/v1/questions/qs_missing/decline", "", nil},
+		{"POST", "/v1/questions/:id/cancel", "/v1/questions/qs_missing/cancel", "", nil},
 		{"GET", "/v1/allowlists", "/v1/allowlists", "", nil},
 		{"GET", "/v1/allowlists/:name", "/v1/allowlists/test", "", nil},
 		{"GET", "/v1/allowlists/:name/describe", "/v1/allowlists/test/describe", "", nil},

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/agent"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // Metrics holds patchbay's Prometheus collectors on a registry of its own,
@@ -27,6 +29,7 @@ type Metrics struct {
 	tokens     *prometheus.CounterVec
 	looks      *prometheus.CounterVec
 	lookTokens *prometheus.CounterVec
+	questions  *prometheus.CounterVec
 	// models bounds the model label: names come from documents, so past
 	// maxModelLabels distinct ones the rest count as "other".
 	modelsMu sync.Mutex
@@ -68,9 +71,15 @@ func NewMetrics() *Metrics {
 		lookTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "patchbay_look_tokens_total", Help: "Estimated tokens (bytes/4) of profile reads shown to models, by read and form.",
 		}, []string{"read", "form"}),
+		questions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "patchbay_questions_total", Help: "Servers' questions (elicitations) by state entered: asked, answered, declined, cancelled, expired.",
+		}, []string{"state"}),
 		models: map[string]bool{}, health: newHealth(),
 	}
-	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime, m.tokens, m.looks, m.lookTokens,
+	for _, s := range questionStates {
+		m.questions.WithLabelValues(s) // present at 0 before the first question
+	}
+	m.registry.MustRegister(m.requests, m.latency, m.executions, m.calls, m.callTime, m.tokens, m.looks, m.lookTokens, m.questions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registry.MustRegister(m.health.collectors()...)
 	return m
@@ -87,6 +96,23 @@ func (m *Metrics) CallDone(connection, op, outcome string, d time.Duration) {
 // ExecutionEntered counts an execution entering state.
 func (m *Metrics) ExecutionEntered(state harness.ExecState) {
 	m.executions.WithLabelValues(string(state)).Inc()
+}
+
+// questionStates are the state labels of patchbay_questions_total.
+var questionStates = []string{"asked", "answered", "declined", "cancelled", "expired"}
+
+// QuestionEntered counts a server's question entering state (a
+// gates.QuestionState; pending, a question first asked, counts as asked).
+// The engine calls it through its observer for what gates.QuestionHooks'
+// Observe reports. Other values are not counted, so the label set stays
+// bounded.
+func (m *Metrics) QuestionEntered(state string) {
+	if state == string(gates.QuestionPending) {
+		state = "asked"
+	}
+	if slices.Contains(questionStates, state) {
+		m.questions.WithLabelValues(state).Inc()
+	}
 }
 
 // ModelTokens counts the tokens of one model round.

@@ -36,6 +36,12 @@ type Options struct {
 	APIKeys []Key
 	// Allowlists is the allowlist store managed under /v1/allowlists.
 	Allowlists *gates.Allowlists
+	// Questions is the queue of servers' questions (MCP elicitations)
+	// served under /v1/questions; the engine provides it. The routes are
+	// mounted either way, so the API's shape does not depend on wiring:
+	// nil lists no questions and answers 404 QUESTION_NOT_FOUND for any
+	// one.
+	Questions *gates.Questions
 	// Triggers serves sources, the harness start/status routes and the
 	// dead letters; nil answers those routes with 503.
 	Triggers *triggers.Service
@@ -113,8 +119,9 @@ func New(o Options) *echo.Echo {
 	// wrong method (405) into a 404.
 	//
 	// Each route says who may use it: need(role) for role-gated routes;
-	// the handlers of owned resources (executions, approvals, allowlists)
-	// answer 404 for what the key may not see (see package authz).
+	// the handlers of owned resources (executions, approvals, questions,
+	// allowlists) answer 404 for what the key may not see (see package
+	// authz).
 	auth := requireAPIKey(o.APIKeys, guard{limiter: o.Throttle, proxies: o.TrustedProxies, logger: o.Logger})
 	run, read, admin := need(authz.Run), need(authz.Read), need(authz.Admin)
 	v1 := e.Group("/v1")
@@ -144,6 +151,11 @@ func New(o Options) *echo.Echo {
 	v1.GET("/approvals/:id", h.getApproval, auth)
 	v1.POST("/approvals/:id/approve", h.approve, auth)
 	v1.POST("/approvals/:id/deny", h.deny, auth)
+	v1.GET("/questions", h.listQuestions, auth)
+	v1.GET("/questions/:id", h.getQuestion, auth)
+	v1.POST("/questions/:id/answer", h.answerQuestion, auth)
+	v1.POST("/questions/:id/decline", h.declineQuestion, auth)
+	v1.POST("/questions/:id/cancel", h.cancelQuestion, auth)
 	if o.MCPTokens != nil {
 		// Public: where an MCP client learns which issuer's tokens /mcp
 		// takes and what to ask them for.

@@ -9,7 +9,8 @@
 //   - read: read every execution, approval, connection, allowlist and dead
 //     letter (an auditor or a dashboard). Changes nothing.
 //   - approve: decide approvals, limited to Approve globs when given
-//     ("<connection>.<operation>"), never a call its holder requested.
+//     ("<connection>.<operation>"), never a call its holder requested; and
+//     answer servers' questions (globs covering a whole connection).
 //   - admin: allowlists, secrets, dead letters, redelivery, starting the
 //     harness, and everything the other roles allow.
 //
@@ -25,6 +26,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Role is a named set of permissions.
@@ -171,6 +173,42 @@ func (p Principal) MayApprove(connection, op string) bool {
 // that requester asked for: its own, those it may decide, or all with read.
 func (p Principal) SeesApproval(requester, connection, op string) bool {
 	return p.Sees(requester) || p.MayApprove(connection, op)
+}
+
+// MayAnswer reports whether p's approve role reaches the questions (MCP
+// elicitations) a server of connection asks. A question speaks for the
+// connection, not for one operation, so Approve globs reach it only when
+// one covers every operation of the connection ("<connection glob>.*", or
+// a glob without a dot that matches "<connection>.*", such as "*"). It
+// does not judge who asked or the connection's answerers: the question
+// queue does.
+func (p Principal) MayAnswer(connection string) bool {
+	if !p.Has(Approve) {
+		return false
+	}
+	if len(p.Approve) == 0 || p.Has(Admin) {
+		return true
+	}
+	for _, g := range p.Approve {
+		conn, op, dotted := strings.Cut(g, ".")
+		if !dotted {
+			if ok, _ := path.Match(g, connection+".*"); ok {
+				return true
+			}
+			continue
+		}
+		if ok, _ := path.Match(conn, connection); ok && op == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// SeesQuestion reports whether p may read a question a server of
+// connection put to requester's execution: its own, those its approve
+// role reaches, or all with read.
+func (p Principal) SeesQuestion(requester, connection string) bool {
+	return p.Sees(requester) || p.MayAnswer(connection)
 }
 
 // Named reports whether p is among approvers: by name, or by a role as
