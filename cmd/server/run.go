@@ -154,6 +154,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		pol := registry.Policy{Determinism: spec.Determinism}
 		if p := spec.Policy; p != nil {
 			pol.Approve, pol.Deny, pol.Allow, pol.Approvers = p.Approve, p.Deny, p.Allow, p.Approvers
+			pol.Answerers, pol.DeclineQuestions = p.Answerers, p.DeclineQuestions
 		}
 		if err := reg.SetPolicy(name, pol); err != nil {
 			return err
@@ -191,7 +192,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Attacher: mcpAttacher{logger: logger, redactor: redactor}, Credentials: callCredentials(apps.conns, credentials(oauthSvc)),
 		Models: newModels(cfg.File.Models, secrets, redactor), Tracer: tel.Tracer,
 		SchemaMaxNodes: cfg.SchemaMaxNodes, SchemaCompileTimeout: cfg.SchemaCompileTimeout,
-		Agents: agentEntries(cfg.File.Agents),
+		Agents: agentEntries(cfg.File.Agents), QuestionHold: cfg.Limits.QuestionHold,
 	})
 	watchHealth(metrics, st, execs, cfg, logger)
 	keys := apiKeys(cfg, stdout)
@@ -224,7 +225,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	handler := api.New(api.Options{
 		Executions: execs, Registry: reg, APIKeys: keys, Allowlists: als, MaxBodyBytes: cfg.MaxBodyBytes, Metrics: metrics, Logger: logger,
 		Triggers: trig, Webhooks: hooks, Secrets: secretWriter, Throttle: guesses, TrustedProxies: proxies, Tracer: tel.Tracer,
-		Streams: streams, MCP: face, MCPTokens: tokens,
+		Streams: streams, MCP: face, MCPTokens: tokens, Questions: execs.Questions(),
 		Ready: func(ctx context.Context) error {
 			if !started.Load() {
 				return errors.New("connections are still starting")

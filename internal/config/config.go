@@ -129,6 +129,10 @@ type Limits struct {
 	// 32) caps the event streams one API key or UI user holds open in
 	// this process, so that one caller cannot take them all.
 	MaxStreamsPerPrincipal int
+	// QuestionHold (PATCHBAY_QUESTION_HOLD, default 5m) is how long a
+	// call is held while a question its server asked waits for a person
+	// (1s–24h); past it the question expires and the server is told so.
+	QuestionHold time.Duration
 	// MCPHold (PATCHBAY_MCP_HOLD, default 30s) is how long a /mcp
 	// tools/call without a task is held, with progress notifications,
 	// while its call waits for approval; then it is answered with a tool
@@ -195,6 +199,12 @@ type Policy struct {
 	// Approvers, when given, are the only ones who may decide this
 	// connection's approvals: principal names, or "role:<role>".
 	Approvers []string `yaml:"approvers"`
+	// Answerers, when given, are the only ones who may answer the
+	// questions this connection's server asks, as approvers.
+	Answerers []string `yaml:"answerers"`
+	// DeclineQuestions lists question modes (form, url) declined without
+	// asking anyone.
+	DeclineQuestions []string `yaml:"declineQuestions"`
 }
 
 // File is the YAML (or JSON) config file.

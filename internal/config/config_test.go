@@ -591,7 +591,7 @@ func TestValidate(t *testing.T) {
 				{"PATCHBAY_MAX_CONNS_PER_ADDRESS", "between 1"}, {"PATCHBAY_MAX_HEADER_BYTES", "between 4096"},
 				{"PATCHBAY_MAX_STREAMS", "between 1"}, {"PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", "between 1"},
 				{"PATCHBAY_MCP_CALLS_PER_PRINCIPAL", "between 1"}, {"PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL", "between 1"}, {"PATCHBAY_MCP_SESSION_IDLE", "from 1m"},
-				{"PATCHBAY_POOL_RECLAIM_AFTER", "from 100ms to 24h"}, {"PATCHBAY_READ_HEADER_TIMEOUT", "from 10ms"},
+				{"PATCHBAY_POOL_RECLAIM_AFTER", "from 100ms to 24h"}, {"PATCHBAY_QUESTION_HOLD", "from 1s"}, {"PATCHBAY_READ_HEADER_TIMEOUT", "from 10ms"},
 				{"PATCHBAY_READ_TIMEOUT", "from 10ms"}, {"PATCHBAY_RETENTION", "at least"},
 				{"PATCHBAY_SHUTDOWN_GRACE", "from 100ms to 10m"}, {"PATCHBAY_WORKERS", "between"},
 				{"PATCHBAY_WRITE_TIMEOUT", "from 10ms"},
@@ -897,7 +897,7 @@ func TestLoadLimits(t *testing.T) {
 					IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, MaxConns: 1024, MaxConnsPerAddress: 256,
 					AuthFailures: 5, AuthBackoff: time.Second, AuthBackoffMax: 5 * time.Minute,
 					MaxStreams: 512, MaxStreamsPerPrincipal: 32,
-					MCPHold: 30 * time.Second, MCPSessionsPerPrincipal: 64, MCPCallsPerPrincipal: 16, MCPSessionIdle: 30 * time.Minute,
+					QuestionHold: 5 * time.Minute, MCPHold: 30 * time.Second, MCPSessionsPerPrincipal: 64, MCPCallsPerPrincipal: 16, MCPSessionIdle: 30 * time.Minute,
 				}
 				if !reflect.DeepEqual(l, want) {
 					t.Errorf("limits = %+v, want %+v", l, want)
@@ -913,7 +913,7 @@ func TestLoadLimits(t *testing.T) {
 				"PATCHBAY_AUTH_FAILURES":         "2", "PATCHBAY_AUTH_BACKOFF": "100ms", "PATCHBAY_AUTH_BACKOFF_MAX": "1m",
 				"PATCHBAY_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7 ,fd00::/8,::ffff:198.51.100.1,",
 				"PATCHBAY_MAX_STREAMS":     "9", "PATCHBAY_MAX_STREAMS_PER_PRINCIPAL": "9",
-				"PATCHBAY_MCP_HOLD": "2s", "PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL": "3", "PATCHBAY_MCP_CALLS_PER_PRINCIPAL": "4",
+				"PATCHBAY_MCP_HOLD": "2s", "PATCHBAY_QUESTION_HOLD": "90s", "PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL": "3", "PATCHBAY_MCP_CALLS_PER_PRINCIPAL": "4",
 				"PATCHBAY_MCP_SESSION_IDLE": "5m",
 			},
 			check: func(t *testing.T, l config.Limits) {
@@ -922,7 +922,7 @@ func TestLoadLimits(t *testing.T) {
 					IdleTimeout: 4 * time.Second, MaxHeaderBytes: 8192, MaxConns: 7, MaxConnsPerAddress: 3,
 					AuthFailures: 2, AuthBackoff: 100 * time.Millisecond, AuthBackoffMax: time.Minute,
 					MaxStreams: 9, MaxStreamsPerPrincipal: 9,
-					MCPHold: 2 * time.Second, MCPSessionsPerPrincipal: 3, MCPCallsPerPrincipal: 4, MCPSessionIdle: 5 * time.Minute,
+					QuestionHold: 90 * time.Second, MCPHold: 2 * time.Second, MCPSessionsPerPrincipal: 3, MCPCallsPerPrincipal: 4, MCPSessionIdle: 5 * time.Minute,
 					TrustedProxies: []netip.Prefix{
 						netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
 						netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("198.51.100.1/32"),

@@ -68,6 +68,7 @@ const (
 	// is commonly patient; a person's approval usually takes longer, and
 	// the retry with the same call id (or a task) picks it up.
 	DefaultMCPHold                 = 30 * time.Second
+	DefaultQuestionHold            = 5 * time.Minute
 	DefaultMCPSessionsPerPrincipal = 64
 	DefaultMCPCallsPerPrincipal    = 16
 	DefaultMCPSessionIdle          = 30 * time.Minute
@@ -117,6 +118,7 @@ func Default() *Config {
 			MaxStreamsPerPrincipal: DefaultMaxStreamsPerPrincipal,
 
 			MCPHold:                 DefaultMCPHold,
+			QuestionHold:            DefaultQuestionHold,
 			MCPSessionsPerPrincipal: DefaultMCPSessionsPerPrincipal,
 			MCPCallsPerPrincipal:    DefaultMCPCallsPerPrincipal,
 			MCPSessionIdle:          DefaultMCPSessionIdle,
@@ -319,6 +321,7 @@ func (l *Limits) loadEnv(getenv func(string) string, ps *problems) {
 	num("PATCHBAY_MAX_STREAMS", &l.MaxStreams)
 	num("PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", &l.MaxStreamsPerPrincipal)
 	dur("PATCHBAY_MCP_HOLD", &l.MCPHold)
+	dur("PATCHBAY_QUESTION_HOLD", &l.QuestionHold)
 	num("PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL", &l.MCPSessionsPerPrincipal)
 	num("PATCHBAY_MCP_CALLS_PER_PRINCIPAL", &l.MCPCallsPerPrincipal)
 	dur("PATCHBAY_MCP_SESSION_IDLE", &l.MCPSessionIdle)

@@ -214,6 +214,9 @@ func (l Limits) validate(ps *problems) {
 	if l.MaxStreamsPerPrincipal < 1 || l.MaxStreamsPerPrincipal > l.MaxStreams && l.MaxStreams >= 1 {
 		ps.add("PATCHBAY_MAX_STREAMS_PER_PRINCIPAL", "must be between 1 and PATCHBAY_MAX_STREAMS (%d), not %d", l.MaxStreams, l.MaxStreamsPerPrincipal)
 	}
+	if l.QuestionHold < time.Second || l.QuestionHold > 24*time.Hour {
+		ps.add("PATCHBAY_QUESTION_HOLD", "must be from 1s to 24h, not %s", l.QuestionHold)
+	}
 	if l.MCPHold < 0 || l.MCPHold > 10*time.Minute {
 		ps.add("PATCHBAY_MCP_HOLD", "must be from 0s to 10m, not %s", l.MCPHold)
 	}
@@ -376,6 +379,16 @@ func (p *Policy) validate(ps *problems, path string) {
 	for i, a := range p.Approvers {
 		if !authz.ValidApprover(a) {
 			ps.add(fmt.Sprintf("%s.approvers[%d]", path, i), "%q must be a key's name or \"role:<role>\"", a)
+		}
+	}
+	for i, a := range p.Answerers {
+		if !authz.ValidApprover(a) {
+			ps.add(fmt.Sprintf("%s.answerers[%d]", path, i), "%q must be a key's name or \"role:<role>\"", a)
+		}
+	}
+	for i, m := range p.DeclineQuestions {
+		if m != "form" && m != "url" {
+			ps.add(fmt.Sprintf("%s.declineQuestions[%d]", path, i), "must be form or url, not %q", m)
 		}
 	}
 }

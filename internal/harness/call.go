@@ -171,6 +171,7 @@ func (r *run) sendOnce(ctx context.Context, n *document.Node, conn *registry.Con
 	}
 	if key != nil {
 		req.Task = r.taskWatch(ctx, n, *key, true)
+		req.Ask = r.asker(n, *key, conn)
 	}
 	out, err := r.deliver(ctx, conn, req)
 	if guardedRefusal(err) && req.Approval == "" && key != nil {

@@ -106,6 +106,9 @@ type StepRecord struct {
 	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
 	Identity       *connect.Identity `json:"identity,omitempty"`
 	ApprovalID     string            `json:"approval,omitempty"`
+	// Question is the last question the call's server asked (see
+	// questions.go).
+	Question string `json:"question,omitempty"`
 	// Task is the id of the task the server runs a pending call as: a
 	// resumed run waits on it instead of calling again.
 	Task string `json:"task,omitempty"`
@@ -221,6 +224,9 @@ type ExecutionsOptions struct {
 	// Agents are the coding agents acp-agent nodes run, by name; nil:
 	// documents with acp-agent nodes are refused.
 	Agents map[string]AgentEntry
+	// QuestionHold is how long a call is held while a question its
+	// server asked waits for an answer. Default DefaultQuestionHold.
+	QuestionHold time.Duration
 	// SchemaMaxNodes bounds an operation schema gate 2 compiles (JSON
 	// values, once repeated subschemas are shared); a larger one refuses
 	// its calls at gate 2. Default DefaultSchemaMaxNodes.
@@ -262,6 +268,10 @@ type Executions struct {
 	models    agent.Models
 	tracer    trace.Tracer
 	approvals *gates.Approvals
+	// questions are the servers' questions; questionHold how long a call
+	// waits for an answer (questions.go).
+	questions    *gates.Questions
+	questionHold time.Duration
 	// pipeline is the gates every call passes.
 	pipeline *gates.Pipeline
 	// notify is the one subscription of this process to every
@@ -306,6 +316,9 @@ func NewExecutions(st *store.Store, reg *registry.Registry, opts *ExecutionsOpti
 	if o.ApprovalTTL <= 0 {
 		o.ApprovalTTL = 24 * time.Hour
 	}
+	if o.QuestionHold <= 0 {
+		o.QuestionHold = DefaultQuestionHold
+	}
 	if o.Redactor == nil {
 		o.Redactor = secrets.NewSecretRedactor()
 	}
@@ -317,11 +330,12 @@ func NewExecutions(st *store.Store, reg *registry.Registry, opts *ExecutionsOpti
 		visibility: o.Visibility, approvalTTL: o.ApprovalTTL, sweepEvery: 5 * time.Second,
 		repairEvery: o.RepairEvery, repairGrace: repairGrace,
 		secrets: o.Secrets, redactor: o.Redactor, allowlists: o.Allowlists, attacher: o.Attacher,
-		models: o.Models, tracer: o.Tracer, agents: o.Agents,
+		models: o.Models, tracer: o.Tracer, agents: o.Agents, questionHold: o.QuestionHold,
 	}
 	e.pipeline = gates.New(gates.Options{Sealer: o.Sealer, Secrets: e.secrets, Credentials: o.Credentials, Redactor: e.redactor, Logger: e.logger,
 		SchemaMaxNodes: o.SchemaMaxNodes, SchemaCompileTimeout: o.SchemaCompileTimeout})
 	e.approvals = gates.NewApprovals(st, gates.ApprovalHooks{Resume: e.resume, Emit: e.emit, Approvers: e.approversOf, Decided: e.approvalDecided})
+	e.questions = gates.NewQuestions(st, gates.QuestionHooks{Resume: e.resume, Emit: e.emit, Answerers: e.answerersOf, Redact: e.redact, Observe: e.observeQuestion})
 	e.notify = newNotifier(st.Client, globEscape(st.Prefix)+"{exec:*}:cancel", globEscape(st.Prefix)+"{exec:*}:done")
 	return e
 }

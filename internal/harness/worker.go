@@ -45,6 +45,7 @@ func (e *Executions) Run(ctx context.Context, n int) error {
 func (e *Executions) sweep(ctx context.Context) {
 	for ctx.Err() == nil {
 		e.approvals.Expire(ctx)
+		e.questions.Expire(ctx)
 		Sleep(ctx, e.sweepEvery)
 	}
 }

@@ -36,9 +36,11 @@ type conn struct {
 	// per-call headers); own holds the same three.
 	client  *client.Client
 	capture *capture // raw tools/list schemas
-	wire    *wire    // http and sse only
-	own     *session
-	proc    *process // stdio only
+	// elicitor answers the servers' questions through the calls' Askers.
+	elicitor *elicitor
+	wire     *wire // http and sse only
+	own      *session
+	proc     *process // stdio only
 	// treeTag is the stdio child's process tree tag (proctree): the one
 	// the connect's context carries (a pool records it first), else fresh.
 	treeTag string
@@ -279,9 +281,17 @@ func (c *conn) send(ctx context.Context, s *session, req connect.CallRequest) (*
 
 func (c *conn) callOnce(ctx context.Context, sess *session, req connect.CallRequest) (*mcp.CallToolResult, error) {
 	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timeout := &pausable{d: c.requestTimeout, cancel: cancel}
+	timeout.timer = time.AfterFunc(c.requestTimeout, func() { cancel(errRequestTimeout) })
+	defer timeout.timer.Stop()
 	ctx, s := withSlot(ctx)
+	s.ask, s.callCtx, s.timeout = req.Ask, parent, timeout
+	if req.Ask != nil {
+		c.elicitor.enter(s)
+		defer c.elicitor.leave(s)
+	}
 
 	var call mcp.CallToolRequest
 	call.Params.Name = req.Op
@@ -316,7 +326,7 @@ func (c *conn) callOnce(ctx context.Context, sess *session, req connect.CallRequ
 		return nil, c.unavailable(req.Op, err)
 	case parent.Err() != nil:
 		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, parent.Err())
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(context.Cause(ctx), errRequestTimeout):
 		return nil, fmt.Errorf("mcp %s: call %s: no answer within %s (requestTimeoutMs): %w", c.name, req.Op, c.requestTimeout, context.DeadlineExceeded)
 	case errors.Is(err, ErrStreamBroken):
 		return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, err)

@@ -83,9 +83,10 @@
 //
 // A call's value is the structuredContent when present, else the first
 // text block, decoded when it is JSON; isError is a *connect.CallError
-// with the text. The client declares no sampling, elicitation or roots
-// capability, so a server that asks anyway gets an error; a ping is
-// answered; an input_required result is echoed at most three rounds. Calls
+// with the text. The client declares elicitation (form and URL), which the
+// call's Asker answers (see elicit.go), and no sampling or roots
+// capability, so a server that asks for those gets an error; a ping is
+// answered; an input_required result is answered at most three rounds. Calls
 // carry patchbay's idempotency key in _meta["io.patchbay/idempotency-key"].
 // A conn that loses its server (the child exits, its output is faulted, an
 // SSE stream or the network goes away) closes Done; calls then fail fast
@@ -288,6 +289,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 		tenants:        &tenants{max: maxTenants},
 		configured:     p.spec.Headers,
 		treeTag:        proctree.TagFrom(ctx),
+		elicitor:       newElicitor(),
 	}
 	trans, err := open(c)
 	if err != nil {
@@ -299,7 +301,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 			legacyOnly = true
 		}
 	}
-	c.client = client.NewClient(trans, p.clientOptions(legacyOnly, p.opts.ProtocolVersion)...)
+	c.client = client.NewClient(trans, p.clientOptions(legacyOnly, p.opts.ProtocolVersion, c.elicitor)...)
 	c.own = &session{client: c.client, capture: c.capture, wire: c.wire}
 	c.client.OnNotification(c.taskWake.notified)
 	c.client.OnNotification(c.refreshEvents)
@@ -334,7 +336,7 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 }
 
 // clientOptions are the mcp-go client options of one session.
-func (p *provider) clientOptions(legacyOnly bool, version string) []client.ClientOption {
+func (p *provider) clientOptions(legacyOnly bool, version string, el *elicitor) []client.ClientOption {
 	copts := []client.ClientOption{client.WithMaxInputRoundTrips(maxInputRounds)}
 	if legacyOnly {
 		copts = append(copts, client.WithLegacyProtocolOnly())
@@ -348,6 +350,10 @@ func (p *provider) clientOptions(legacyOnly bool, version string) []client.Clien
 	if p.opts.Elicitation != nil {
 		copts = append(copts, client.WithElicitationHandler(p.opts.Elicitation))
 		caps.Elicitation = p.opts.ElicitationCapability
+	} else {
+		// Questions go to the calls' Askers (elicit.go).
+		copts = append(copts, client.WithElicitationHandler(el))
+		caps.Elicitation = elicitationCapability()
 	}
 	return append(copts, client.WithClientCapabilities(caps))
 }
@@ -380,7 +386,7 @@ func (p *provider) openTenant(ctx context.Context, c *conn, headers map[string]s
 		return nil, err
 	}
 	modern := c.era == EraModern
-	copts := p.clientOptions(!modern, c.client.ProtocolVersion())
+	copts := p.clientOptions(!modern, c.client.ProtocolVersion(), c.elicitor)
 	if modern {
 		s.capture.modernOnly = true
 		s.capture.tools = c.tools

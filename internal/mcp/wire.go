@@ -8,6 +8,8 @@ import (
 	"mime"
 	"net/http"
 	"sync"
+
+	"github.com/patchbay-dev/patchbay/internal/harness/connect"
 )
 
 // wire is the http.RoundTripper under the HTTP transport of one
@@ -60,6 +62,25 @@ func (e *StatusError) Unwrap() error { return ErrHTTPStatus }
 type slot struct {
 	tooLarge bool
 	mu       sync.Mutex
+
+	// ask answers the call's questions (nil: none), under callCtx (the
+	// call's context, not the one mcp-go gives an elicitation handler);
+	// timeout is the call's requestTimeoutMs, paused while one waits.
+	ask     connect.Asker
+	callCtx context.Context
+	timeout *pausable
+}
+
+func (s *slot) pause() {
+	if s.timeout != nil {
+		s.timeout.pause()
+	}
+}
+
+func (s *slot) resume() {
+	if s.timeout != nil {
+		s.timeout.resume()
+	}
 }
 
 type slotKey struct{}

@@ -107,7 +107,40 @@ type CallRequest struct {
 	// with (the MCP Tasks extension). Nil: a task is waited for but
 	// neither recorded nor resumed.
 	Task *TaskWatch
+	// Ask puts a question the server asks while it answers this call (an
+	// MCP elicitation) to whoever answers for the call, and returns the
+	// answer. Nil: every question is declined.
+	Ask Asker
 }
+
+// Question is what a server asks the client mid-call: a form to fill in
+// (Message and RequestedSchema, a flat object of primitive fields) or a
+// URL to open (Message, URL and ElicitationID).
+type Question struct {
+	Mode            string // "form" or "url"
+	Message         string
+	RequestedSchema map[string]any
+	URL             string
+	ElicitationID   string
+}
+
+// Answer is the client's reply to a question: Action "accept" (with the
+// form's Content; none for a URL), "decline" or "cancel".
+type Answer struct {
+	Action  string
+	Content map[string]any
+}
+
+// Answer actions.
+const (
+	AnswerAccept  = "accept"
+	AnswerDecline = "decline"
+	AnswerCancel  = "cancel"
+)
+
+// Asker answers the questions of one call (see CallRequest.Ask). It may
+// take as long as a person does; ctx bounds it.
+type Asker func(ctx context.Context, q Question) (Answer, error)
 
 // TaskWatch is how a provider whose server answers a call with a task
 // (an id to poll instead of a result) hands that task to the harness, so

@@ -786,7 +786,13 @@ func parseField(name string, def map[string]any) (*field, error) {
 			if !ok {
 				return nil, refuse("field %q: %s must be a string", name, k)
 			}
-			if w := secretWord(text); w != "" {
+			find := secretWord
+			if k == "description" {
+				// Prose may mention what it does not ask for ("not your
+				// PIN"); only the long words count there.
+				find = secretPart
+			}
+			if w := find(text); w != "" {
 				return nil, refuse("field %q: its %s looks like it asks for a secret (%s); forms may not ask for sensitive information", name, k, w)
 			}
 		case k == "default" || slices.Contains(extra, k):
@@ -986,16 +992,23 @@ var (
 	secretWords = map[string]string{"pin": "pin", "pins": "pin", "ssn": "ssn", "ssns": "ssn"}
 )
 
-// secretWord returns what in text suggests a secret, or "".
-func secretWord(text string) string {
-	words := splitWords(text)
-	joined := strings.Join(words, "")
+// secretPart returns the long secret word inside text, or "".
+func secretPart(text string) string {
+	joined := strings.Join(splitWords(text), "")
 	for _, p := range secretParts {
 		if strings.Contains(joined, p[0]) {
 			return p[1]
 		}
 	}
-	for _, w := range words {
+	return ""
+}
+
+// secretWord returns what in text suggests a secret, or "".
+func secretWord(text string) string {
+	if p := secretPart(text); p != "" {
+		return p
+	}
+	for _, w := range splitWords(text) {
 		if s, ok := secretWords[w]; ok {
 			return s
 		}

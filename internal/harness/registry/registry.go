@@ -606,6 +606,13 @@ type Policy struct {
 	// Approvers, when set, are the only ones who may decide this
 	// connection's approvals: principal names or "role:<role>".
 	Approvers []string
+	// Answerers, when set, are the only ones who may answer the questions
+	// this connection's server asks (as Approvers: names or
+	// "role:<role>"); a name here may answer its own execution's.
+	Answerers []string
+	// DeclineQuestions are question modes ("form", "url") declined
+	// without asking anyone.
+	DeclineQuestions []string
 	// Determinism says what a resumed run does with results recorded
 	// against a connection whose identity has since been replaced:
 	// replayable keeps them; costly runs live again from the first
