@@ -237,6 +237,9 @@ type ToolOutcome struct {
 	Error  *ExecError
 	// Approval is the pending approval the call waits for ("" when none).
 	Approval string
+	// Question is the last question the call's server asked ("" when
+	// none; it may be decided already).
+	Question string
 }
 
 // OutcomeOf reads a tool call's execution.
@@ -245,6 +248,9 @@ func OutcomeOf(ex *Execution) ToolOutcome {
 	for _, st := range ex.Steps {
 		if st.Status == StepWaiting && st.ApprovalID != "" {
 			o.Approval = st.ApprovalID
+		}
+		if st.Question != "" && st.Status == StepPending {
+			o.Question = st.Question
 		}
 	}
 	return o

@@ -144,8 +144,13 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest, ex *harness
 		token = req.Params.Meta.ProgressToken
 	}
 	var step float64
+	forwarded := map[string]bool{}
 	for {
 		o := harness.OutcomeOf(ex)
+		if o.Question != "" && !forwarded[o.Question] {
+			forwarded[o.Question] = true
+			s.forward(ctx, o.Question)
+		}
 		if o.Done {
 			if u, ok := s.signInURL(ex, o.Error); ok && elicitsURL(ctx, req) {
 				return signInElicitation(u, ex), nil

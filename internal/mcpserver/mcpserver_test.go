@@ -36,6 +36,7 @@ const (
 	daveKey     = "dave-key"
 	approverKey = "approver-key"
 	runnerKey   = "runner-key"
+	erinKey     = "erin-key"
 	secretValue = "s3cr3t-value-for-redaction"
 )
 
@@ -86,6 +87,11 @@ func setupWith(t *testing.T, o mcpserver.Options, eo harness.ExecutionsOptions, 
 	)
 	reg := registry.NewRegistry(nil)
 	must(t, reg.Add("mem", b.mem))
+	must(t, reg.Add("ask", connecttest.NewMemory(connecttest.Asking("color", connect.Question{
+		Mode: "form", Message: "Which color?",
+		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{
+			"color": map[string]any{"type": "string", "enum": []any{"red", "green"}}}, "required": []any{"color"}},
+	}))))
 	must(t, reg.Start(context.Background()))
 	must(t, reg.SetPolicy("mem", registry.Policy{Approve: []string{"guarded"}, Deny: []string{"wipe"}}))
 	st := storetest.New(t)
@@ -94,6 +100,7 @@ func setupWith(t *testing.T, o mcpserver.Options, eo harness.ExecutionsOptions, 
 		"wide":   `{"connections":{"mem":{"ops":["*"]}}}`,
 		"narrow": `{"connections":{"mem":{"ops":["add"]}}}`,
 		"agents": `{"connections":{"mem":{"ops":["*"]}},"agents":["codex","example","denier"]}`,
+		"askers": `{"connections":{"ask":{"ops":["*"]}}}`,
 	} {
 		al, err := gates.ParseAllowlist(name, []byte(body))
 		must(t, err)
@@ -118,6 +125,7 @@ func setupWith(t *testing.T, o mcpserver.Options, eo harness.ExecutionsOptions, 
 		{SHA256: sha256.Sum256([]byte(daveKey)), Principal: authz.Principal{Name: "dave", Allowlist: "wide"}},
 		{SHA256: sha256.Sum256([]byte(approverKey)), Principal: authz.Principal{Name: "approver", Allowlist: "wide", Roles: []authz.Role{authz.Approve}}},
 		{SHA256: sha256.Sum256([]byte(runnerKey)), Principal: authz.Principal{Name: "runner", Allowlist: "agents"}},
+		{SHA256: sha256.Sum256([]byte(erinKey)), Principal: authz.Principal{Name: "erin", Allowlist: "askers"}},
 	}
 	var h http.Handler = api.New(api.Options{Executions: b.execs, Registry: reg, Allowlists: als, APIKeys: keys, MCP: face})
 	if wrap != nil {

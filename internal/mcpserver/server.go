@@ -44,6 +44,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/authz"
 	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/agent"
+	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
 // Engine is what the face needs of the harness.
@@ -65,6 +66,9 @@ type Engine interface {
 	// the node's execution.
 	BridgeTools(id string) (*harness.ToolOffer, error)
 	BridgeCall(ctx context.Context, id, tool string, args map[string]any) (agent.ModelToolResult, error)
+	// Questions is the queue of the questions servers ask: one a call's
+	// server asks is forwarded to a client that takes elicitations.
+	Questions() *gates.Questions
 }
 
 // Options configure the face; zero values are the defaults.

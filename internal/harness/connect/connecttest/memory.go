@@ -17,6 +17,9 @@ type MemoryOp struct {
 	Operation connect.Operation
 	// Fn answers a call; nil answers with the arguments unchanged.
 	Fn func(ctx context.Context, args map[string]any) (any, error)
+	// Request, when set, answers instead of Fn, given the whole request
+	// (its Asker, say).
+	Request func(ctx context.Context, req connect.CallRequest) (any, error)
 }
 
 // Memory is an in-process connection with scripted operations that records
@@ -62,7 +65,10 @@ func (m *Memory) Call(ctx context.Context, req connect.CallRequest) (any, error)
 		if op.Operation.Name != req.Op {
 			continue
 		}
-		if op.Fn == nil {
+		switch {
+		case op.Request != nil:
+			return op.Request(ctx, req)
+		case op.Fn == nil:
 			return req.Args, nil
 		}
 		return op.Fn(ctx, req.Args)
@@ -79,6 +85,22 @@ func (m *Memory) Calls() []connect.CallRequest {
 
 // Close does nothing; a Memory connection holds no resources.
 func (m *Memory) Close() error { return nil }
+
+// Asking is an operation whose calls ask q through the call's Asker and
+// answer with the answer: {"action", "content"}. A call without an Asker
+// answers {"action": "decline"}, as a server told so would.
+func Asking(name string, q connect.Question) MemoryOp {
+	return MemoryOp{Operation: connect.Operation{Name: name}, Request: func(ctx context.Context, req connect.CallRequest) (any, error) {
+		if req.Ask == nil {
+			return map[string]any{"action": connect.AnswerDecline}, nil
+		}
+		a, err := req.Ask(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"action": a.Action, "content": a.Content}, nil
+	}}
+}
 
 // Held is an operation whose calls wait until release is called (or their
 // context ends), then answer with their arguments: it keeps an execution
