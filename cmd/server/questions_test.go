@@ -274,3 +274,54 @@ func waitQuestion(t *testing.T, addr, exec string) (map[string]any, string) {
 	t.Fatalf("no question was asked by %s", exec)
 	return nil, ""
 }
+
+// TestAParkedQuestionSurvivesAKill: a 2026-07-28 server's question parks
+// the run (no worker held: the execution is waiting); the server process
+// is killed (SIGKILL) and started again; the answer given to the new
+// process resumes the run, and the server receives it once, with its
+// requestState.
+func TestAParkedQuestionSurvivesAKill(t *testing.T) {
+	if storetest.URL(t) == "" {
+		if npmtest.CI() {
+			t.Fatal("CI=true: needs PATCHBAY_TEST_REDIS_URL")
+		}
+		t.Skip("needs a real Redis (" + storetest.EnvURL + ") that outlives the process")
+	}
+	url, answers := askingServer(t)
+	cfg, _ := json.Marshal(map[string]any{
+		"connections": map[string]any{"asking": map[string]any{"mcp": map[string]any{"type": "http", "url": url}}},
+		"allowlists":  map[string]any{"default": map[string]any{"connections": map[string]any{"asking": map[string]any{"ops": []string{"*"}}}}},
+	})
+	srv := oneReplica(t, storetest.New(t), writeConfig(t, string(cfg)), "PATCHBAY_API_KEYS=k1,k2@approve")
+	doc := `{"workflow":{"version":1,"connections":{"asking":{}},"root":{"kind":"call","id":"ask","connection":"asking","op":"pick","args":{}}}}`
+	status, ex := post2(srv.addr, "k1", []byte(doc))
+	if status != http.StatusAccepted {
+		t.Fatalf("POST = %d %v", status, ex)
+	}
+	exec := ex["id"].(string)
+	_, id := waitQuestion(t, srv.addr, exec)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ex = get2(srv.addr, "k1", "/v1/executions/"+exec); ex["status"] == "waiting" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("execution = %v, want waiting (parked on its question)", ex)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	srv.kill()
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	if status, p := decideQuestion(t, srv.addr, "k2", id, "answer", map[string]any{"content": map[string]any{"color": "red"}}); status != http.StatusOK {
+		t.Fatalf("answer = %d %v", status, p)
+	}
+	ex = waitDoneAs(t, "http://"+srv.addr, "k1", exec)
+	if ex["status"] != "succeeded" || !strings.Contains(fmt.Sprint(ex["output"]), "pick: accept map[color:red]") {
+		t.Fatalf("execution = %v", ex)
+	}
+	if got := answers(); len(got) != 1 || got[0] != "pick accept map[color:red]" {
+		t.Errorf("the server received %v, want the answer once", got)
+	}
+}

@@ -171,9 +171,31 @@ func (r *run) sendOnce(ctx context.Context, n *document.Node, conn *registry.Con
 	}
 	if key != nil {
 		req.Task = r.taskWatch(ctx, n, *key, true)
-		req.Ask = r.asker(n, *key, conn)
+		req.Ask, req.Park = r.asker(n, *key, conn), true
+		resume, err := r.inputAnswered(ctx, *key)
+		if err != nil {
+			return nil, id, err
+		}
+		req.Resume = resume
 	}
 	out, err := r.deliver(ctx, conn, req)
+	for round := 0; key != nil && round < maxInputRounds; round++ {
+		var ir *connect.InputRequired
+		if !errors.As(err, &ir) {
+			break
+		}
+		// The server asks in its answer (2026-07-28): questions nobody
+		// need see are answered at once; the others park the run.
+		resume, perr := r.parkOnInput(ctx, n, *key, conn, ir)
+		if perr != nil {
+			return nil, id, perr
+		}
+		req.Resume = resume
+		out, err = r.deliver(ctx, conn, req)
+	}
+	if key != nil {
+		r.update(*key, func(st *StepRecord) { st.Input = nil })
+	}
 	if guardedRefusal(err) && req.Approval == "" && key != nil {
 		// The server guards this target: a person decides, and the call
 		// is sent again, once, with the approval (a new call, so a new

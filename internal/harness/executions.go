@@ -109,6 +109,9 @@ type StepRecord struct {
 	// Question is the last question the call's server asked (see
 	// questions.go).
 	Question string `json:"question,omitempty"`
+	// Input is what a parked call waits on: the questions its server
+	// asked in its answer, and its state to send back (questions.go).
+	Input *InputWait `json:"input,omitempty"`
 	// Task is the id of the task the server runs a pending call as: a
 	// resumed run waits on it instead of calling again.
 	Task string `json:"task,omitempty"`

@@ -13,14 +13,21 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
 )
 
-// Questions from servers (MCP elicitation), as the engine answers them.
-// A call's Asker (connect.CallRequest.Ask) records each question a
-// server asks while it answers the call in the question queue
-// (gates.Questions), as a durable record a person answers through the
-// API or the admin UI, and holds the call (and its worker) while it
-// waits, up to the question's deadline (QuestionHold): the server holds
-// its request open meanwhile, in either era as mcp-go speaks it. Past the
-// deadline the question expires and the server is told "cancel".
+// Questions from servers (MCP elicitation), as the engine answers them,
+// in the question queue (gates.Questions), as durable records a person
+// answers through the API or the admin UI:
+//   - A server that asks in its answer (a 2026-07-28 input_required
+//     result) parks the run: the call fails with *connect.InputRequired
+//     (its CallRequest.Park is set), the questions are recorded and the
+//     step's entry keeps the server's requestState (Input); the execution
+//     waits, no worker held. Once every question is decided, their answers
+//     resume it on any replica, and the call is sent again with the
+//     answers and the state (CallRequest.Resume), once.
+//   - A server that asks while it holds its request open (a 2025-era
+//     elicitation/create) is answered through the call's Asker, which
+//     holds the call (and its worker) up to the question's deadline
+//     (QuestionHold); past it the question expires and the server is told
+//     "cancel".
 //
 // Some questions never reach a person: a mode the connection's policy
 // declines (declineQuestions), and a form that asks for what looks like
@@ -100,13 +107,8 @@ func (r *run) awaitAnswer(ctx context.Context, id string) (connect.Answer, error
 		if err != nil {
 			return connect.Answer{}, r.storage(ctx, err)
 		}
-		switch q.State {
-		case gates.QuestionAnswered:
-			return connect.Answer{Action: connect.AnswerAccept, Content: q.Content}, nil
-		case gates.QuestionDeclined:
-			return connect.Answer{Action: connect.AnswerDecline}, nil
-		case gates.QuestionCancelled, gates.QuestionExpired:
-			return connect.Answer{Action: connect.AnswerCancel}, nil
+		if a, decided := answerOf(q); decided {
+			return a, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -135,4 +137,101 @@ func (e *Executions) observeQuestion(state gates.QuestionState) {
 	if o, ok := e.observer.(QuestionObserver); ok {
 		o.QuestionEntered(string(state))
 	}
+}
+
+// maxInputRounds bounds how often one call is answered questions in its
+// answer and sent again.
+const maxInputRounds = 3
+
+// InputWait is a call parked on the questions its server asked in its
+// answer (a 2026-07-28 input_required result): the state to send back,
+// the queue's question for each of the server's question ids, and the
+// answers given without asking anyone.
+type InputWait struct {
+	RequestState string                    `json:"requestState"`
+	Questions    map[string]string         `json:"questions,omitempty"`
+	Answered     map[string]connect.Answer `json:"answered,omitempty"`
+}
+
+// parkOnInput answers at once the questions nobody need see (declined by
+// policy or for asking a secret) and returns the resume when that is all
+// of them; otherwise it records the others in the queue and in the
+// step's entry, and parks the run (errWaiting). Their answers resume it
+// (inputAnswered), on any replica, after a restart too.
+func (r *run) parkOnInput(ctx context.Context, n *document.Node, key string, conn *registry.Connection, ir *connect.InputRequired) (*connect.InputResume, error) {
+	w := &InputWait{RequestState: ir.RequestState, Questions: map[string]string{}, Answered: map[string]connect.Answer{}}
+	now := time.Now().UTC()
+	for _, qid := range document.SortedKeys(ir.Questions) {
+		q := ir.Questions[qid]
+		if why := declineWhy(conn.Policy(), q); why != "" {
+			r.e.emit(ctx, r.rec.ID, EventQuestionDeclined, map[string]any{"step": n.ID, "connection": conn.Name(), "mode": q.Mode, "reason": why})
+			r.e.observeQuestion(gates.QuestionDeclined)
+			w.Answered[qid] = connect.Answer{Action: connect.AnswerDecline}
+			continue
+		}
+		rec, err := r.e.questions.Ask(ctx, &gates.Question{
+			ID: gates.QuestionID(r.rec.ID, key+"#"+qid+"@"+ir.RequestState), State: gates.QuestionPending,
+			Execution: r.rec.ID, Step: n.ID, Connection: conn.Name(), Mode: q.Mode, Message: q.Message,
+			RequestedSchema: q.RequestedSchema, URL: q.URL, ElicitationID: q.ElicitationID,
+			RequestedBy: r.rec.Principal, CreatedAt: now, ExpiresAt: now.Add(r.e.approvalTTL),
+		})
+		if err != nil {
+			return nil, r.storage(ctx, err)
+		}
+		w.Questions[qid] = rec.ID
+	}
+	if len(w.Questions) == 0 {
+		return &connect.InputResume{RequestState: w.RequestState, Answers: w.Answered}, nil
+	}
+	first := w.Questions[document.SortedKeys(w.Questions)[0]]
+	r.update(key, func(st *StepRecord) { st.Status, st.Input, st.Question = StepWaiting, w, first })
+	if err := r.save(ctx); err != nil {
+		return nil, err
+	}
+	return nil, errWaiting
+}
+
+// inputAnswered is the resume of a call parked on questions once every
+// one is decided, nil when the call is not parked, and errWaiting while
+// one still waits.
+func (r *run) inputAnswered(ctx context.Context, key string) (*connect.InputResume, error) {
+	r.mu.Lock()
+	var w *InputWait
+	if i := r.entry(key); i >= 0 {
+		w = r.rec.Steps[i].Input
+	}
+	r.mu.Unlock()
+	if w == nil {
+		return nil, nil
+	}
+	out := &connect.InputResume{RequestState: w.RequestState, Answers: map[string]connect.Answer{}}
+	for qid, a := range w.Answered {
+		out.Answers[qid] = a
+	}
+	for qid, id := range w.Questions {
+		q, err := r.e.questions.Get(ctx, id)
+		if err != nil {
+			return nil, r.storage(ctx, err)
+		}
+		a, decided := answerOf(q)
+		if !decided {
+			r.update(key, func(st *StepRecord) { st.Status = StepWaiting })
+			return nil, errWaiting
+		}
+		out.Answers[qid] = a
+	}
+	return out, nil
+}
+
+// answerOf is a decided question's answer to its server.
+func answerOf(q *gates.Question) (connect.Answer, bool) {
+	switch q.State {
+	case gates.QuestionAnswered:
+		return connect.Answer{Action: connect.AnswerAccept, Content: q.Content}, true
+	case gates.QuestionDeclined:
+		return connect.Answer{Action: connect.AnswerDecline}, true
+	case gates.QuestionCancelled, gates.QuestionExpired:
+		return connect.Answer{Action: connect.AnswerCancel}, true
+	}
+	return connect.Answer{}, false
 }

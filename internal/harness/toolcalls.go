@@ -249,7 +249,7 @@ func OutcomeOf(ex *Execution) ToolOutcome {
 		if st.Status == StepWaiting && st.ApprovalID != "" {
 			o.Approval = st.ApprovalID
 		}
-		if st.Question != "" && st.Status == StepPending {
+		if st.Question != "" && (st.Status == StepPending || st.Status == StepWaiting) {
 			o.Question = st.Question
 		}
 	}

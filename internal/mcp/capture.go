@@ -92,6 +92,9 @@ func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest)
 	if pg != nil && pg.cursor != nil {
 		req.Params = withCursor(req.Params, *pg.cursor)
 	}
+	if req.Method == string(mcp.MethodToolsCall) {
+		req.Params = withResume(ctx, req.Params)
+	}
 	if req.Method == string(mcp.MethodToolsCall) && c.tools != nil {
 		req.Header = c.paramHeaders(req)
 	}
@@ -118,6 +121,7 @@ func (c *capture) SendRequest(ctx context.Context, req transport.JSONRPCRequest)
 			c.note(resp.Result)
 		case string(mcp.MethodToolsCall):
 			resp.Result = takeTask(ctx, resp.Result)
+			noteInputRequired(ctx, resp.Result)
 		}
 		if pg != nil {
 			pg.raw = resp.Result

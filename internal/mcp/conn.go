@@ -287,7 +287,7 @@ func (c *conn) callOnce(ctx context.Context, sess *session, req connect.CallRequ
 	timeout.timer = time.AfterFunc(c.requestTimeout, func() { cancel(errRequestTimeout) })
 	defer timeout.timer.Stop()
 	ctx, s := withSlot(ctx)
-	s.ask, s.callCtx, s.timeout = req.Ask, parent, timeout
+	s.ask, s.callCtx, s.timeout, s.park, s.resumeWith = req.Ask, parent, timeout, req.Park, req.Resume
 	if req.Ask != nil {
 		c.elicitor.enter(s)
 		defer c.elicitor.leave(s)
@@ -313,6 +313,13 @@ func (c *conn) callOnce(ctx context.Context, sess *session, req connect.CallRequ
 	res, err := sess.client.CallTool(ctx, call)
 	if err == nil {
 		return res, nil
+	}
+	if r := s.input(); r != nil && s.park && errors.Is(err, errParked) {
+		ir, ierr := inputRequired(req.Op, r)
+		if ierr != nil {
+			return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, ierr)
+		}
+		return nil, ir
 	}
 	switch {
 	case s.isTooLarge() || errors.Is(err, ErrResponseTooLarge):

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -91,6 +92,11 @@ func (e *elicitor) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp
 	} else if req.Params.RequestedSchema != nil {
 		q.RequestedSchema = toMap(req.Params.RequestedSchema)
 	}
+	if s.park && s.input() != nil {
+		// Asked in the call's answer (input_required): the harness parks
+		// the run and sends the call again with the answers.
+		return nil, errParked
+	}
 	s.pause()
 	defer s.resume()
 	ans, err := s.ask(s.callCtx, q)
@@ -146,4 +152,97 @@ func (p *pausable) resume() {
 	if p.paused--; p.paused == 0 && p.timer != nil {
 		p.timer.Reset(p.d) // a fresh timeout for the rest of the call
 	}
+}
+
+// errParked stops mcp-go's multi round-trip loop for a call whose
+// questions the harness answers durably (connect.CallRequest.Park).
+var errParked = errors.New("the questions are put to a person; the run waits for the answers")
+
+// inputRound is an input_required answer to a call: its state and the
+// raw input requests, by id.
+type inputRound struct {
+	State    string
+	Requests map[string]json.RawMessage
+}
+
+// noteInputRequired records an input_required tools/call result on the
+// call's slot.
+func noteInputRequired(ctx context.Context, result json.RawMessage) {
+	s, ok := ctx.Value(slotKey{}).(*slot)
+	if !ok || len(result) == 0 {
+		return
+	}
+	var r struct {
+		ResultType    string                     `json:"resultType"`
+		RequestState  string                     `json:"requestState"`
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+	}
+	if json.Unmarshal(result, &r) != nil || r.ResultType != string(mcp.ResultTypeInputRequired) {
+		return
+	}
+	s.mu.Lock()
+	s.round = &inputRound{State: r.RequestState, Requests: r.InputRequests}
+	s.mu.Unlock()
+}
+
+// inputRequired is the call's questions, for the harness to park on.
+func inputRequired(op string, r *inputRound) (*connect.InputRequired, error) {
+	ir := &connect.InputRequired{Op: op, RequestState: r.State, Questions: map[string]connect.Question{}}
+	for id, raw := range r.Requests {
+		var req struct {
+			Method string                `json:"method"`
+			Params mcp.ElicitationParams `json:"params"`
+		}
+		if err := json.Unmarshal(raw, &req); err != nil {
+			return nil, fmt.Errorf("input request %q: %w", id, err)
+		}
+		if req.Method != string(mcp.MethodElicitationCreate) {
+			return nil, fmt.Errorf("input request %q asks for %s, which patchbay does not give", id, req.Method)
+		}
+		q := connect.Question{Mode: req.Params.Mode, Message: req.Params.Message, URL: req.Params.URL, ElicitationID: req.Params.ElicitationID}
+		if q.Mode == "" {
+			q.Mode = "form"
+		}
+		q.RequestedSchema = toMap(req.Params.RequestedSchema)
+		ir.Questions[id] = q
+	}
+	return ir, nil
+}
+
+// resumeParams are the answers of a parked call, as a retry carries them.
+func resumeParams(r *connect.InputResume) mcp.MultiRoundTripParams {
+	out := mcp.MultiRoundTripParams{RequestState: r.RequestState, InputResponses: mcp.InputResponses{}}
+	for id, a := range r.Answers {
+		res := mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseAction(a.Action)}}
+		if a.Action == connect.AnswerAccept && a.Content != nil {
+			res.Content = a.Content
+		}
+		out.InputResponses[id] = mcp.NewElicitationInputResponse(res)
+	}
+	return out
+}
+
+// withResume puts a parked call's answers (connect.CallRequest.Resume) on
+// the first tools/call the call sends: mcp-go's client starts every call
+// with empty round-trip params, so they are set here, once.
+func withResume(ctx context.Context, params any) any {
+	s, ok := ctx.Value(slotKey{}).(*slot)
+	if !ok {
+		return params
+	}
+	s.mu.Lock()
+	resume := s.resumeWith
+	s.resumeWith = nil
+	s.mu.Unlock()
+	if resume == nil {
+		return params
+	}
+	m := toMap(params)
+	if m == nil {
+		return params
+	}
+	mrt := resumeParams(resume)
+	m["requestState"] = mrt.RequestState
+	m["inputResponses"] = mrt.InputResponses
+	return m
 }

@@ -69,6 +69,18 @@ type slot struct {
 	ask     connect.Asker
 	callCtx context.Context
 	timeout *pausable
+	// park: the call's questions asked in its answer are parked on, not
+	// asked (connect.CallRequest.Park); round is that answer.
+	park  bool
+	round *inputRound
+	// resumeWith answers a parked call's questions on its first send.
+	resumeWith *connect.InputResume
+}
+
+func (s *slot) input() *inputRound {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.round
 }
 
 func (s *slot) pause() {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -111,6 +112,34 @@ type CallRequest struct {
 	// MCP elicitation) to whoever answers for the call, and returns the
 	// answer. Nil: every question is declined.
 	Ask Asker
+	// Park: a server that asks its questions in its answer (a 2026-07-28
+	// input_required result) is not answered through Ask; the call fails
+	// with *InputRequired instead, for the harness to park the run and
+	// send the call again with Resume once the questions are answered.
+	Park bool
+	// Resume sends the call again with the answers to the questions an
+	// earlier InputRequired asked.
+	Resume *InputResume
+}
+
+// InputRequired is a call the server answered with questions to answer
+// before it completes (see CallRequest.Park).
+type InputRequired struct {
+	Op           string
+	RequestState string
+	// Questions by the server's id of each.
+	Questions map[string]Question
+}
+
+func (e *InputRequired) Error() string {
+	return fmt.Sprintf("call %s: the server asks %d question(s) before it answers", e.Op, len(e.Questions))
+}
+
+// InputResume answers an InputRequired: its state, echoed, and an answer
+// per question id.
+type InputResume struct {
+	RequestState string            `json:"requestState"`
+	Answers      map[string]Answer `json:"answers"`
 }
 
 // Question is what a server asks the client mid-call: a form to fill in
@@ -127,8 +156,8 @@ type Question struct {
 // Answer is the client's reply to a question: Action "accept" (with the
 // form's Content; none for a URL), "decline" or "cancel".
 type Answer struct {
-	Action  string
-	Content map[string]any
+	Action  string         `json:"action"`
+	Content map[string]any `json:"content,omitempty"`
 }
 
 // Answer actions.
