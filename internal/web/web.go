@@ -198,6 +198,15 @@ func Mount(e *echo.Echo, o Options) error {
 	e.GET("/admin/approvals/stream", anyone(h.approvalsStream))
 	e.POST("/admin/approvals/:id/approve", anyone(h.approve))
 	e.POST("/admin/approvals/:id/deny", anyone(h.deny))
+	// Questions servers ask mid-call: seen and answered as approvals are
+	// (their own runs' questions, those they may answer, all with read);
+	// answering is checked by gates.Questions.
+	e.GET("/admin/questions", anyone(h.questions))
+	e.GET("/admin/questions/pending", anyone(h.questionsFragment))
+	e.GET("/admin/questions/stream", anyone(h.questionsStream))
+	e.POST("/admin/questions/:id/answer", anyone(h.answerQuestion))
+	e.POST("/admin/questions/:id/decline", anyone(h.declineQuestion))
+	e.POST("/admin/questions/:id/cancel", anyone(h.cancelQuestion))
 	// Executions: one's own, or all with read; changing one takes its
 	// owner (with run) or admin.
 	e.GET("/admin/executions", anyone(h.executions))
