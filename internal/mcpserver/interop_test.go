@@ -235,6 +235,23 @@ func TestInteropTypeScriptClients(t *testing.T) {
 				return a
 			}
 
+			if tt.session {
+				// A question a call's server asks reaches the calling
+				// client, whose elicitation handler answers it.
+				ts.do(t, map[string]any{"op": "connect", "as": "erin", "url": b.url + "/mcp", "key": erinKey, "mode": tt.mode,
+					"elicit": map[string]any{"color": "green"}})
+				a := call(t, "erin", "ask_color", map[string]any{}, nil)
+				if a.Result.IsError || !strings.Contains(a.Result.text(), `"color":"green"`) {
+					t.Errorf("erin's ask_color = %s, want the client's answer sent to the server", a.raw)
+				}
+				var asked struct {
+					Asked []string `json:"asked"`
+				}
+				_ = json.Unmarshal([]byte(ts.do(t, map[string]any{"op": "asked"}).raw), &asked)
+				if len(asked.Asked) != 1 || asked.Asked[0] != "Which color?" {
+					t.Errorf("the client was asked %v", asked.Asked)
+				}
+			}
 			if got := sortedNames(ts.do(t, map[string]any{"op": "list", "as": "alice"}).Tools); got != aliceTools {
 				t.Errorf("alice's tools = %s, want %s", got, aliceTools)
 			}

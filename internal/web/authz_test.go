@@ -101,6 +101,14 @@ func TestAdminAuthorizationMatrix(t *testing.T) {
 		// not decide (403).
 		{"POST", "/admin/approvals/:id/approve", "/admin/approvals/{approval}/approve", true, [6]int{no, see, see, no, see, see}},
 		{"POST", "/admin/approvals/:id/deny", "/admin/approvals/{approval}/deny", true, [6]int{no, see, see, no, see, see}},
+		// Questions: who may answer one is TestQuestionsAuthorization's; one
+		// that does not exist is gone for every signed-in session.
+		{"GET", "/admin/questions", "/admin/questions", false, [6]int{see, ok, ok, ok, ok, ok}},
+		{"GET", "/admin/questions/pending", "/admin/questions/pending", false, [6]int{see, ok, ok, ok, ok, ok}},
+		{"GET", "/admin/questions/stream", "/admin/questions/stream", false, [6]int{see, ok, ok, ok, ok, ok}},
+		{"POST", "/admin/questions/:id/answer", "/admin/questions/qs_nope/answer", false, [6]int{no, see, see, see, see, see}},
+		{"POST", "/admin/questions/:id/decline", "/admin/questions/qs_nope/decline", false, [6]int{no, see, see, see, see, see}},
+		{"POST", "/admin/questions/:id/cancel", "/admin/questions/qs_nope/cancel", false, [6]int{no, see, see, see, see, see}},
 		{"GET", "/admin/executions", "/admin/executions", false, [6]int{see, ok, ok, ok, ok, ok}},
 		{"GET", "/admin/executions/:id", "/admin/executions/{exec}", false, [6]int{see, ok, nf, ok, nf, ok}},
 		{"GET", "/admin/executions/:id/body", "/admin/executions/{exec}/body", false, [6]int{see, ok, nf, ok, nf, ok}},

@@ -11,6 +11,8 @@
 //   {"op":"list","as":"alice"}
 //   {"op":"call","as":"alice","tool":"mem_add","args":{…},"meta":{…},"progress":true}
 //   {"op":"close","as":"alice"}
+//   connect with "elicit": {…}: the client takes form elicitations and
+//   answers each with that content; {"op":"asked"} → {asked: [messages]}
 // Tasks, through each line's own task API: the SDK v1's experimental tasks
 // (client.experimental.tasks, 2025-11-25), or, with the client v2,
 // @modelcontextprotocol/ext-tasks installed next to it (2026-07-28):
@@ -54,12 +56,23 @@ if (flavor === 'sdk') {
 }
 
 const conns = new Map();
+// The messages of the elicitations clients were asked ({"op":"asked"}).
+const asked = [];
 
 async function connect(cmd) {
   const options = {};
   if (cmd.mode === 'pin') options.versionNegotiation = { mode: { pin: '2026-07-28' } };
   if (cmd.mode === 'auto') options.versionNegotiation = { mode: 'auto' };
+  if (cmd.elicit) options.capabilities = { elicitation: { form: {} } };
   const client = new Client({ name: `patchbay-interop-${flavor}`, version: pkg.version }, options);
+  if (cmd.elicit) {
+    // The person at this client answers every form with cmd.elicit.
+    const { ElicitRequestSchema } = await load(flavor === 'sdk' ? 'dist/esm/types.js' : 'dist/index.mjs');
+    client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      asked.push(req.params.message);
+      return { action: 'accept', content: cmd.elicit };
+    });
+  }
   const transport = new Transport(new URL(cmd.url), {
     requestInit: { headers: { Authorization: `Bearer ${cmd.key}` } },
   });
@@ -226,6 +239,7 @@ async function taskOp(c, cmd) {
 
 async function run(cmd) {
   if (cmd.op === 'connect') return connect(cmd);
+  if (cmd.op === 'asked') return { asked };
   const c = conns.get(cmd.as);
   if (!c) throw new Error(`no connection ${cmd.as}`);
   switch (cmd.op) {
