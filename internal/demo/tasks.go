@@ -56,6 +56,8 @@ type JobStats struct {
 	Gets      int      // tasks/get
 	Cancelled []string // task ids tasks/cancel was sent for
 	Updates   int      // tasks/update
+	// Answers are the confirm answers tasks/update brought, in order.
+	Answers []string
 }
 
 type job struct {
@@ -63,8 +65,15 @@ type job struct {
 	created   time.Time
 	seconds   float64
 	input     bool
+	answer    *jobAnswer // the confirm question's answer, once given
 	cancelled *time.Time
 	idemKey   string
+}
+
+// jobAnswer is the answer to a job's confirm question.
+type jobAnswer struct {
+	Action  string         `json:"action"`
+	Content map[string]any `json:"content"`
 }
 
 type jobArgs struct {
@@ -109,7 +118,7 @@ func (j *Jobs) runInPlace(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	case <-t.C:
 	}
 	key, _ := req.Params.Meta.GetMetaField(idempotencyKeyMeta).(string)
-	return jobResult("", *args.Seconds, key), nil
+	return jobResult("", *args.Seconds, key, false), nil
 }
 
 func (a jobArgs) invalid() string {
@@ -122,8 +131,11 @@ func (a jobArgs) invalid() string {
 	return ""
 }
 
-func jobResult(id string, seconds float64, key string) *mcp.CallToolResult {
+func jobResult(id string, seconds float64, key string, confirmed bool) *mcp.CallToolResult {
 	out := map[string]any{"seconds": seconds, "done": true}
+	if confirmed {
+		out["confirmed"] = true
+	}
 	if id != "" {
 		out["task"] = id
 	}
@@ -199,10 +211,11 @@ func writeResponse(w http.ResponseWriter, id json.RawMessage, result any, rpcErr
 // handle answers one request; ok is false for what mcp-go serves.
 func (j *Jobs) handle(method string, raw json.RawMessage) (result any, rpcErr *mcp.JSONRPCErrorDetails, ok bool) {
 	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-		TaskID    string          `json:"taskId"`
-		Meta      map[string]any  `json:"_meta"`
+		Name      string               `json:"name"`
+		Arguments json.RawMessage      `json:"arguments"`
+		TaskID    string               `json:"taskId"`
+		Meta      map[string]any       `json:"_meta"`
+		Responses map[string]jobAnswer `json:"inputResponses"`
 	}
 	if json.Unmarshal(raw, &p) != nil {
 		return nil, nil, false
@@ -211,7 +224,7 @@ func (j *Jobs) handle(method string, raw json.RawMessage) (result any, rpcErr *m
 	case "tools/call":
 		return j.start(p.Name, p.Arguments, p.Meta)
 	case "tasks/get", "tasks/cancel", "tasks/update":
-		r, e := j.taskRequest(method, p.TaskID)
+		r, e := j.taskRequest(method, p.TaskID, p.Responses)
 		return r, e, true
 	}
 	return nil, nil, false
@@ -264,7 +277,7 @@ func declaresTasks(meta map[string]any) bool {
 	return ok
 }
 
-func (j *Jobs) taskRequest(method, id string) (any, *mcp.JSONRPCErrorDetails) {
+func (j *Jobs) taskRequest(method, id string, responses map[string]jobAnswer) (any, *mcp.JSONRPCErrorDetails) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	jb, ok := j.jobs[id]
@@ -284,9 +297,14 @@ func (j *Jobs) taskRequest(method, id string) (any, *mcp.JSONRPCErrorDetails) {
 			jb.cancelled = &now
 		}
 	case "tasks/update":
-		// The demo's input request is never satisfied: it shows what a
-		// client without elicitation does with one.
+		// The confirm answer lets the job go on (accepted with ok) or
+		// ends it (anything else); an update with no answer to it is
+		// counted and ignored.
 		j.stats.Updates++
+		if a, ok := responses["confirm"]; ok && jb.answer == nil && jb.status(now) == "input_required" {
+			jb.answer = &a
+			j.stats.Answers = append(j.stats.Answers, fmt.Sprintf("%s %v", a.Action, a.Content["ok"]))
+		}
 	}
 	return map[string]any{"resultType": "complete"}, nil
 }
@@ -299,8 +317,10 @@ func (jb *job) status(now time.Time) string {
 	}
 	elapsed := now.Sub(jb.created).Seconds()
 	switch {
-	case jb.input && elapsed >= jb.seconds/2:
+	case jb.input && jb.answer == nil && elapsed >= jb.seconds/2:
 		return "input_required"
+	case jb.answer != nil && (jb.answer.Action != "accept" || jb.answer.Content["ok"] != true):
+		return "failed"
 	case elapsed >= jb.seconds:
 		return "completed"
 	}
@@ -342,7 +362,10 @@ func (j *Jobs) view(jb *job, now time.Time) map[string]any {
 		}}
 	case "completed":
 		t["statusMessage"] = "done"
-		t["result"] = jobResult(jb.id, jb.seconds, jb.idemKey)
+		t["result"] = jobResult(jb.id, jb.seconds, jb.idemKey, jb.answer != nil)
+	case "failed":
+		t["statusMessage"] = "the user did not confirm"
+		t["error"] = map[string]any{"code": -32000, "message": "not confirmed: " + jb.answer.Action}
 	case "cancelled":
 		t["statusMessage"] = "cancelled by the client"
 	}

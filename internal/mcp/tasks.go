@@ -2,13 +2,16 @@ package mcp
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/connect"
@@ -19,8 +22,10 @@ import (
 // (resultType "task") instead of the result; the client polls tasks/get
 // until the task is terminal, and the completed task carries the call's
 // result inline. patchbay declares the extension in its client
-// capabilities and declares no elicitation, so a task that asks for input
-// fails the call. mcp-go knows only the 2025-11-25 experimental tasks
+// capabilities; a task that turns input_required has its questions
+// (inputRequests) answered through the call's Asker and the answers sent
+// with tasks/update, after which it is polled as before. A call without
+// an Asker fails (ErrTaskInputRequired) and the task is cancelled. mcp-go knows only the 2025-11-25 experimental tasks
 // (pollInterval, tasks/result), so the shapes here are read from the raw
 // results capture hands back.
 const (
@@ -72,6 +77,8 @@ type task struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
+	// InputRequests are what an input_required task asks, by id.
+	InputRequests map[string]json.RawMessage `json:"inputRequests"`
 }
 
 // taskSink is where capture puts a tools/call's task handle: mcp-go would
@@ -141,8 +148,13 @@ func (c *conn) await(ctx context.Context, s *session, req connect.CallRequest, w
 	}
 	failures := 0
 	var reported time.Time
+	answered := map[string]bool{}
 	for {
-		if last != nil && (taskTerminal(last.Status) || last.Status == taskInputRequired) {
+		if last != nil && last.Status == taskInputRequired && req.Ask != nil {
+			if err := c.answerTask(ctx, s, req, last, answered); err != nil {
+				return nil, err
+			}
+		} else if last != nil && (taskTerminal(last.Status) || last.Status == taskInputRequired) {
 			return c.taskOutcome(ctx, s, req, last)
 		}
 		if err := c.pause(ctx, id, last); err != nil {
@@ -192,6 +204,47 @@ func (c *conn) pause(ctx context.Context, id string, last *task) error {
 		return context.Cause(ctx)
 	case <-timer.C:
 	case <-wake:
+	}
+	return nil
+}
+
+// answerTask answers the questions an input_required task asks (those
+// not answered yet) through the call's Asker, and sends the answers with
+// tasks/update; the task then goes on, and is polled as before. The
+// call's requestTimeoutMs does not apply: a person may take longer.
+func (c *conn) answerTask(ctx context.Context, s *session, req connect.CallRequest, t *task, answered map[string]bool) error {
+	ir, err := inputRequired(req.Op, &inputRound{Requests: t.InputRequests})
+	if err != nil {
+		return fmt.Errorf("mcp %s: call %s: task %s: %w", c.name, req.Op, t.TaskID, err)
+	}
+	resume := &connect.InputResume{Answers: map[string]connect.Answer{}}
+	for _, id := range slices.Sorted(maps.Keys(ir.Questions)) {
+		if answered[id] {
+			continue
+		}
+		a, err := req.Ask(ctx, ir.Questions[id])
+		if err != nil {
+			return err
+		}
+		resume.Answers[id] = a
+		answered[id] = true
+	}
+	if len(resume.Answers) == 0 {
+		return nil // answered already; the task has not moved on yet
+	}
+	params := map[string]any{"taskId": t.TaskID, "inputResponses": resumeParams(resume).InputResponses}
+	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	defer cancel()
+	// mcp-go's client has no tasks/update: sent through the session's
+	// transport, as mcp-go would send a request.
+	resp, err := s.capture.SendRequest(rctx, transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("pb-update-" + rand.Text()), Method: "tasks/update", Params: params,
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("mcp %s: call %s: task %s: tasks/update: %w", c.name, req.Op, t.TaskID, err)
+	case resp != nil && resp.Error != nil:
+		return fmt.Errorf("mcp %s: call %s: task %s: tasks/update: %s (code %d)", c.name, req.Op, t.TaskID, resp.Error.Message, resp.Error.Code)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"slices"
 	"sync"
@@ -190,5 +191,53 @@ func TestTaskOverStdioBlocks(t *testing.T) {
 	}
 	if res, _ := out.(map[string]any); res["done"] != true || res["task"] != nil || len(w.ids()) != 0 {
 		t.Fatalf("stdio result %v, tasks %v", out, w.ids())
+	}
+}
+
+// TestTaskInputAnswered: a task that turns input_required has its
+// question answered through the call's Asker; the answer goes to the
+// server with tasks/update, once, and the task goes on to its result. A
+// refusal ends the task as the server decides.
+func TestTaskInputAnswered(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, action string
+		ok           bool
+		wantErr      bool
+	}{
+		{"confirmed", connect.AnswerAccept, true, false},
+		{"declined", connect.AnswerDecline, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			jobs, spec := serveJobs(t)
+			conn := openConn(t, "jobs", spec, nil)
+			var asked []connect.Question
+			ask := func(_ context.Context, q connect.Question) (connect.Answer, error) {
+				asked = append(asked, q)
+				a := connect.Answer{Action: tt.action}
+				if tt.action == connect.AnswerAccept {
+					a.Content = map[string]any{"ok": tt.ok}
+				}
+				return a, nil
+			}
+			w := &watch{}
+			out, err := conn.Call(t.Context(), connect.CallRequest{Op: "slow_job", Args: map[string]any{"seconds": 0.6, "input": true},
+				Task: w.taskWatch(""), Ask: ask})
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("out %v, err %v; want an error: %v", out, err, tt.wantErr)
+			}
+			if len(asked) != 1 || asked[0].Mode != "form" || asked[0].Message != "Go on with the job?" {
+				t.Fatalf("asked %+v, want the job's one question", asked)
+			}
+			if st := jobs.Stats(); len(st.Answers) != 1 || st.Answers[0] != fmt.Sprintf("%s %v", tt.action, map[bool]any{true: true, false: nil}[tt.action == connect.AnswerAccept]) {
+				t.Errorf("the server received %v", st.Answers)
+			}
+			if !tt.wantErr {
+				if m, _ := out.(map[string]any); m["confirmed"] != true || m["done"] != true {
+					t.Errorf("result = %v, want the job done and confirmed", out)
+				}
+			}
+		})
 	}
 }
