@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/patchbay-dev/patchbay/internal/chromiumtest"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 	"github.com/patchbay-dev/patchbay/internal/store/storetest"
 )
@@ -323,5 +325,39 @@ func TestAParkedQuestionSurvivesAKill(t *testing.T) {
 	}
 	if got := answers(); len(got) != 1 || got[0] != "pick accept map[color:red]" {
 		t.Errorf("the server received %v, want the answer once", got)
+	}
+}
+
+// TestQuestionAnsweredInTheAdminUI: server-everything's form, asked while
+// patchbay's call waits, is answered by a person in the admin UI (headless
+// Chromium, signed in with an approve key): the form is rendered from the
+// server's schema, and the answer reaches the server.
+func TestQuestionAnsweredInTheAdminUI(t *testing.T) {
+	if storetest.URL(t) == "" && npmtest.CI() {
+		t.Fatal("CI=true: needs PATCHBAY_TEST_REDIS_URL")
+	}
+	chromiumtest.Path(t)
+	srv := questionServer(t, "3m")
+	exec, id := askQuestion(t, srv.addr)
+	card := `article[data-question="` + id + `"]`
+	ctx := chromiumtest.Context(t)
+	err := chromedp.Run(ctx,
+		chromedp.Navigate("http://"+srv.addr+"/admin/sign-in?next=/admin/questions"),
+		chromedp.SendKeys(`input[name="token"]`, "k2", chromedp.ByQuery),
+		chromedp.Submit(`input[name="token"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(card, chromedp.ByQuery),
+		chromedp.SendKeys(card+` input[name="field:name"]`, "Grace Hopper", chromedp.ByQuery),
+		chromedp.Click(card+` form.answer button.primary`, chromedp.ByQuery),
+		chromedp.WaitVisible(`.flash`, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := waitDoneAs(t, "http://"+srv.addr, "k1", exec)
+	if ex["status"] != "succeeded" || !strings.Contains(fmt.Sprint(ex["output"]), "provided the requested information") {
+		t.Fatalf("execution = %v", ex)
+	}
+	if _, q := get2(srv.addr, "k2", "/v1/questions/"+id); q["state"] != "answered" || q["answeredBy"] != "env-2" {
+		t.Errorf("question = %v, want answered by env-2", q)
 	}
 }

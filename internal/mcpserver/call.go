@@ -34,6 +34,9 @@ func (s *Server) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTo
 		return s.bridgeCall(ctx, c, req)
 	}
 	tc := toolCall(c.Principal, c.offer, sessionID(ctx), req.Params.Meta, req.Params.Name, req.GetArguments())
+	if callID, ok := s.answered(ctx, c, req); ok {
+		tc.CallID = callID // the retry of a call that asked: the same call
+	}
 	ex, err := s.o.Engine.CallTool(ctx, tc)
 	if err != nil {
 		return refusal(err)
@@ -149,6 +152,9 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest, ex *harness
 		o := harness.OutcomeOf(ex)
 		if o.Question != "" && !forwarded[o.Question] {
 			forwarded[o.Question] = true
+			if res, ok := s.askInResult(ctx, o.Question, ex, callID); ok {
+				return res, nil
+			}
 			s.forward(ctx, o.Question)
 		}
 		if o.Done {

@@ -2,10 +2,12 @@ package mcpserver
 
 import (
 	"context"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/patchbay-dev/patchbay/internal/harness"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
 
@@ -18,8 +20,11 @@ import (
 // against the requested schema first; one that does not match leaves the
 // question pending.
 //
-// Not forwarded: to 2026-07-28 clients (they have no session to ask on;
-// the question waits in the queue), and to a call answered as a task.
+// A 2026-07-28 client that declared elicitation has no session to be
+// asked on: its call is answered with an input_required result carrying
+// the question and a requestState naming it and the call id; the retry
+// carrying the answer decides the question and follows the same call.
+// Not forwarded: to a call answered as a task.
 
 // forward puts the question id to the calling client, if it takes
 // elicitations, and decides the question with its answer.
@@ -44,6 +49,18 @@ func (s *Server) forward(ctx context.Context, id string) {
 	by := "mcp-client"
 	if c := callerFrom(ctx); c != nil {
 		by = c.Name
+	}
+	s.decide(ctx, by, id, res)
+}
+
+// decide records the calling client's answer to question id: checked
+// against the schema first (an answer that does not match leaves it
+// pending, for a person).
+func (s *Server) decide(ctx context.Context, by, id string, res *mcp.ElicitationResult) {
+	qs := s.o.Engine.Questions()
+	q, err := qs.Get(ctx, id)
+	if err != nil || q.State != gates.QuestionPending {
+		return
 	}
 	var state gates.QuestionState
 	var content map[string]any
@@ -79,4 +96,49 @@ func elicits(ctx context.Context) bool {
 		return false
 	}
 	return ci.GetClientCapabilities().Elicitation != nil
+}
+
+// stateQuestion starts the requestState of a call that asks its client a
+// question: "pbq:<question>:<call id>".
+const stateQuestion = "pbq:"
+
+// askInResult answers a 2026-07-28 call whose client takes elicitations
+// with the question, for the client to answer in its retry.
+func (s *Server) askInResult(ctx context.Context, id string, ex *harness.Execution, callID string) (*mcp.CallToolResult, bool) {
+	pi := server.RequestProtocolInfoFromContext(ctx)
+	if pi == nil || !pi.Modern || pi.ClientCapabilities == nil || pi.ClientCapabilities.Elicitation == nil {
+		return nil, false
+	}
+	q, err := s.o.Engine.Questions().Get(ctx, id)
+	if err != nil || q.State != gates.QuestionPending {
+		return nil, false
+	}
+	caps := pi.ClientCapabilities.Elicitation
+	if q.Mode == gates.ModeURL && caps.URL == nil || q.Mode == gates.ModeForm && caps.Form == nil && caps.URL != nil {
+		return nil, false // a mode the client does not take
+	}
+	params := mcp.ElicitationParams{Mode: q.Mode, Message: q.Message, URL: q.URL, ElicitationID: q.ElicitationID}
+	if q.Mode == gates.ModeForm {
+		params.RequestedSchema = q.RequestedSchema
+	}
+	res := server.NewInputRequestBuilder(stateQuestion+id+":"+callID).Elicit("q", params).ToolResult()
+	res.Meta = mcp.NewMetaFromMap(map[string]any{MetaExecution: ex.ID, MetaCallID: callID})
+	return res, true
+}
+
+// answered decides the question a retry answers (its requestState names
+// it) and returns the call id of the call that asked.
+func (s *Server) answered(ctx context.Context, c *caller, req mcp.CallToolRequest) (string, bool) {
+	rest, ok := strings.CutPrefix(req.Params.RequestState, stateQuestion)
+	if !ok {
+		return "", false
+	}
+	id, callID, ok := strings.Cut(rest, ":")
+	if !ok || !harness.ValidCallID(callID) {
+		return "", false
+	}
+	if res := server.ElicitationResponse(req.Params.InputResponses, "q"); res != nil {
+		s.decide(ctx, c.Name, id, res)
+	}
+	return callID, true
 }

@@ -22,28 +22,32 @@ func TestQuestionsReachTheCallingClient(t *testing.T) {
 	b := setup(t, mcpserver.Options{Hold: 20 * time.Second})
 	params := &sdk.CallToolParams{Name: "ask_color", Arguments: map[string]any{}}
 
-	t.Run("the client answers", func(t *testing.T) {
-		var asked string
-		erin := dial(t, b, erinKey, "2025-11-25", &sdk.ClientOptions{
-			ElicitationHandler: func(_ context.Context, req *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
-				asked = req.Params.Message
-				return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"color": "green"}}, nil
-			},
+	for _, era := range eras {
+		t.Run("the client answers/"+era, func(t *testing.T) {
+			var asked string
+			erin := dial(t, b, erinKey, era, &sdk.ClientOptions{
+				ElicitationHandler: func(_ context.Context, req *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+					asked = req.Params.Message
+					return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"color": "green"}}, nil
+				},
+			})
+			before, err := b.execs.Questions().List(t.Context(), gates.QuestionAnswered, 100)
+			must(t, err)
+			res, err := erin.CallTool(t.Context(), params)
+			must(t, err)
+			if res.IsError || !strings.Contains(text(res), `"color":"green"`) || !strings.Contains(text(res), `"action":"accept"`) {
+				t.Fatalf("result = %s, want the client's answer sent to the server", text(res))
+			}
+			if asked != "Which color?" {
+				t.Errorf("the client was asked %q", asked)
+			}
+			after, err := b.execs.Questions().List(t.Context(), gates.QuestionAnswered, 100)
+			must(t, err)
+			if len(after) != len(before)+1 || after[0].AnsweredBy != "erin" {
+				t.Errorf("answered questions = %+v, want one more, answered by erin's client", after)
+			}
 		})
-		res, err := erin.CallTool(t.Context(), params)
-		must(t, err)
-		if res.IsError || !strings.Contains(text(res), `"color":"green"`) || !strings.Contains(text(res), `"action":"accept"`) {
-			t.Fatalf("result = %s, want the client's answer sent to the server", text(res))
-		}
-		if asked != "Which color?" {
-			t.Errorf("the client was asked %q", asked)
-		}
-		list, err := b.execs.Questions().List(t.Context(), gates.QuestionAnswered, 10)
-		must(t, err)
-		if len(list) != 1 || list[0].AnsweredBy != "erin" {
-			t.Errorf("answered questions = %+v, want one answered by erin's client", list)
-		}
-	})
+	}
 
 	t.Run("a person answers for a client that takes none", func(t *testing.T) {
 		erin := dial(t, b, erinKey, "2025-11-25", nil)
