@@ -142,8 +142,7 @@ func TestQuestionsFromServerEverything(t *testing.T) {
 }
 
 // TestQuestionExpires: a question nobody answers within
-// PATCHBAY_QUESTION_HOLD expires, and the server is told the question was
-// cancelled.
+// PATCHBAY_QUESTION_HOLD expires, and the server is told it was declined.
 func TestQuestionExpires(t *testing.T) {
 	if storetest.URL(t) == "" && npmtest.CI() {
 		t.Fatal("CI=true: needs PATCHBAY_TEST_REDIS_URL")
@@ -151,7 +150,7 @@ func TestQuestionExpires(t *testing.T) {
 	srv := questionServer(t, "2s")
 	exec, id := askQuestion(t, srv.addr)
 	ex := waitDoneAs(t, "http://"+srv.addr, "k1", exec)
-	if ex["status"] != "succeeded" || !strings.Contains(fmt.Sprint(ex["output"]), "cancelled") {
+	if ex["status"] != "succeeded" || !strings.Contains(fmt.Sprint(ex["output"]), "declined") {
 		out, _ := os.ReadFile(srv.logPath)
 		t.Fatalf("execution = %v; log:\n%s", ex, out)
 	}

@@ -27,7 +27,7 @@ import (
 //     elicitation/create) is answered through the call's Asker, which
 //     holds the call (and its worker) up to the question's deadline
 //     (QuestionHold); past it the question expires and the server is told
-//     "cancel".
+//     "decline".
 //
 // Some questions never reach a person: a mode the connection's policy
 // declines (declineQuestions), and a form that asks for what looks like
@@ -228,9 +228,11 @@ func answerOf(q *gates.Question) (connect.Answer, bool) {
 	switch q.State {
 	case gates.QuestionAnswered:
 		return connect.Answer{Action: connect.AnswerAccept, Content: q.Content}, true
-	case gates.QuestionDeclined:
+	case gates.QuestionDeclined, gates.QuestionExpired:
+		// Nobody answered in time: declined, and the question.expired
+		// event says why.
 		return connect.Answer{Action: connect.AnswerDecline}, true
-	case gates.QuestionCancelled, gates.QuestionExpired:
+	case gates.QuestionCancelled:
 		return connect.Answer{Action: connect.AnswerCancel}, true
 	}
 	return connect.Answer{}, false
