@@ -118,13 +118,13 @@ func TestTaskSurvivesKillNine(t *testing.T) {
 
 // TestTaskOutcomes runs slow_job as a task through a whole execution: it
 // completes via polling with step.task events; cancelling the execution
-// sends tasks/cancel for its task; a task that asks for input is a
-// step_failed.
+// sends tasks/cancel for its task; a task that asks for input has its
+// question answered by a person (or declined, and the step fails).
 func TestTaskOutcomes(t *testing.T) {
 	t.Parallel()
 	jobs, cfgBody := jobsServer(t)
 	srv := start(t, map[string]string{
-		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": writeConfig(t, cfgBody), "PATCHBAY_API_KEYS": "k1",
+		"PATCHBAY_ADDR": "127.0.0.1:0", "PATCHBAY_CONFIG": writeConfig(t, cfgBody), "PATCHBAY_API_KEYS": "k1,k2@approve",
 		"PATCHBAY_REDIS_PREFIX": "pbtest:" + rand.Text()[:10] + ":",
 	})
 	addr := strings.TrimPrefix(srv.url, "http://")
@@ -172,10 +172,28 @@ func TestTaskOutcomes(t *testing.T) {
 	})
 
 	t.Run("input required", func(t *testing.T) {
+		// The task's question goes to a person; the answer goes back
+		// with tasks/update and the task goes on to its result.
 		id := submit(t, `{"seconds":0.5,"input":true}`)
+		_, qid := waitQuestion(t, addr, id)
+		if status, p := decideQuestion(t, addr, "k2", qid, "answer", map[string]any{"content": map[string]any{"ok": true}}); status != http.StatusOK {
+			t.Fatalf("answer = %d %v", status, p)
+		}
 		ex := waitDone(t, srv.url, id)
+		out, _ := ex["output"].(map[string]any)
+		if ex["status"] != "succeeded" || out["confirmed"] != true {
+			t.Fatalf("execution = %v", ex)
+		}
+
+		// Declined: the server ends the task, and the step fails.
+		id = submit(t, `{"seconds":0.5,"input":true}`)
+		_, qid = waitQuestion(t, addr, id)
+		if status, p := decideQuestion(t, addr, "k2", qid, "decline", map[string]any{}); status != http.StatusOK {
+			t.Fatalf("decline = %d %v", status, p)
+		}
+		ex = waitDone(t, srv.url, id)
 		e, _ := ex["error"].(map[string]any)
-		if ex["status"] != "failed" || e["code"] != "step_failed" || e["step"] != "job" || !strings.Contains(fmt.Sprint(e["message"]), "requires input") {
+		if ex["status"] != "failed" || e["code"] != "step_failed" || !strings.Contains(fmt.Sprint(e["message"]), "not confirmed") {
 			t.Fatalf("execution = %v", ex)
 		}
 	})
