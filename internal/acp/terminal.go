@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/patchbay-dev/patchbay/internal/proctree"
 )
 
 // TerminalOptions turns on the terminal capability: the agent runs
@@ -198,11 +200,11 @@ func (ts *terminals) create(p terminalParams) (string, error) {
 	cmd := &exec.Cmd{
 		Path:        path,
 		Args:        append([]string{p.Command}, p.Args...),
-		Env:         tagged(env, ts.tag),
+		Env:         proctree.Tagged(env, ts.tag),
 		Dir:         dir,
 		Stdout:      out,
 		Stderr:      out,
-		SysProcAttr: sysProcAttr(),
+		SysProcAttr: proctree.SysProcAttr(),
 		// A process the command left behind may hold its output open.
 		WaitDelay: time.Second,
 	}
@@ -299,7 +301,7 @@ func (t *terminal) kill() {
 	select {
 	case <-t.exited:
 	default:
-		_ = signalGroup(t.cmd.Process.Pid, syscall.SIGKILL)
+		_ = proctree.SignalGroup(t.cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
 
@@ -315,6 +317,10 @@ func (ts *terminals) release(id string) {
 }
 
 // closeAll kills every command and waits, bounded, for them to be reaped.
+// terminalsWait bounds how long closeAll waits for killed terminals to
+// exit.
+const terminalsWait = 2 * time.Second
+
 func (ts *terminals) closeAll() {
 	if ts == nil {
 		return
@@ -324,7 +330,7 @@ func (ts *terminals) closeAll() {
 	all := ts.byID
 	ts.byID = map[string]*terminal{}
 	ts.mu.Unlock()
-	deadline := time.NewTimer(treeWait)
+	deadline := time.NewTimer(terminalsWait)
 	defer deadline.Stop()
 	for _, t := range all {
 		t.kill()

@@ -8,10 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"slices"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/patchbay-dev/patchbay/internal/proctree"
@@ -24,9 +21,9 @@ import (
 // tag (internal/proctree), such as a browser it started in a session of its
 // own.
 type process struct {
-	dir  string
-	tag  string         // the tree's tag, in the child's environment
-	tree *proctree.Tree // remembers the groups and sessions its processes led
+	dir   string
+	tag   string          // the tree's tag, in the child's environment
+	child *proctree.Child // ends it and everything it started
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the child has been reaped
@@ -37,11 +34,9 @@ type process struct {
 // tree's tag, in its own process group, and returns its stdin and stdout.
 func (p *process) start(command string, args, env []string, stderr io.Writer) (io.WriteCloser, io.ReadCloser, error) {
 	cmd := exec.Command(command, args...)
-	cmd.Env = append(slices.DeleteFunc(slices.Clone(env), func(e string) bool {
-		return strings.HasPrefix(e, proctree.Var+"=")
-	}), proctree.Env(p.tag))
+	cmd.Env = proctree.Tagged(env, p.tag)
 	cmd.Dir = p.dir
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = proctree.SysProcAttr()
 	if stderr == nil {
 		stderr = io.Discard
 	}
@@ -58,8 +53,8 @@ func (p *process) start(command string, args, env []string, stderr io.Writer) (i
 		return nil, nil, fmt.Errorf("start %s: %w", command, err)
 	}
 	p.cmd = cmd
-	p.tree = proctree.NewTree(p.tag)
 	p.exited = make(chan struct{})
+	p.child = proctree.NewChild(p.tag, cmd.Process.Pid, p.exited)
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)
@@ -76,64 +71,13 @@ func (p *process) pid() int {
 	return p.cmd.Process.Pid
 }
 
-// treeWait bounds how long stop keeps killing what the server left once
-// it has exited (a process may fork while it is killed, or take a moment
-// to die in the kernel).
-const treeWait = 2 * time.Second
-
-// stop waits for the child to exit after its stdin was closed, signals its
-// tree (group and tagged processes) with SIGTERM and then SIGKILL when it
-// takes longer than grace each time, and finally kills what is left of the
-// tree: processes the server started in the background, or in a session of
-// their own, do not exit with it. It returns within 2×grace+treeWait.
-func (p *process) stop(grace time.Duration) error {
-	pid := p.pid()
-	if pid <= 0 {
-		return nil
-	}
-	wait := func() bool {
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		select {
-		case <-p.exited:
-			return true
-		case <-t.C:
-			return false
-		}
-	}
-	if !wait() {
-		p.signal(syscall.SIGTERM)
-		if !wait() {
-			p.signal(syscall.SIGKILL)
-			<-p.exited
-		}
-	}
-	err := signalGroup(pid, syscall.SIGKILL)
-	if _, terr := p.tree.Kill(treeWait); terr != nil {
-		err = errors.Join(err, terr)
-	}
-	return err
-}
+// stop ends the child and its tree (proctree.Child.Stop), after grace
+// for it to exit on its own once its stdin was closed.
+func (p *process) stop(grace time.Duration) error { return p.child.Stop(grace) }
 
 // remember looks at the tree while the server still runs, before Close
-// asks it to stop: the groups and sessions its processes lead are then
-// killed even once their leaders have exited.
-func (p *process) remember() {
-	if p.pid() > 0 {
-		_, _ = p.tree.Find()
-	}
-}
-
-// signal sends sig to the child's process group and to the rest of its
-// tree, found first: while the child still runs, its children are found
-// by descent too, which they no longer are once it has died.
-func (p *process) signal(sig syscall.Signal) {
-	procs, _ := p.tree.Find()
-	_ = signalGroup(p.pid(), sig)
-	for _, pr := range procs {
-		_ = signalProcess(pr.PID, sig)
-	}
-}
+// asks it to stop (proctree.Child.Remember).
+func (p *process) remember() { p.child.Remember() }
 
 // Faults of a server's output, matched with errors.Is.
 var (

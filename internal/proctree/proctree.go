@@ -25,9 +25,14 @@
 // exited is not found. patchbay's own process, group and session are never
 // signalled.
 //
-// DESIGN.md's layout has no place for it: the mcp provider (which starts
-// and closes trees) and pools (which records them and sweeps what a crash
-// left) both need it, and providers do not import each other.
+// It also owns the child that leads a tree (Child: started in a group of
+// its own with the tag, stopped with its whole tree), which stdio MCP
+// servers and coding agents share.
+//
+// DESIGN.md's layout has no place for it: the mcp provider and the ACP
+// client (which start and close trees) and pools (which records them and
+// sweeps what a crash left) all need it, and providers do not import each
+// other.
 package proctree
 
 import (

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package mcp
+package proctree
 
 import (
 	"errors"
@@ -8,12 +8,12 @@ import (
 	"syscall"
 )
 
-// sysProcAttr has nothing to add where there are no process groups.
-func sysProcAttr() *syscall.SysProcAttr { return nil }
+// SysProcAttr has nothing to add where there are no process groups.
+func SysProcAttr() *syscall.SysProcAttr { return nil }
 
-// signalGroup kills the child itself where there are no process groups;
+// SignalGroup kills the child itself where there are no process groups;
 // anything it started survives it.
-func signalGroup(pid int, _ syscall.Signal) error {
+func SignalGroup(pid int, _ syscall.Signal) error {
 	if pid <= 0 {
 		return nil
 	}

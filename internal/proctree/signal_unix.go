@@ -1,6 +1,6 @@
 //go:build unix
 
-package mcp
+package proctree
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"syscall"
 )
 
-// signalGroup signals every process in the group pgid. A group that is
+// SignalGroup signals every process in the group pgid. A group that is
 // already empty is not an error.
-func signalGroup(pgid int, sig syscall.Signal) error {
+func SignalGroup(pgid int, sig syscall.Signal) error {
 	if pgid <= 0 {
 		// kill(0) or kill(-1) would signal patchbay's own group or every
 		// process it may signal.
