@@ -37,11 +37,7 @@ func (s *Server) forward(ctx context.Context, id string) {
 	if err != nil || q.State != gates.QuestionPending {
 		return
 	}
-	params := mcp.ElicitationParams{Mode: q.Mode, Message: q.Message, URL: q.URL, ElicitationID: q.ElicitationID}
-	if q.Mode == gates.ModeForm {
-		params.RequestedSchema = q.RequestedSchema
-	}
-	res, err := s.mcp.RequestElicitation(ctx, mcp.ElicitationRequest{Params: params})
+	res, err := s.mcp.RequestElicitation(ctx, mcp.ElicitationRequest{Params: elicitation(q)})
 	if err != nil {
 		s.o.Logger.Info("mcp: a question was not forwarded to the calling client; it waits for a person", "question", id, "err", err)
 		return
@@ -117,11 +113,7 @@ func (s *Server) askInResult(ctx context.Context, id string, ex *harness.Executi
 	if q.Mode == gates.ModeURL && caps.URL == nil || q.Mode == gates.ModeForm && caps.Form == nil && caps.URL != nil {
 		return nil, false // a mode the client does not take
 	}
-	params := mcp.ElicitationParams{Mode: q.Mode, Message: q.Message, URL: q.URL, ElicitationID: q.ElicitationID}
-	if q.Mode == gates.ModeForm {
-		params.RequestedSchema = q.RequestedSchema
-	}
-	res := server.NewInputRequestBuilder(stateQuestion+id+":"+callID).Elicit("q", params).ToolResult()
+	res := server.NewInputRequestBuilder(stateQuestion+id+":"+callID).Elicit("q", elicitation(q)).ToolResult()
 	res.Meta = mcp.NewMetaFromMap(map[string]any{MetaExecution: ex.ID, MetaCallID: callID})
 	return res, true
 }
@@ -141,4 +133,13 @@ func (s *Server) answered(ctx context.Context, c *caller, req mcp.CallToolReques
 		s.decide(ctx, c.Name, id, res)
 	}
 	return callID, true
+}
+
+// elicitation is a question as its client is asked it.
+func elicitation(q *gates.Question) mcp.ElicitationParams {
+	params := mcp.ElicitationParams{Mode: q.Mode, Message: q.Message, URL: q.URL, ElicitationID: q.ElicitationID}
+	if q.Mode == gates.ModeForm {
+		params.RequestedSchema = q.RequestedSchema
+	}
+	return params
 }

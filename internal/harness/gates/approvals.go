@@ -176,22 +176,11 @@ func (a *Approvals) ListWhere(ctx context.Context, state ApprovalState, limit in
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
-	ids, err := a.store.Client.ZRevRange(ctx, a.allKey(), 0, 999).Result()
+	out, err := newest(ctx, a.store, a.allKey(), limit, a.Get, func(ap *Approval) bool {
+		return (state == "" || ap.State == state) && (keep == nil || keep(ap))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("approvals: list: %w", err)
-	}
-	out := []*Approval{}
-	for _, id := range ids {
-		ap, err := a.Get(ctx, id)
-		if err != nil {
-			continue
-		}
-		if (state == "" || ap.State == state) && (keep == nil || keep(ap)) {
-			out = append(out, ap)
-		}
-		if len(out) == limit {
-			break
-		}
 	}
 	return out, nil
 }
@@ -307,4 +296,30 @@ func (a *Approvals) Expire(ctx context.Context) {
 // approvals-pending gauge.
 func (a *Approvals) PendingApprovals(ctx context.Context) (int64, error) {
 	return a.store.Client.ZCard(ctx, a.pendingKey()).Result()
+}
+
+// newest reads the records whose ids the sorted set key holds, newest
+// first, keeping those keep accepts, up to limit (the approval and
+// question queues list this way). Filtering comes before the limit, so a
+// caller who may see few records still gets its newest ones; a record
+// that cannot be read is left out.
+func newest[T any](ctx context.Context, st *store.Store, key string, limit int, get func(context.Context, string) (T, error), keep func(T) bool) ([]T, error) {
+	ids, err := st.Client.ZRevRange(ctx, key, 0, 999).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := []T{}
+	for _, id := range ids {
+		rec, err := get(ctx, id)
+		if err != nil {
+			continue
+		}
+		if keep(rec) {
+			out = append(out, rec)
+		}
+		if len(out) == limit {
+			break
+		}
+	}
+	return out, nil
 }

@@ -368,22 +368,11 @@ func (q *Questions) ListWhere(ctx context.Context, state QuestionState, limit in
 	if limit <= 0 || limit > MaxQuestionList {
 		limit = 50
 	}
-	ids, err := q.store.Client.ZRevRange(ctx, q.allKey(), 0, 999).Result()
+	out, err := newest(ctx, q.store, q.allKey(), limit, q.Get, func(qu *Question) bool {
+		return (state == "" || qu.State == state) && (keep == nil || keep(qu))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("questions: list: %w", err)
-	}
-	out := []*Question{}
-	for _, id := range ids {
-		qu, err := q.Get(ctx, id)
-		if err != nil {
-			continue
-		}
-		if (state == "" || qu.State == state) && (keep == nil || keep(qu)) {
-			out = append(out, qu)
-		}
-		if len(out) == limit {
-			break
-		}
 	}
 	return out, nil
 }
