@@ -19,7 +19,7 @@ import (
 )
 
 // leaseProcsBound is how soon after a lease ends (released, or reclaimed)
-// every process of its connection must be gone: the README's bound (6 s
+// every process of its connection must be gone: the bound docs/connections.md states (6 s
 // for a stdio server's tree, plus the 1 s tick that notices a reclaim or
 // a dead holder), with slack for a loaded machine.
 const leaseProcsBound = 12 * time.Second

@@ -34,7 +34,7 @@ func startPatchbay(t *testing.T, cfg, redisURL string, env ...string) *server_ {
 	return start(t, vars)
 }
 
-// petstoreConfig is examples/petstore.yaml (the README's example) pointed
+// petstoreConfig is examples/petstore.yaml (the connections guide's example) pointed
 // at tap and read from this directory.
 func petstoreConfig(t *testing.T, tap string) string {
 	data, err := os.ReadFile("../../examples/petstore.yaml")
@@ -50,7 +50,7 @@ func petstoreConfig(t *testing.T, tap string) string {
 
 const petstoreToken = "pst-0123456789abcdef"
 
-// TestPetstoreOnPrism runs the README's example: the Swagger Petstore 3
+// TestPetstoreOnPrism runs the connections guide's example: the Swagger Petstore 3
 // document, mocked by Prism, through examples/petstore.yaml and
 // examples/petstore.json.
 func TestPetstoreOnPrism(t *testing.T) {

@@ -33,7 +33,7 @@ const (
 	// WorkersPerCPU sizes PATCHBAY_WORKERS by default: a worker mostly
 	// waits (on Redis, on the connection it calls), and on two cores 64
 	// workers ran 50% more three-call executions per second than 16, with
-	// little more past that (README, Performance).
+	// little more past that (docs/performance.md).
 	WorkersPerCPU    = 32
 	DefaultRetention = 168 * time.Hour
 	// DefaultClaimTimeout brings a crashed runner's executions back within

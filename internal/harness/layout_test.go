@@ -15,7 +15,7 @@ const module = "github.com/patchbay-dev/patchbay/internal/"
 
 // layers are the engine's packages, top to bottom: each may import only
 // packages below it, so no part can reach back into the engine or into a
-// part above it (README, Development: the layout).
+// part above it (docs/development.md: the layout).
 var layers = []string{
 	"harness",
 	"harness/agent",

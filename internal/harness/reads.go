@@ -28,7 +28,7 @@ import (
 //     then the binding's projection;
 //   - a server that declares the profile itself: the tool named after the
 //     read ("browser.page.summary"), called with no arguments. This is
-//     patchbay's convention for declaring servers (README "Profiles"): a
+//     patchbay's convention for declaring servers (docs/connections.md, "Profiles"): a
 //     tool passes every gate and rides every session, lease and tenant a
 //     call does; MCP resources (ResourceReader) ride the connection's own
 //     session only.

@@ -10,10 +10,10 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/profiles"
 )
 
-// The README's example profile and binding files load as written, so the
+// The connections guide's example profile and binding files load as written, so the
 // section stays true as the format changes.
 func TestReadmeExamplesLoad(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/connections.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestReadmeExamplesLoad(t *testing.T) {
 	start := strings.Index(text, "## Profiles: shared vocabularies")
 	end := strings.Index(text[start:], "\n## ")
 	if start < 0 || end < 0 {
-		t.Fatal("README has no Profiles section")
+		t.Fatal("docs/connections.md has no Profiles section")
 	}
 	dir := t.TempDir()
 	files := 0

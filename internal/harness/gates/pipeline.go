@@ -37,7 +37,7 @@ const (
 	NeedsApproval                // a person decides first (gate 5)
 )
 
-// Pipeline is the six gates every call passes, in the order the README
+// Pipeline is the six gates every call passes, in the order docs/workflows.md
 // gives: 1 declared (Declared), 2 schema (Schema), 3 refs (Refs), 4 policy
 // (Policy), 5 approver (the engine parks the run on the approval queue
 // when Policy says NeedsApproval), 6 secrets (FillSecrets and the caller's
