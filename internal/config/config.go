@@ -12,19 +12,56 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// docs/configuration-reference.md is generated from this package's source
+// (Config's field comments, File's yaml tags and comments); a test in
+// ./refdoc fails while the committed file differs from it.
+//
+//go:generate go run ./refdoc -o ../../docs/configuration-reference.md
+
 // Config is everything the server needs to start.
+//
+// Each environment setting's comment says "NAME, default VALUE", either
+// as "Field (NAME, default VALUE) does …" or as a line comment "NAME,
+// default VALUE: what it is": docs/configuration-reference.md is
+// generated from these comments (make generate, see ./refdoc), which
+// refuses a setting without them.
 type Config struct {
-	Addr        string   // PATCHBAY_ADDR, default 127.0.0.1:8080
-	RedisURL    string   // REDIS_URL; empty means the embedded store
-	RedisPrefix string   // PATCHBAY_REDIS_PREFIX, default "pb:"
-	ConfigPath  string   // PATCHBAY_CONFIG; empty means no connections
-	SecretKey   string   // PATCHBAY_SECRET_KEY
-	SecretsDir  string   // PATCHBAY_SECRETS_DIR: a directory with one file per secret; empty means none
-	APIKeys     []APIKey // PATCHBAY_API_KEYS, comma separated
-	AdminToken  string   // PATCHBAY_ADMIN_TOKEN
-	// PublicURL (PATCHBAY_PUBLIC_URL) is where browsers reach this server,
-	// scheme and host: OAuth redirect URIs are built on it. Default
-	// http://<PATCHBAY_ADDR>.
+	Addr string // PATCHBAY_ADDR, default 127.0.0.1:8080: the listen address (the -addr flag overrides it)
+	// RedisURL (REDIS_URL, default the embedded store) is the Redis that
+	// holds all state: redis://, rediss://, unix://, redis+cluster:// or
+	// redis+sentinel:// (see package store). The embedded store keeps
+	// nothing across a restart.
+	RedisURL string
+	// RedisPrefix (PATCHBAY_REDIS_PREFIX, default "pb:") starts every key,
+	// so that several deployments or test runs can share one Redis.
+	RedisPrefix string
+	// ConfigPath (PATCHBAY_CONFIG, default none) is the YAML (or JSON)
+	// config file; without one there are no connections. The -config flag
+	// overrides it.
+	ConfigPath string
+	// SecretKey (PATCHBAY_SECRET_KEY, default none) encrypts what is
+	// stored in Redis: secrets PUT through the API, and OAuth and GitHub
+	// App tokens. It is id:base64key,… (32-byte keys, the first current,
+	// the rest still decrypt) or a passphrase of at least 16 bytes.
+	// Without it secrets are read-only, and on a shared Redis the server
+	// refuses to start with connections whose tokens it would store
+	// (auth: oauth, auth: githubApp).
+	SecretKey string
+	// SecretsDir (PATCHBAY_SECRETS_DIR, default none) is a directory with
+	// one file per secret, named as the secret.
+	SecretsDir string
+	// APIKeys (PATCHBAY_API_KEYS, default one made for this run and
+	// printed) are comma separated, each plain or sha256:<64 hex digits>,
+	// optionally followed by "@" and roles joined by "+" (ops-key@admin);
+	// each is bound to the allowlist named default. The API is never
+	// open: with no key here or in the config file, one is made.
+	APIKeys []APIKey
+	// AdminToken (PATCHBAY_ADMIN_TOKEN, default one made for this run and
+	// printed) signs operators in to the admin UI.
+	AdminToken string
+	// PublicURL (PATCHBAY_PUBLIC_URL, default http://<PATCHBAY_ADDR>) is
+	// where browsers reach this server, scheme and host: OAuth redirect
+	// URIs are built on it.
 	PublicURL string
 	// PprofAddr (PATCHBAY_PPROF_ADDR, default off) serves net/http/pprof
 	// on its own listener for profiling. Profiles show request data and
@@ -35,9 +72,11 @@ type Config struct {
 	// the admin UI to its trace: a URL with {traceId} where the trace id
 	// goes, such as https://jaeger.example.com/trace/{traceId}.
 	TraceURL  string
-	LogLevel  string        // PATCHBAY_LOG_LEVEL: debug|info|warn|error, default info
-	LogFormat string        // PATCHBAY_LOG_FORMAT: text|json, default text
-	Workers   int           // PATCHBAY_WORKERS, default DefaultWorkers(): 32 per CPU
+	LogLevel  string // PATCHBAY_LOG_LEVEL, default info: the least level logged: debug, info, warn or error
+	LogFormat string // PATCHBAY_LOG_FORMAT, default text: how log lines are written: text or json
+	// Workers (PATCHBAY_WORKERS, default 32 per CPU, at most 256) is how
+	// many executions this process runs at once (see DefaultWorkers).
+	Workers   int
 	Retention time.Duration // PATCHBAY_RETENTION, default 168h: how long finished executions are kept
 	// ClaimTimeout (PATCHBAY_CLAIM_TIMEOUT, default 10s) is how long a
 	// replica may hold an execution without renewing its claim before
@@ -52,21 +91,23 @@ type Config struct {
 	// long a pool lease may go unrenewed before it is reclaimed and its
 	// server closed.
 	PoolReclaimAfter time.Duration
-	// ProfilesDir (PATCHBAY_PROFILES_DIR) is the directory of extra
-	// profile and binding files; empty: the config file's profilesDir.
+	// ProfilesDir (PATCHBAY_PROFILES_DIR, default the config file's
+	// profilesDir) is the directory of extra profile and binding files.
 	ProfilesDir  string
-	MaxBodyBytes int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB
+	MaxBodyBytes int64 // PATCHBAY_MAX_BODY_BYTES, default 1 MiB: the largest request body
 	// ShutdownGrace (PATCHBAY_SHUTDOWN_GRACE, default 30s) is how long a
 	// SIGTERM waits for requests and executions in flight; the process
 	// exits by then (plus 5 s to close connections) whatever still runs,
 	// and another replica, or this one restarted, resumes what was cut.
 	ShutdownGrace time.Duration
-	// SchemaMaxNodes (PATCHBAY_SCHEMA_MAX_NODES, default 0: the harness's
+	// SchemaMaxNodes (PATCHBAY_SCHEMA_MAX_NODES, default 0, the harness's
 	// 20,000) bounds an operation schema gate 2 compiles, in JSON values
-	// once its repeated subschemas are shared; SchemaCompileTimeout
-	// (PATCHBAY_SCHEMA_COMPILE_TIMEOUT, default 0: 10s) how long a call
-	// waits for its compile. Past either the call is refused at gate 2.
-	SchemaMaxNodes       int
+	// once its repeated subschemas are shared; past it the call is refused
+	// at gate 2.
+	SchemaMaxNodes int
+	// SchemaCompileTimeout (PATCHBAY_SCHEMA_COMPILE_TIMEOUT, default 0,
+	// the harness's 10s) is how long a call waits for its operation's
+	// schema to compile; past it the call is refused at gate 2.
 	SchemaCompileTimeout time.Duration
 	// StartTriggers starts trigger delivery and cron at boot
 	// (PATCHBAY_START_TRIGGERS, default true); when false, POST
@@ -107,8 +148,8 @@ type Limits struct {
 	// closed at once. Trusted proxies are exempt: every client behind
 	// them shares their address.
 	MaxConnsPerAddress int
-	// TrustedProxies (PATCHBAY_TRUSTED_PROXIES, comma-separated CIDRs or
-	// addresses, default none) are the reverse proxies whose
+	// TrustedProxies (PATCHBAY_TRUSTED_PROXIES, default none) are the
+	// reverse proxies, as comma-separated CIDRs or addresses, whose
 	// X-Forwarded-For names the client that failed credentials are
 	// counted against; their connections are not capped per address.
 	TrustedProxies []netip.Prefix
@@ -116,9 +157,10 @@ type Limits struct {
 	// API keys or admin tokens one address may send before it is blocked.
 	AuthFailures int
 	// AuthBackoff (PATCHBAY_AUTH_BACKOFF, default 1s) is the first block;
-	// it doubles with every further failure up to AuthBackoffMax
-	// (PATCHBAY_AUTH_BACKOFF_MAX, default 5m).
-	AuthBackoff    time.Duration
+	// it doubles with every further failure up to AuthBackoffMax.
+	AuthBackoff time.Duration
+	// AuthBackoffMax (PATCHBAY_AUTH_BACKOFF_MAX, default 5m) is the
+	// longest block.
 	AuthBackoffMax time.Duration
 	// MaxStreams (PATCHBAY_MAX_STREAMS, default 512) caps the event
 	// streams open in this process: the API's execution events and the
@@ -140,13 +182,14 @@ type Limits struct {
 	// decided call's result).
 	MCPHold time.Duration
 	// MCPSessionsPerPrincipal (PATCHBAY_MCP_SESSIONS_PER_PRINCIPAL,
-	// default 64: clients rarely end their sessions, which then idle out) caps
-	// the /mcp sessions one caller holds open, and
-	// MCPCallsPerPrincipal (PATCHBAY_MCP_CALLS_PER_PRINCIPAL, default 16)
-	// its tools/call requests in flight, in this process; past either
-	// the request is 429 with Retry-After.
+	// default 64) caps the /mcp sessions one caller holds open in this
+	// process, generously: clients rarely end their sessions, which then
+	// idle out. Past it the request is 429 with Retry-After.
 	MCPSessionsPerPrincipal int
-	MCPCallsPerPrincipal    int
+	// MCPCallsPerPrincipal (PATCHBAY_MCP_CALLS_PER_PRINCIPAL, default 16)
+	// caps one caller's /mcp tools/call requests in flight in this
+	// process; past it the request is 429 with Retry-After.
+	MCPCallsPerPrincipal int
 	// MCPSessionIdle (PATCHBAY_MCP_SESSION_IDLE, default 30m) ends a
 	// 2025-era /mcp session unused for that long (and releases the pool
 	// leases it holds).
@@ -180,18 +223,28 @@ type FileAPIKey struct {
 	// Name is the key's principal: unique among all keys, and none of
 	// the names authz.Reserved keeps (env-<n> are the names of
 	// PATCHBAY_API_KEYS's keys).
-	Name      string   `yaml:"name"`
-	Key       string   `yaml:"key"`
-	SHA256    string   `yaml:"sha256"`
-	Allowlist string   `yaml:"allowlist"`
-	Roles     []string `yaml:"roles"`
-	Approve   []string `yaml:"approve"`
-	Push      []string `yaml:"push"`
+	Name string `yaml:"name"`
+	// Key is the plain key, usually ${env:NAME}; SHA256 is instead its
+	// SHA-256 in 64 hex digits, so that the file holds no key at all.
+	Key    string `yaml:"key"`
+	SHA256 string `yaml:"sha256"`
+	// Allowlist names the allowlist that bounds what documents sent with
+	// this key may use.
+	Allowlist string `yaml:"allowlist"`
+	// Roles say what the key may do beyond running its own work (run,
+	// read, approve, admin, or roles of your own); none means run.
+	Roles []string `yaml:"roles"`
+	// Approve limits the approve role to "<connection>.<operation>" globs.
+	Approve []string `yaml:"approve"`
+	// Push names the sources the key may push events into.
+	Push []string `yaml:"push"`
 }
 
 // Policy is a connection's call policy: operations matching a deny glob are
 // refused, those matching an approve glob wait for a person's approval.
 type Policy struct {
+	// Approve and Deny are globs over the connection's operation names
+	// (chat.post, admin.*).
 	Approve []string `yaml:"approve"`
 	Deny    []string `yaml:"deny"`
 	// Allow lets operations a profile marks guarded run without approval.
@@ -209,11 +262,20 @@ type Policy struct {
 
 // File is the YAML (or JSON) config file.
 type File struct {
-	Name        string                `yaml:"name"`
+	// Name labels the configuration for the people who read it (such as
+	// ops).
+	Name string `yaml:"name"`
+	// Connections are what executions call and where events come from,
+	// by name: each an MCP server, an OpenAPI API, a Drive, a source or
+	// a cron (see Connection).
 	Connections map[string]Connection `yaml:"connections"`
-	Triggers    []Trigger             `yaml:"triggers"`
-	Inbox       *Inbox                `yaml:"inbox"`
-	APIKeys     []FileAPIKey          `yaml:"apiKeys"`
+	// Triggers start executions on the connections' events.
+	Triggers []Trigger `yaml:"triggers"`
+	// Inbox tunes how events reach the triggers; nil: the defaults.
+	Inbox *Inbox `yaml:"inbox"`
+	// APIKeys are API keys beside PATCHBAY_API_KEYS, each with its own
+	// name, allowlist and roles.
+	APIKeys []FileAPIKey `yaml:"apiKeys"`
 	// Allowlists seed the allowlists in Redis at start: one that already
 	// exists there (edited through the API) is left as it is. Each is an
 	// allowlist document as PUT /v1/allowlists/{name} takes it.
@@ -234,6 +296,7 @@ type File struct {
 // Connection is one entry under connections: exactly one of mcp, openapi,
 // drive, source and cron.
 type Connection struct {
+	// MCP makes the entry an MCP server (see MCP).
 	MCP *MCP `yaml:"mcp"`
 	// OpenAPI makes the entry a REST API described by an OpenAPI 3
 	// document (see OpenAPI).
@@ -241,7 +304,9 @@ type Connection struct {
 	// Auth is the credential an http or sse MCP server or an OpenAPI API
 	// needs (an OAuth sign-in, or GitHub App tokens), nil for none. See
 	// Auth.
-	Auth   *Auth   `yaml:"auth"`
+	Auth *Auth `yaml:"auth"`
+	// Policy says which of the entry's operations are refused and which
+	// wait for a person's approval (see Policy).
 	Policy *Policy `yaml:"policy"`
 	// RequiresPrincipal marks a connection that acts as a user: its
 	// operations are hidden from executions that have no principal.
@@ -251,10 +316,16 @@ type Connection struct {
 	// server was replaced.
 	Determinism string `yaml:"determinism"`
 	// Pool makes an mcp entry a pool of fresh servers (see pools.go).
-	Pool     *Pool     `yaml:"pool"`
-	Source   *Source   `yaml:"source"`
+	Pool *Pool `yaml:"pool"`
+	// Source makes the entry an event source that host code pushes to
+	// (see Source).
+	Source *Source `yaml:"source"`
+	// Webhooks takes the entry's events as signed webhooks from their
+	// senders, at /hooks/<name> (see Webhooks).
 	Webhooks *Webhooks `yaml:"webhooks"`
-	Cron     *Cron     `yaml:"cron"`
+	// Cron makes the entry a schedule whose one event, tick, comes at
+	// each scheduled time (see Cron).
+	Cron *Cron `yaml:"cron"`
 	// Drive makes the entry a Google Drive provider (see Drive).
 	Drive *Drive `yaml:"drive"`
 	// Binding maps an mcp server that declares no profile onto one: the
@@ -266,12 +337,17 @@ type Connection struct {
 // MCP describes an MCP server reached over stdio (command) or Streamable
 // HTTP (url).
 type MCP struct {
-	Name             string            `yaml:"name"`
-	Type             string            `yaml:"type"` // stdio | http | sse; inferred from command/url when empty
-	Command          string            `yaml:"command"`
-	Args             []string          `yaml:"args"`
-	Env              map[string]string `yaml:"env"`
-	Cwd              string            `yaml:"cwd"`
+	// Name, when given, must be the connection's own name.
+	Name string `yaml:"name"`
+	Type string `yaml:"type"` // stdio | http | sse; inferred from command/url when empty
+	// Command, Args, Env and Cwd start a stdio server; ${env:NAME} may
+	// stand in them (and a pool's ${setup.FIELD} in args and env).
+	Command string            `yaml:"command"`
+	Args    []string          `yaml:"args"`
+	Env     map[string]string `yaml:"env"`
+	Cwd     string            `yaml:"cwd"`
+	// URL and Headers reach an http or sse server; ${env:NAME} may stand
+	// in them.
 	URL              string            `yaml:"url"`
 	Headers          map[string]string `yaml:"headers"`
 	TimeoutMs        int               `yaml:"timeoutMs"`        // connect timeout, default 30000
@@ -290,7 +366,9 @@ type MCP struct {
 // event and the arguments the server filters it by (validated against the
 // event's inputSchema once the server has listed it).
 type EventSubscription struct {
-	Event     string         `yaml:"event"`
+	// Event is the server's event type.
+	Event string `yaml:"event"`
+	// Arguments filter it on the server's side.
 	Arguments map[string]any `yaml:"arguments"`
 }
 
@@ -377,9 +455,12 @@ type Auth struct {
 // Without ClientID, patchbay identifies itself by a Client ID Metadata
 // Document or registers dynamically.
 type OAuth struct {
-	ClientID     string   `yaml:"clientId"`
-	ClientSecret string   `yaml:"clientSecret" json:"-"`
-	Scopes       []string `yaml:"scopes"`
+	// ClientID and ClientSecret are the pre-registered client, usually
+	// ${env:NAME}.
+	ClientID     string `yaml:"clientId"`
+	ClientSecret string `yaml:"clientSecret" json:"-"`
+	// Scopes are asked for at sign-in.
+	Scopes []string `yaml:"scopes"`
 	// Issuer names the authorization server, for APIs that publish no
 	// protected resource metadata to discover it from (Google's; a drive
 	// entry defaults to https://accounts.google.com).
