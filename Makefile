@@ -3,7 +3,7 @@ SHELL := bash
 GO ?= go
 BIN := bin
 
-.PHONY: help build run test fuzz lint bench conformance interop generate clean
+.PHONY: help build run test fuzz lint bench conformance interop screenshots generate clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,23 @@ bench: ## run the benchmarks and print their figures
 	@# execution on the real Redis), p50/p99 of both and the difference from one run; calls/s with 64 sessions; the server's
 	@# heap and RSS per idle 2025-era session.
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'ToolCall|IdleSession' -benchtime 2s -count=1 ./internal/mcpserver/
+
+screenshots: ## take the docs' pictures again: run the browser tests docs/img/SOURCES names and copy their shots into docs/img
+	@# docs/img/SOURCES is the one list of which test takes which picture (picture, shot, package,
+	@# test): read here, and by internal/docs's test, which fails when the docs show a picture it
+	@# does not list or a listed test no longer takes the shot. CI=true: no browser test may skip.
+	@set -eo pipefail; shots=artifacts/screenshots; rows=$$(grep -v '^#' docs/img/SOURCES | awk 'NF'); \
+	for shot in $$(awk '{print $$2}' <<<"$$rows"); do rm -f "$$shots/$$shot.png"; done; \
+	for pkg in $$(awk '{print $$3}' <<<"$$rows" | sort -u); do \
+	  tests=$$(awk -v p="$$pkg" '$$3 == p {print $$4}' <<<"$$rows" | sort -u | paste -sd'|'); \
+	  echo "$$pkg: $$tests"; \
+	  CI=true PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
+	    $(GO) test -count=1 -run '^('"$$tests"')$$' "$$pkg"; \
+	done; \
+	while read -r picture shot _; do \
+	  if [ ! -f "$$shots/$$shot.png" ]; then echo "no $$shots/$$shot.png was taken (docs/img/$$picture)"; exit 1; fi; \
+	  cp "$$shots/$$shot.png" "docs/img/$$picture"; echo "docs/img/$$picture <- $$shots/$$shot.png"; \
+	done <<<"$$rows"
 
 generate: ## regenerate generated code (the admin UI's templ components, with the templ pinned in go.mod's tool directive)
 	$(GO) generate ./...

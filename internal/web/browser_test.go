@@ -20,8 +20,15 @@ import (
 )
 
 // screenshots is where the browser tests leave a picture of each page
-// (gitignored; the README's come from here).
+// (gitignored; `make screenshots` copies the docs' pictures from here to
+// docs/img, as docs/img/SOURCES lists them).
 var screenshots = filepath.Join("..", "..", "artifacts", "screenshots")
+
+// shipDoc is guardedDoc with a step before the guarded call, so that an
+// execution's page (a picture in the docs) shows a ledger of two steps.
+const shipDoc = `{"version":1,"connections":{"mem":{}},"root":{"kind":"sequence","id":"main","steps":[
+ {"kind":"call","id":"check","connection":"mem","op":"echo","args":{"text":"release v1.4.2"}},
+ {"kind":"call","id":"ship","connection":"mem","op":"guarded","args":{"target":"prod","ticket":42}}]}}`
 
 // browser starts Debian's headless chromium (see chromiumtest).
 func browser(t *testing.T) context.Context {
@@ -66,15 +73,23 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 	submit := func() *harness.Execution {
-		ex, err := b.execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(guardedDoc), Principal: "ci-bot", Allowlist: "ops"})
+		ex, err := b.execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(shipDoc), Principal: "ci-bot", Allowlist: "ops"})
 		must(t, err)
 		return ex
+	}
+	finished := func(ex *harness.Execution, want harness.ExecState) {
+		t.Helper()
+		got, err := b.execs.Wait(context.Background(), ex.ID, 10*time.Second)
+		must(t, err)
+		if got.Status != want {
+			t.Fatalf("execution %s is %s, want %s", ex.ID, got.Status, want)
+		}
 	}
 
 	// Sign in.
 	run(chromedp.Navigate(b.url+"/admin"), chromedp.WaitVisible(`#token`, chromedp.ByQuery), shot("sign-in"),
 		chromedp.SendKeys(`#token`, adminToken, chromedp.ByQuery), chromedp.Submit(`#token`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#connections`, chromedp.ByQuery), both("overview"))
+		chromedp.WaitVisible(`#connections`, chromedp.ByQuery))
 
 	// A call that needs approval appears on the open Approvals page without
 	// a reload, is approved there, and the execution succeeds on its page.
@@ -104,7 +119,7 @@ func TestBrowser(t *testing.T) {
 	run(chromedp.WaitVisible(`#execution-body[data-status="succeeded"]`, chromedp.ByQuery))
 
 	// Keyboard only: Tab to the Approve button, press Enter.
-	submit()
+	byKeyboard := submit()
 	ap = waitPending(t, b)
 	card = `#pending article[data-approval="` + ap.ID + `"]`
 	run(chromedp.Navigate(b.url+"/admin/approvals"), chromedp.WaitVisible(card, chromedp.ByQuery))
@@ -125,6 +140,7 @@ func TestBrowser(t *testing.T) {
 	if got.State != gates.ApprovalApproved {
 		t.Fatalf("keyboard approval: %s", got.State)
 	}
+	finished(byKeyboard, harness.ExecSucceeded)
 
 	// An allowlist edit with an invalid glob shows the API's message next
 	// to the field; fixing it saves.
@@ -154,6 +170,23 @@ func TestBrowser(t *testing.T) {
 	if status != 403 {
 		t.Fatalf("CSRF-less POST: %d", status)
 	}
+	// The overview (the docs' picture) once there is something to count:
+	// the three approved executions succeeded, one more is denied (failed)
+	// and one waits for its approval.
+	denied := submit()
+	ap = waitPending(t, b)
+	_, err = b.execs.Approvals().Decide(context.Background(), ap.ID, gates.ApprovalDenied, "other-operator", "not during the freeze")
+	must(t, err)
+	finished(denied, harness.ExecFailed)
+	submit()
+	waitPending(t, b)
+	run(chromedp.Navigate(b.url+"/admin"), chromedp.WaitVisible(`#exec-counts`, chromedp.ByQuery), both("overview"))
+	var counts string
+	run(chromedp.Evaluate(`[...document.querySelectorAll('#exec-counts .stat')].map(a => a.dataset.state + '=' + a.querySelector('b').textContent).join(' ')`, &counts))
+	if counts != "queued=0 running=0 waiting=1 succeeded=3 failed=1 cancelled=0 approvals=1" {
+		t.Fatalf("overview counts %q", counts)
+	}
+
 	run(chromedp.Navigate(b.url+"/admin/executions"), chromedp.WaitVisible(`#executions`, chromedp.ByQuery), both("executions"),
 		chromedp.Navigate(b.url+"/admin/connections/mem"), chromedp.WaitVisible(`#operations`, chromedp.ByQuery), shot("connection"),
 		chromedp.Navigate(b.url+"/admin/deadletters"), chromedp.WaitVisible(`#deadletters`, chromedp.ByQuery), shot("deadletters"))
