@@ -61,6 +61,13 @@ bench: ## run the benchmarks and print their figures
 	@# execution on the real Redis), p50/p99 of both and the difference from one run; calls/s with 64 sessions; the server's
 	@# heap and RSS per idle 2025-era session.
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'ToolCall|IdleSession' -benchtime 2s -count=1 ./internal/mcpserver/
+	@# Beside its peers (npm pieces into .cache/npm, redis-servers of their own on free ports): the three-call workflow of
+	@# examples/hello.json with 32 clients on patchbay and on Restate 1.7.12 (a TypeScript SDK service on Node 22) at equal
+	@# durability (Redis appendfsync always vs Restate's defaults; everysec vs Restate with its log's fsync off): workflows/s,
+	@# p50/p99, CPU per workflow and the ratios; 100 sequential echo calls in one execution vs an MCP TypeScript SDK script and
+	@# a bare mcp-go client (medians, A/B alternated); server RSS idle and with 10,000 and 100,000 executions waiting.
+	$(GO) test -run '^$$' -bench 'BesideRestate' -benchtime 2000x -count=1 -timeout 30m ./cmd/server/
+	$(GO) test -run '^$$' -bench 'HundredCalls|ServerRSS' -benchtime 1x -count=1 -timeout 60m ./cmd/server/
 
 screenshots: ## take the docs' pictures again: run the browser tests docs/img/SOURCES names and copy their shots into docs/img
 	@# docs/img/SOURCES is the one list of which test takes which picture (picture, shot, package,
