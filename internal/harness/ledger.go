@@ -102,6 +102,52 @@ func (r *run) saveLast(ctx context.Context, publish string, events ...event) err
 	return r.write(ctx, r.leave != nil, publish, events...)
 }
 
+// saveSoonAfter bounds how long a change saved with saveSoon waits for
+// the next save before a timer sends it.
+const saveSoonAfter = 5 * time.Millisecond
+
+// saveSoon is save without a round trip of its own: what changed, and
+// events, go with the next save — a call's done entry with the next
+// call's pending entry, the last with the run's last save — or, when no save comes within saveSoonAfter (a
+// model turn, a wait, a pool slot), with a timer's. Only the record of
+// an outcome waits: every pending entry is still written before its call
+// leaves, so a crash in between costs what a crash during the call
+// costs — the call re-sent with its idempotency key on resume. A timer's
+// save that fails (fenced, storage) fails the run's next save.
+func (r *run) saveSoon(ctx context.Context, events ...event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.broken != nil {
+		return r.broken
+	}
+	r.held = append(r.held, events...)
+	if r.soonArmed {
+		return nil
+	}
+	r.soonArmed = true
+	if r.soon == nil {
+		ctx = context.WithoutCancel(ctx)
+		r.soon = time.AfterFunc(saveSoonAfter, func() { r.flush(ctx) })
+	} else {
+		r.soon.Reset(saveSoonAfter)
+	}
+	return nil
+}
+
+// flush is saveSoon's timer: it sends what waits, unless a save did.
+func (r *run) flush(ctx context.Context) {
+	r.mu.Lock()
+	r.soonArmed = false
+	r.mu.Unlock()
+	if err := r.save(ctx); err != nil {
+		r.mu.Lock()
+		if r.broken == nil {
+			r.broken = err
+		}
+		r.mu.Unlock()
+	}
+}
+
 // leave is what a worker's run lets go of when it ends: its claim and its
 // work item. Nil outside a worker's run, and on Redis Cluster (the work
 // stream is in another slot).
@@ -114,13 +160,24 @@ func (r *run) write(ctx context.Context, last bool, publish string, events ...ev
 	r.saving.Lock()
 	defer r.saving.Unlock()
 	r.mu.Lock()
+	if r.broken != nil {
+		err := r.broken
+		r.mu.Unlock()
+		return err
+	}
 	w, err := r.changes()
 	events = append(r.held, events...)
 	r.held = nil
-	status := string(r.rec.Status)
+	status, closing := string(r.rec.Status), r.closing
+	if last && r.soon != nil {
+		r.soon.Stop()
+	}
 	r.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if w.head == nil && len(w.entries) == 0 && len(events) == 0 && publish == "" && !last && !closing {
+		return nil // a lazy save (saveSoon) sent it already
 	}
 	id := r.rec.ID
 	keys := []string{r.e.epochKey(id), r.e.recordKey(id), r.e.eventsKey(id), r.e.ledgerKey(id)}
@@ -143,7 +200,7 @@ func (r *run) write(ctx context.Context, last bool, publish string, events ...ev
 		args = append(args, ev.typ, raw)
 	}
 	args[8] = (len(args) - 13 - len(w.entries)) / 2
-	if r.closing && !r.e.clustered() {
+	if closing && !r.e.clustered() {
 		script = saveCloseScript
 		if last {
 			script = leaveCloseScript

@@ -2,6 +2,9 @@ package harness
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,5 +95,87 @@ func TestSaveWritesWhatChanged(t *testing.T) {
 	must(t, r.save(ctx))
 	if got, _ := e.Get(ctx, ex.ID); len(got.Steps) != 1 || got.Steps[0].Key != "a" {
 		t.Fatalf("after truncate: %+v", got.Steps)
+	}
+}
+
+// TestDoneRidesWithTheNextSave: a call's done entry costs no round trip of
+// its own — it reaches Redis with the next call's pending entry, its
+// finished event before the next started one — and, when no save follows,
+// a timer writes it within moments. A timer's save that is fenced fails
+// the run's next save.
+func TestDoneRidesWithTheNextSave(t *testing.T) {
+	t.Parallel()
+	e := newSubmitExecutions(t, storetest.New(t))
+	ctx := t.Context()
+	ex, err := e.enqueue(ctx, "ex_soon", []byte(echoDoc), nil, "t")
+	must(t, err)
+	epoch, err := e.claim(ctx, ex.ID, "a")
+	must(t, err)
+	rec, err := e.load(ctx, ex.ID)
+	must(t, err)
+	r := &run{e: e, rec: rec, epoch: epoch}
+	status := func(i int) string {
+		t.Helper()
+		got, err := e.Get(ctx, ex.ID)
+		must(t, err)
+		if i >= len(got.Steps) {
+			return ""
+		}
+		return got.Steps[i].Status
+	}
+	pend := func(id string) {
+		t.Helper()
+		r.beginHeld(&document.Node{ID: id, Kind: document.KindCall}, id, "mem")
+		r.update(id, func(st *StepRecord) { st.Status = StepPending })
+		must(t, r.save(ctx))
+	}
+
+	pend("a")
+	_, err = r.done(ctx, "a", &document.Node{ID: "a"}, map[string]any{"x": 1.0})
+	must(t, err)
+	if got := status(0); got != StepPending {
+		t.Fatalf("a's entry right after done = %s, want it still pending in Redis (no round trip of its own)", got)
+	}
+	pend("b")
+	if a, b := status(0), status(1); a != StepDone || b != StepPending {
+		t.Fatalf("after b's pending save: a %s, b %s; want done and pending from one save", a, b)
+	}
+	var order []string
+	for _, m := range e.store.Client.XRange(ctx, e.eventsKey(ex.ID), "-", "+").Val() {
+		var d map[string]any
+		_ = json.Unmarshal([]byte(m.Values["data"].(string)), &d)
+		order = append(order, m.Values["type"].(string)+":"+fmt.Sprint(d["key"]))
+	}
+	if want := []string{EventStepStarted + ":a", EventStepFinished + ":a", EventStepStarted + ":b"}; !slices.Equal(order[len(order)-3:], want) {
+		t.Fatalf("events = %v, want them to end %v", order, want)
+	}
+
+	// No save follows b's done: the timer writes it.
+	_, err = r.done(ctx, "b", &document.Node{ID: "b"}, nil)
+	must(t, err)
+	for deadline := time.Now().Add(2 * time.Second); status(1) != StepDone; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("b's done entry never reached Redis without a save after it")
+		}
+	}
+
+	// Taken over meanwhile (another runner's epoch): the timer's save is
+	// refused, and so is the run's next one.
+	pend("c")
+	must(t, e.store.Client.Incr(ctx, e.epochKey(ex.ID)).Err())
+	_, _ = r.done(ctx, "c", &document.Node{ID: "c"}, nil)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		broken := r.broken
+		r.mu.Unlock()
+		if broken != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a fenced timer save left no error for the run")
+		}
+	}
+	if err := r.save(ctx); !errors.Is(err, ErrFenced) {
+		t.Fatalf("save after a fenced timer save = %v, want ErrFenced", err)
 	}
 }

@@ -115,6 +115,11 @@ type run struct {
 	// closing: the next save is the last of a turn on a thread, and
 	// closes the thread (see threads.go).
 	closing bool
+	// soon is saveSoon's timer (armed while changes wait for a save);
+	// broken is the error of a timer's save, returned by the next one.
+	soon      *time.Timer
+	soonArmed bool
+	broken    error
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -139,6 +144,9 @@ func (r *run) execute(ctx context.Context) error {
 		r.rec.StartedAt = &now
 	}
 	r.rec.Status = ExecRunning
+	// Written at once, not with the first call (saveSoon): a run may spend
+	// long in its first expression or model turn, and whoever looks must
+	// see it running.
 	if err := r.saveWith(ctx, "", event{EventState, map[string]any{"status": ExecRunning, "epoch": r.epoch}}); err != nil {
 		return err
 	}
@@ -164,7 +172,9 @@ func (r *run) execute(ctx context.Context) error {
 	case errors.Is(context.Cause(ctx), errCancelled):
 		return r.finish(ctx, nil, errCancelled)
 	case errors.Is(err, errWaiting):
+		r.mu.Lock() // saveSoon's timer may be saving
 		r.rec.Status, r.rec.Rerun = ExecWaiting, nil
+		r.mu.Unlock()
 		if err := r.saveLast(ctx, ""); err != nil {
 			return err
 		}
@@ -180,6 +190,7 @@ func (r *run) execute(ctx context.Context) error {
 func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	ctx = context.WithoutCancel(ctx)
 	now := time.Now().UTC()
+	r.mu.Lock() // saveSoon's timer may be saving
 	r.rec.FinishedAt, r.rec.Rerun = &now, nil
 	r.rec.Status, r.rec.Output = ExecSucceeded, r.e.redact(out)
 	switch {
@@ -195,6 +206,7 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 		data["error"] = r.rec.Error
 	}
 	r.closing = r.rec.Thread != ""
+	r.mu.Unlock()
 	if err := r.saveLast(ctx, r.e.doneKey(r.rec.ID), event{EventFinished, data}); err != nil {
 		return err
 	}
@@ -376,7 +388,7 @@ func (r *run) done(ctx context.Context, key string, n *document.Node, out any) (
 		finished := time.Now().UTC()
 		st.Status, st.Output, st.FinishedAt, st.DurationMs = StepDone, out, &finished, finished.Sub(st.StartedAt).Milliseconds()
 	})
-	if err := r.saveWith(ctx, "", event{EventStepFinished, map[string]any{"key": key, "id": n.ID, "status": StepDone}}); err != nil {
+	if err := r.saveSoon(ctx, event{EventStepFinished, map[string]any{"key": key, "id": n.ID, "status": StepDone}}); err != nil {
 		return nil, err
 	}
 	return out, nil
