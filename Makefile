@@ -47,7 +47,7 @@ bench: ## run the benchmarks and print their figures
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./internal/harness/ ./internal/harness/agent/ ./internal/api/ ./internal/mcp/
 	@# Ledger cost per step, and executions/s with one and two processes at 8/32/64 clients and the
 	@# POST latency at 200 submissions/s, with p50/p99, Redis commands and connections and server and
-	@# Redis CPU per execution, on a real Redis (see README, Performance).
+	@# Redis CPU per execution, on a real Redis (see docs/performance.md).
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'CallStep' -benchmem -count=1 ./internal/harness/
 	PATCHBAY_TEST_REDIS_URL=$${PATCHBAY_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) test -run '^$$' -bench 'Executions' -benchtime 1000x -count=1 ./cmd/server/
 	@# Pool leases: acquire + release with 8 slots and 64 waiters, in one process and across two processes, on a real Redis.
