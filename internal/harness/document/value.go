@@ -9,13 +9,11 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/types"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
-	"github.com/patchbay-dev/patchbay/internal/harness/refs"
 	"github.com/patchbay-dev/patchbay/internal/harness/secrets"
 	"github.com/patchbay-dev/patchbay/internal/sandbox"
 )
@@ -190,7 +188,7 @@ func (p *parser) expression(v any, path string) Value {
 		p.fail(path, fault.CodeExpressionInvalid, "is longer than %d characters", maxExprLen)
 		return Literal{nil}
 	}
-	prog, err := sandbox.Compile(src, scopeTypes, expr.Function("$refId", refs.RefID))
+	prog, err := compile(src)
 	if limit := (*sandbox.LimitError)(nil); errors.As(err, &limit) {
 		p.fail(path, fault.CodeExpressionInvalid, "%v", err)
 		return Literal{nil}
