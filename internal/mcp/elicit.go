@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -169,7 +170,7 @@ type inputRound struct {
 // call's slot.
 func noteInputRequired(ctx context.Context, result json.RawMessage) {
 	s, ok := ctx.Value(slotKey{}).(*slot)
-	if !ok || len(result) == 0 {
+	if !ok || !mayHaveResultType(result) {
 		return
 	}
 	var r struct {
@@ -183,6 +184,14 @@ func noteInputRequired(ctx context.Context, result json.RawMessage) {
 	s.mu.Lock()
 	s.round = &inputRound{State: r.RequestState, Requests: r.InputRequests}
 	s.mu.Unlock()
+}
+
+// mayHaveResultType reports whether a call's result may say it is not a
+// plain result (a task, questions): most results are plain, and decoding
+// each twice more to find out cost more than the rest of the call's own
+// work. A server that escapes the key's letters is not worth the scan.
+func mayHaveResultType(result json.RawMessage) bool {
+	return bytes.Contains(result, []byte(`"resultType"`))
 }
 
 // inputRequired is the call's questions, for the harness to park on.

@@ -89,49 +89,66 @@ var (
 	ErrInvalidJSON = errors.New("server wrote invalid JSON")
 )
 
-// guard copies a stdio server's stdout to the returned reader line by line,
-// and stops with a fault (reported once to fault) at the first line longer
-// than limit bytes or that is not JSON. mcp-go reads stdout with an
-// unbounded ReadString and silently skips lines it cannot parse, which would
-// let a server exhaust memory, or leave a call waiting for its timeout on a
+// guard passes a stdio server's stdout to mcp-go line by line, and stops
+// with a fault (reported once to fault) at the first line longer than
+// limit bytes or that is not JSON. mcp-go reads stdout with an unbounded
+// ReadString and silently skips lines it cannot parse, which would let a
+// server exhaust memory, or leave a call waiting for its timeout on a
 // response that was garbled; guarding ends the connection with the reason
-// instead.
+// instead. It checks each line as mcp-go asks for bytes, in mcp-go's
+// reading goroutine: no goroutine or pipe of its own, which cost every
+// message a copy and a hand-over.
 func guard(src io.Reader, limit int64, fault func(error)) io.Reader {
-	pr, pw := io.Pipe()
-	go func() {
-		br := bufio.NewReaderSize(src, 64<<10)
-		var line []byte
-		for {
-			chunk, err := br.ReadSlice('\n')
-			line = append(line, chunk...)
-			if int64(len(line)) > limit {
-				fault(fmt.Errorf("%w: a message exceeded the %d-byte limit (maxResponseBytes)", ErrResponseTooLarge, limit))
-				// A plain EOF for mcp-go, which would log any other error
-				// again; the fault is logged once, by the conn.
-				pw.Close()
-				return
-			}
-			if errors.Is(err, bufio.ErrBufferFull) {
-				continue
-			}
-			if len(line) > 0 {
-				if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 && !json.Valid(trimmed) {
-					fault(fmt.Errorf("%w on stdout: %q", ErrInvalidJSON, clip(trimmed, 80)))
-					pw.Close()
-					return
-				}
-				if _, werr := pw.Write(line); werr != nil {
-					return
-				}
-				line = line[:0]
-			}
-			if err != nil {
-				pw.CloseWithError(err)
-				return
-			}
+	return &guardReader{br: bufio.NewReaderSize(src, 64<<10), limit: limit, fault: fault}
+}
+
+// guardReader is guard's reader: line is the checked line being served
+// from off; err ends the stream once line is served.
+type guardReader struct {
+	br    *bufio.Reader
+	limit int64
+	fault func(error)
+	line  []byte
+	off   int
+	err   error
+}
+
+func (g *guardReader) Read(p []byte) (int, error) {
+	for g.off >= len(g.line) {
+		if g.err != nil {
+			return 0, g.err
 		}
-	}()
-	return pr
+		g.next()
+	}
+	n := copy(p, g.line[g.off:])
+	g.off += n
+	return n, nil
+}
+
+// next reads and checks the next line. A fault ends the stream with a
+// plain EOF for mcp-go, which would log any other error again; the fault
+// is logged once, by the conn.
+func (g *guardReader) next() {
+	g.line, g.off = g.line[:0], 0
+	for {
+		chunk, err := g.br.ReadSlice('\n')
+		g.line = append(g.line, chunk...)
+		if int64(len(g.line)) > g.limit {
+			g.fault(fmt.Errorf("%w: a message exceeded the %d-byte limit (maxResponseBytes)", ErrResponseTooLarge, g.limit))
+			g.line, g.err = g.line[:0], io.EOF
+			return
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if trimmed := bytes.TrimSpace(g.line); len(trimmed) > 0 && !json.Valid(trimmed) {
+			g.fault(fmt.Errorf("%w on stdout: %q", ErrInvalidJSON, clip(trimmed, 80)))
+			g.line, g.err = g.line[:0], io.EOF
+			return
+		}
+		g.err = err // served after the line
+		return
+	}
 }
 
 func clip(b []byte, n int) string {

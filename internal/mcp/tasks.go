@@ -100,6 +100,9 @@ func takeTask(ctx context.Context, result json.RawMessage) json.RawMessage {
 	if s == nil {
 		return result
 	}
+	if !mayHaveResultType(result) {
+		return result
+	}
 	var t task
 	if json.Unmarshal(result, &t) != nil || t.ResultType != "task" {
 		return result
