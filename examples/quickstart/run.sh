@@ -1,0 +1,1 @@
+curl -H "Authorization: Bearer dev-key" -d @examples/hello.json http://127.0.0.1:8080/v1/executions
