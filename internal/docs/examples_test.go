@@ -65,7 +65,6 @@ var serverEnv = map[string][]string{
 // example files only their examples will use: the docs test leaves them
 // alone until their guide's examples move under examples/.
 var unconverted = map[string]bool{
-	"docs/triggers.md": true, "docs/security.md": true,
 	"docs/operations.md": true, "docs/mcp-server.md": true, "docs/performance.md": true,
 }
 
