@@ -61,13 +61,6 @@ var serverEnv = map[string][]string{
 	"examples/petstore.yaml": {"PATCHBAY_SECRET_PETSTORE_TOKEN=any-token"},
 }
 
-// unconverted are the guides whose blocks are not marked yet, and the
-// example files only their examples will use: the docs test leaves them
-// alone until their guide's examples move under examples/.
-var unconverted = map[string]bool{
-	"docs/operations.md": true, "docs/mcp-server.md": true, "docs/performance.md": true,
-}
-
 // ---- Markdown ----
 
 // docBlock is one fenced block of a guide (or the README).
@@ -161,9 +154,6 @@ func TestDocBlocksAreMarked(t *testing.T) {
 	t.Parallel()
 	counts := map[string]int{}
 	for _, b := range docBlocks(t) {
-		if unconverted[b.file] {
-			continue
-		}
 		counts[b.marker]++
 		switch b.marker {
 		case "":
@@ -539,7 +529,7 @@ func TestExampleFiles(t *testing.T) {
 		}
 		if how, ok := used[f]; ok {
 			t.Logf("%-50s %s", f, how)
-		} else if !unconverted[f] {
+		} else {
 			t.Errorf("%s is used by no docs test: show it in a guide (an example the test runs, loads or sends) or remove it", f)
 		}
 	}
