@@ -688,39 +688,27 @@ func rewriteAnswers(t *testing.T, golden, text string) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// buildBinaries builds bin/server and bin/demo-mcp once per test process.
+// buildBinaries builds bin/server and bin/demo-mcp into a directory of
+// the test's, removed with it.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "patchbay-docs-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		for i, pkg := range []string{"server", "demo-mcp"} {
-			wg.Go(func() {
-				cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "./cmd/"+pkg)
-				cmd.Dir = root
-				if out, err := cmd.CombinedOutput(); err != nil {
-					errs[i] = fmt.Errorf("go build ./cmd/%s: %v\n%s", pkg, err, out)
-				}
-			})
-		}
-		wg.Wait()
-		binDir, buildErr = dir, errors.Join(errs...)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, pkg := range []string{"server", "demo-mcp"} {
+		wg.Go(func() {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "./cmd/"+pkg)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("go build ./cmd/%s: %v\n%s", pkg, err, out)
+			}
+		})
 	}
-	return binDir
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // lockedBuffer collects a process's output while it runs.
