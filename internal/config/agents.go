@@ -13,8 +13,12 @@ import (
 // host code: a workflow document names an agent, it never brings a
 // command, and an allowlist grants agents by name.
 type Agent struct {
-	Command string   `yaml:"command"`
-	Args    []string `yaml:"args"`
+	// Command is the agent's executable (a path, or a name looked up in
+	// PATH), started over stdio for each node run; required. ${env:NAME}
+	// may stand in it.
+	Command string `yaml:"command"`
+	// Args are the command's arguments; ${env:NAME} may stand in them.
+	Args []string `yaml:"args"`
 	// Env is the agent's whole environment beside PATH and HOME (nothing
 	// else of patchbay's is inherited): API keys and the like. A value
 	// that is exactly ${secret:NAME} is resolved through the secret chain
@@ -43,8 +47,13 @@ type Agent struct {
 // AgentPermissions are ACP tool kinds (read, edit, delete, move, search,
 // execute, think, fetch, switch_mode, other) or "*".
 type AgentPermissions struct {
+	// Allow lists the tool kinds (read, edit, delete, move, search,
+	// execute, think, fetch, switch_mode, other, or "*" for any) whose
+	// permission requests are granted without asking a person.
 	Allow []string `yaml:"allow"`
-	Deny  []string `yaml:"deny"`
+	// Deny lists the tool kinds whose requests are refused without
+	// asking; a kind in both lists is refused.
+	Deny []string `yaml:"deny"`
 }
 
 // DefaultAgentTimeoutMs bounds an agent node run when its entry sets no

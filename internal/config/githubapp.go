@@ -30,9 +30,16 @@ type GitHubApp struct {
 	PrivateKey string `yaml:"privateKey" json:"-"`
 	// APIBaseURL is the REST API root, https://<host>/api/v3 for GitHub
 	// Enterprise Server; default https://api.github.com.
-	APIBaseURL  string      `yaml:"apiBaseUrl"`
-	Owner       ScopeString `yaml:"owner"`
-	Repo        ScopeString `yaml:"repo"`
+	APIBaseURL string `yaml:"apiBaseUrl"`
+	// Owner is the account (user or organization) whose repository the
+	// token is minted for: a name, or {$expr: "…"}; required.
+	Owner ScopeString `yaml:"owner"`
+	// Repo is that repository's name, or {$expr: "…"}; required.
+	Repo ScopeString `yaml:"repo"`
+	// Permissions maps GitHub permission names to read, write or admin
+	// (metadata: read is added unless named), or is {$expr: "…"}, an
+	// expression over principal returning such a map; required, since a
+	// token without it would carry every permission the installation has.
 	Permissions Permissions `yaml:"permissions"`
 	// Discovery is the scope of requests made for no one; required when
 	// any of the above is an expression, else the same repository with
@@ -42,8 +49,14 @@ type GitHubApp struct {
 
 // GitHubAppScope is a literal scope: one repository, the permissions.
 type GitHubAppScope struct {
-	Owner       string            `yaml:"owner"`
-	Repo        string            `yaml:"repo"`
+	// Owner is the account whose repository the discovery token is
+	// minted for: a literal name; required.
+	Owner string `yaml:"owner"`
+	// Repo is that repository's name, a literal; required.
+	Repo string `yaml:"repo"`
+	// Permissions are the discovery token's: a literal map of GitHub
+	// permission names to read, write or admin, such as {metadata: read};
+	// required.
 	Permissions map[string]string `yaml:"permissions"`
 }
 
@@ -51,7 +64,10 @@ type GitHubAppScope struct {
 // string expression over principal (the call's principal's name).
 type ScopeString struct {
 	Literal string `yaml:"-"`
-	Expr    string `yaml:"$expr"`
+	// Expr is a string expression over principal (the call's principal's
+	// name), evaluated at each call for the name to use. It needs
+	// requiresPrincipal: true on the connection, and a discovery scope.
+	Expr string `yaml:"$expr"`
 
 	mapping bool
 }

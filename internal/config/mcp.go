@@ -61,9 +61,16 @@ type MCPOAuth struct {
 // oauth:<claim value>), the allowlist that bounds what it may use, and its
 // roles (none: run).
 type MCPPrincipal struct {
-	Name      string   `yaml:"name"`
-	Allowlist string   `yaml:"allowlist"`
-	Roles     []string `yaml:"roles"`
+	// Name is the principal the token stands for in approvals and audit
+	// records; default oauth:<claim value>. Not allowed in the default
+	// entry, whose callers are each their own oauth:<claim value>.
+	Name string `yaml:"name"`
+	// Allowlist names the allowlist that bounds what the caller may use;
+	// required.
+	Allowlist string `yaml:"allowlist"`
+	// Roles say what the caller may do beyond running its own work (run,
+	// read, approve, admin, or roles of your own); none means run.
+	Roles []string `yaml:"roles"`
 }
 
 // MCPPrincipalPrefix starts the name of a token's principal that names

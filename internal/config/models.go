@@ -16,11 +16,18 @@ const (
 // ModelProvider is one entry under models: a provider that "<name>/<model>"
 // in a model node selects.
 type ModelProvider struct {
+	// Type is the API the provider speaks: anthropic (the Anthropic
+	// Messages API) or openai (OpenAI-compatible Chat Completions: OpenAI,
+	// Ollama, vLLM, llama.cpp); required.
 	Type string `yaml:"type"`
 	// APIKey may be ${env:NAME} or ${secret:NAME}; a secret is left as
 	// the reference here and resolved through the secret chain by the
 	// server (see SecretRef), so its value never sits in the config.
-	APIKey  string `yaml:"apiKey" json:"-"`
+	APIKey string `yaml:"apiKey" json:"-"`
+	// BaseURL is the http(s) root requests go to, such as a local server's
+	// http://127.0.0.1:11434/v1; default the type's hosted API
+	// (https://api.anthropic.com/, https://api.openai.com/v1/). ${env:NAME}
+	// may stand in it.
 	BaseURL string `yaml:"baseURL"`
 	// MaxRetries of 429/5xx answers (default 3, -1 none).
 	MaxRetries int `yaml:"maxRetries"`

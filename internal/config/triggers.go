@@ -22,9 +22,11 @@ import (
 
 // Source is an event stream that host code pushes to
 // (POST /v1/sources/{name}/events) or a sender posts signed webhooks to
-// (/hooks/{name}). Events maps each event type to the JSON Schema of its
-// payload.
+// (/hooks/{name}).
 type Source struct {
+	// Events maps each event type (a letter, then letters, digits, '_',
+	// '.', ':', '/' or '-') to the JSON Schema its payloads must match,
+	// draft 2020-12 unless the schema's $schema names another; at least one.
 	Events map[string]any `yaml:"events"`
 }
 
@@ -57,9 +59,18 @@ type Cron struct {
 
 // Trigger starts a turn for each matching event of a connection.
 type Trigger struct {
-	ID         string `yaml:"id"`
+	// ID names the trigger: unique, a letter followed by letters, digits,
+	// '_' or '-' (at most 64). It keys each event's turn
+	// (<connection>:<id>:<event id>), so a redelivered event starts no
+	// second one.
+	ID string `yaml:"id"`
+	// Connection names the connection whose events start turns: a
+	// source, a cron, or one that takes webhooks or is an mcp server.
 	Connection string `yaml:"connection"`
-	Event      string `yaml:"event"`
+	// Event is the event type that starts a turn: one of a source's
+	// events, tick for a cron, or a type the webhook sender or MCP server
+	// sends.
+	Event string `yaml:"event"`
 	// Filter is an expr-lang expression over event that must be true for
 	// the event to start a turn; empty matches every event of the type.
 	Filter string `yaml:"filter"`
