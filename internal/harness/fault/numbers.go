@@ -17,6 +17,9 @@ const maxReportedNumbers = 10
 // would change silently; callers refuse the request instead. Input that is
 // not JSON has none (its own decoding reports it).
 func NumbersOutOfRange(raw []byte, base string) []string {
+	if !mayOverflow(raw) {
+		return nil
+	}
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any
@@ -46,4 +49,26 @@ func NumbersOutOfRange(raw []byte, base string) []string {
 	}
 	walk(base, v)
 	return out
+}
+
+// mayOverflow reports whether raw may hold a number beyond a float64: one
+// written with an exponent (a digit followed by e or E) or with at least
+// 309 digits in a row. Any such number has one or the other, so a body
+// with neither — nearly every request — is not decoded a second time just
+// to look; a string that merely looks so costs the full check, no more.
+func mayOverflow(raw []byte) bool {
+	run := 0
+	for i, c := range raw {
+		switch {
+		case c >= '0' && c <= '9':
+			if run++; run >= 309 {
+				return true
+			}
+		case (c == 'e' || c == 'E') && run > 0 && i+1 < len(raw):
+			return true
+		default:
+			run = 0
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package fault_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
@@ -20,6 +21,9 @@ func TestNumbersOutOfRange(t *testing.T) {
 		{"escaped key", `{"a/b": {"c~d": 1E+400}}`, []string{"/input/a~1b/c~0d"}},
 		{"several, sorted", `{"z": 1e400, "a": 1e401}`, []string{"/input/a", "/input/z"}},
 		{"tiny is fine", `{"n": 1e-400}`, nil},
+		{"no exponent, 400 digits", `{"n": 1` + strings.Repeat("0", 399) + `}`, []string{"/input/n"}},
+		{"309 digits that fit", `{"n": 1` + strings.Repeat("0", 308) + `}`, nil},
+		{"an exponent in a string", `{"s": "1e400", "t": "` + strings.Repeat("9", 400) + `"}`, nil},
 		{"not JSON", `{"n": `, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
