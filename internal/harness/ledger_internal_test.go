@@ -60,13 +60,8 @@ func TestSaveWritesWhatChanged(t *testing.T) {
 	t.Parallel()
 	e := newSubmitExecutions(t, storetest.New(t))
 	ctx := t.Context()
-	ex, err := e.enqueue(ctx, "ex_diff", []byte(echoDoc), nil, "t")
-	must(t, err)
-	epoch, err := e.claim(ctx, ex.ID, "a")
-	must(t, err)
-	rec, err := e.load(ctx, ex.ID)
-	must(t, err)
-	r := &run{e: e, rec: rec, epoch: epoch}
+	r := claimedRun(t, e, "ex_diff")
+	ex := &r.rec.Execution
 	r.rec.Status = ExecRunning
 	r.enter(&document.Node{ID: "a", Kind: document.KindCall}, "a", "mem")
 	r.enter(&document.Node{ID: "b", Kind: document.KindCall}, "b", "mem")
@@ -107,13 +102,8 @@ func TestDoneRidesWithTheNextSave(t *testing.T) {
 	t.Parallel()
 	e := newSubmitExecutions(t, storetest.New(t))
 	ctx := t.Context()
-	ex, err := e.enqueue(ctx, "ex_soon", []byte(echoDoc), nil, "t")
-	must(t, err)
-	epoch, err := e.claim(ctx, ex.ID, "a")
-	must(t, err)
-	rec, err := e.load(ctx, ex.ID)
-	must(t, err)
-	r := &run{e: e, rec: rec, epoch: epoch}
+	r := claimedRun(t, e, "ex_soon")
+	ex := &r.rec.Execution
 	status := func(i int) string {
 		t.Helper()
 		got, err := e.Get(ctx, ex.ID)
@@ -131,7 +121,7 @@ func TestDoneRidesWithTheNextSave(t *testing.T) {
 	}
 
 	pend("a")
-	_, err = r.done(ctx, "a", &document.Node{ID: "a"}, map[string]any{"x": 1.0})
+	_, err := r.done(ctx, "a", &document.Node{ID: "a"}, map[string]any{"x": 1.0})
 	must(t, err)
 	if got := status(0); got != StepPending {
 		t.Fatalf("a's entry right after done = %s, want it still pending in Redis (no round trip of its own)", got)
@@ -178,4 +168,18 @@ func TestDoneRidesWithTheNextSave(t *testing.T) {
 	if err := r.save(ctx); !errors.Is(err, ErrFenced) {
 		t.Fatalf("save after a fenced timer save = %v, want ErrFenced", err)
 	}
+}
+
+// claimedRun submits the echo document as id, claims it and returns its
+// run, as a worker would start it.
+func claimedRun(t *testing.T, e *Executions, id string) *run {
+	t.Helper()
+	ctx := t.Context()
+	ex, err := e.enqueue(ctx, id, []byte(echoDoc), nil, "t")
+	must(t, err)
+	epoch, err := e.claim(ctx, ex.ID, "a")
+	must(t, err)
+	rec, err := e.load(ctx, ex.ID)
+	must(t, err)
+	return &run{e: e, rec: rec, epoch: epoch}
 }
