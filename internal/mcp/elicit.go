@@ -170,7 +170,7 @@ type inputRound struct {
 // call's slot.
 func noteInputRequired(ctx context.Context, result json.RawMessage) {
 	s, ok := ctx.Value(slotKey{}).(*slot)
-	if !ok || !mayHaveResultType(result) {
+	if !ok || !mayBeResultType(result, string(mcp.ResultTypeInputRequired)) {
 		return
 	}
 	var r struct {
@@ -186,12 +186,26 @@ func noteInputRequired(ctx context.Context, result json.RawMessage) {
 	s.mu.Unlock()
 }
 
-// mayHaveResultType reports whether a call's result may say it is not a
-// plain result (a task, questions): most results are plain, and decoding
-// each twice more to find out cost more than the rest of the call's own
-// work. A server that escapes the key's letters is not worth the scan.
-func mayHaveResultType(result json.RawMessage) bool {
-	return bytes.Contains(result, []byte(`"resultType"`))
+// mayBeResultType reports whether a call's result may have the
+// resultType want: a task, or questions. Most results are plain (2026-07-28
+// results say "complete"), and decoding each one twice more to find out
+// cost more than the rest of the call's own work, so every "resultType"
+// member the text holds is looked at without decoding — any that says
+// want sends the result to the full decode, which judges. A server that
+// escapes the key's letters is not worth the scan.
+func mayBeResultType(result json.RawMessage, want string) bool {
+	const key = `"resultType"`
+	for rest := []byte(result); ; {
+		i := bytes.Index(rest, []byte(key))
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(key):]
+		value, isMember := bytes.CutPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte(":"))
+		if isMember && bytes.HasPrefix(bytes.TrimLeft(value, " \t\r\n"), []byte(`"`+want+`"`)) {
+			return true
+		}
+	}
 }
 
 // inputRequired is the call's questions, for the harness to park on.

@@ -82,3 +82,25 @@ func TestChildEnv(t *testing.T) {
 		t.Errorf("childEnv = %q, want %q", got, want)
 	}
 }
+
+// TestMayBeResultType: the scan that spares plain results two decodes
+// never misses a task or questions, wherever the member stands.
+func TestMayBeResultType(t *testing.T) {
+	for _, tc := range []struct {
+		result, want string
+		may          bool
+	}{
+		{`{"content":[{"type":"text","text":"hi"}]}`, "task", false},
+		{`{"resultType":"complete","content":[]}`, "task", false},
+		{`{"resultType":"task","task":{"taskId":"t1"}}`, "task", true},
+		{`{"resultType" : "task"}`, "task", true},
+		{"{\"resultType\":\n\t\"input_required\",\"inputRequests\":{}}", "input_required", true},
+		{`{"structuredContent":{"resultType":"complete"},"resultType":"task"}`, "task", true},
+		{`{"content":[{"type":"text","text":"\"resultType\""}]}`, "task", false},
+		{`{"resultType":"input_required"}`, "task", false},
+	} {
+		if got := mayBeResultType(json.RawMessage(tc.result), tc.want); got != tc.may {
+			t.Errorf("mayBeResultType(%s, %s) = %v, want %v", tc.result, tc.want, got, tc.may)
+		}
+	}
+}

@@ -100,7 +100,7 @@ func takeTask(ctx context.Context, result json.RawMessage) json.RawMessage {
 	if s == nil {
 		return result
 	}
-	if !mayHaveResultType(result) {
+	if !mayBeResultType(result, "task") {
 		return result
 	}
 	var t task
