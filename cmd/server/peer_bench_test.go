@@ -351,7 +351,8 @@ func closedLoopRun(b *testing.B, clients int, roles []role, do func() (time.Dura
 }
 
 // warm runs n workflows through do, clients at a time, before anything
-// is counted: connections are opened and code paths warmed.
+// is counted: connections are opened and code paths warmed. It also
+// serves as the plain fan-out of n requests (submitAll).
 func warm(b *testing.B, clients, n int, do func() (time.Duration, error)) {
 	var left atomic.Int64
 	left.Store(int64(n))

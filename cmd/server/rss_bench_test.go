@@ -8,8 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -76,23 +74,7 @@ func BenchmarkServerRSS(b *testing.B) {
 // submitAll POSTs doc n times (no wait: each answered 202) from clients
 // clients at once.
 func submitAll(b *testing.B, c *pbClient, doc []byte, n, clients int) {
-	var left atomic.Int64
-	left.Store(int64(n))
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				if err := c.submit(doc); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if b.Failed() {
-		b.FailNow()
-	}
+	warm(b, clients, n, func() (time.Duration, error) { return 0, c.submit(doc) })
 }
 
 // waitParked waits until n approvals are pending and no work item is

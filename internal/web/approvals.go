@@ -97,6 +97,18 @@ func (h *handler) pendingFragment(c echo.Context) error {
 //
 // It counts against the same caps as the execution streams.
 func (h *handler) approvalsStream(c echo.Context) error {
+	return h.changedStream(c, func() (string, int, error) {
+		pending, err := h.pending(c)
+		return fingerprint(pending), len(pending), err
+	})
+}
+
+// changedStream serves a pending list's Server-Sent Events stream: look
+// returns the list's version and length, every PollInterval; a version
+// other than the last one sent (at first the page's ?v=) is one "changed"
+// event with the length, and a comment keeps the connection alive every
+// 15 s. It holds one of the principal's stream slots while it runs.
+func (h *handler) changedStream(c echo.Context, look func() (version string, n int, err error)) error {
 	release, err := h.Streams.Hold(h.principal(c).Name)
 	if err != nil {
 		return err
@@ -112,14 +124,11 @@ func (h *handler) approvalsStream(c echo.Context) error {
 	defer tick.Stop()
 	idle := 0
 	for {
-		pending, err := h.pending(c)
-		if err == nil {
-			if v := fingerprint(pending); v != last {
-				last = v
-				fmt.Fprintf(w, "event: changed\ndata: %d\n\n", len(pending))
-				w.Flush()
-				idle = 0
-			}
+		if v, n, err := look(); err == nil && v != last {
+			last = v
+			fmt.Fprintf(w, "event: changed\ndata: %d\n\n", n)
+			w.Flush()
+			idle = 0
 		}
 		if idle++; time.Duration(idle)*h.PollInterval >= 15*time.Second {
 			fmt.Fprint(w, ": keep-alive\n\n")

@@ -24,7 +24,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/patchbay-dev/patchbay/internal/authz"
-	"github.com/patchbay-dev/patchbay/internal/eventstream"
 	"github.com/patchbay-dev/patchbay/internal/harness/fault"
 	"github.com/patchbay-dev/patchbay/internal/harness/gates"
 )
@@ -532,41 +531,10 @@ func (h *handler) questionsFragment(c echo.Context) error {
 // the version the page was rendered with (?v=), polled as the approvals'
 // stream is and counted against the same caps.
 func (h *handler) questionsStream(c echo.Context) error {
-	release, err := h.Streams.Hold(h.principal(c).Name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	ctx := bg(c)
-	last := c.QueryParam("v")
-	w := c.Response()
-	eventstream.Start(w)
-	fmt.Fprint(w, "retry: 2000\n\n")
-	w.Flush()
-	tick := time.NewTicker(h.PollInterval)
-	defer tick.Stop()
-	idle := 0
-	for {
+	return h.changedStream(c, func() (string, int, error) {
 		pending, err := h.pendingQuestions(c)
-		if err == nil {
-			if v := questionsVersion(pending); v != last {
-				last = v
-				fmt.Fprintf(w, "event: changed\ndata: %d\n\n", len(pending))
-				w.Flush()
-				idle = 0
-			}
-		}
-		if idle++; time.Duration(idle)*h.PollInterval >= 15*time.Second {
-			fmt.Fprint(w, ": keep-alive\n\n")
-			w.Flush()
-			idle = 0
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+		return questionsVersion(pending), len(pending), err
+	})
 }
 
 const questionsPath = "/admin/questions"
