@@ -215,15 +215,24 @@ func (r *run) awaitDecision(ctx context.Context, key string) error {
 	if id == "" {
 		return fmt.Errorf("step %s waits with no approval", key)
 	}
+	return pollUntil(ctx, func() (bool, error) {
+		ap, err := r.e.approvals.Get(ctx, id)
+		if err != nil {
+			return false, &storageError{err}
+		}
+		return ap.State != gates.ApprovalPending || time.Now().After(ap.ExpiresAt), nil
+	})
+}
+
+// pollUntil calls look at once and then every approvalPoll until it says
+// done or fails, or ctx ends: how a run waits in place for a person's
+// decision (an approval, an answer), which any replica may record.
+func pollUntil(ctx context.Context, look func() (done bool, err error)) error {
 	t := time.NewTicker(approvalPoll)
 	defer t.Stop()
 	for {
-		ap, err := r.e.approvals.Get(ctx, id)
-		if err != nil {
-			return &storageError{err}
-		}
-		if ap.State != gates.ApprovalPending || time.Now().After(ap.ExpiresAt) {
-			return nil
+		if done, err := look(); done || err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():

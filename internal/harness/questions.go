@@ -100,22 +100,20 @@ func declineWhy(p registry.Policy, q connect.Question) string {
 
 // awaitAnswer waits for the question to be decided or to expire.
 func (r *run) awaitAnswer(ctx context.Context, id string) (connect.Answer, error) {
-	t := time.NewTicker(approvalPoll)
-	defer t.Stop()
-	for {
+	var a connect.Answer
+	err := pollUntil(ctx, func() (bool, error) {
 		q, err := r.e.questions.Get(ctx, id)
 		if err != nil {
-			return connect.Answer{}, r.storage(ctx, err)
+			return false, r.storage(ctx, err)
 		}
-		if a, decided := answerOf(q); decided {
-			return a, nil
-		}
-		select {
-		case <-ctx.Done():
-			return connect.Answer{}, context.Cause(ctx)
-		case <-t.C:
-		}
+		var decided bool
+		a, decided = answerOf(q)
+		return decided, nil
+	})
+	if err != nil {
+		return connect.Answer{}, err
 	}
+	return a, nil
 }
 
 // answerersOf is whom the policy of connection names as the answerers of
