@@ -293,24 +293,24 @@ func (c *conn) callOnce(ctx context.Context, sess *session, req connect.CallRequ
 		defer c.elicitor.leave(s)
 	}
 
-	var call mcp.CallToolRequest
-	call.Params.Name = req.Op
-	call.Params.Arguments = req.Args
-	if req.Args == nil {
-		call.Params.Arguments = map[string]any{}
-	}
-	meta := map[string]any{}
+	var fields [4]metaField
+	meta := fields[:0]
 	if req.IdempotencyKey != "" {
-		meta[MetaIdempotencyKey] = req.IdempotencyKey
+		meta = append(meta, metaField{key: MetaIdempotencyKey, value: req.IdempotencyKey})
 	}
 	if req.Approval != "" {
-		meta[MetaApproval] = req.Approval
+		meta = append(meta, metaField{key: MetaApproval, value: req.Approval})
 	}
-	c.traceCall(ctx, sess, req.Op, meta)
-	if len(meta) > 0 {
-		call.Params.Meta = mcp.NewMetaFromMap(meta)
+	meta = c.traceCall(ctx, sess, req.Op, meta)
+	var (
+		res *mcp.CallToolResult
+		err error
+	)
+	if sess.direct != nil {
+		res, err = sess.direct.call(ctx, req.Op, req.Args, meta)
+	} else {
+		res, err = sess.client.CallTool(ctx, callToolRequest(req.Op, req.Args, meta))
 	}
-	res, err := sess.client.CallTool(ctx, call)
 	if err == nil {
 		return res, nil
 	}
@@ -350,6 +350,25 @@ func (c *conn) callOnce(ctx context.Context, sess *session, req connect.CallRequ
 		return nil, c.unavailable(req.Op, err)
 	}
 	return nil, fmt.Errorf("mcp %s: call %s: %w", c.name, req.Op, err)
+}
+
+// callToolRequest is the request mcp-go's CallTool is given for a call:
+// its arguments ({} for none) and patchbay's _meta fields, if any.
+func callToolRequest(op string, args map[string]any, meta []metaField) mcp.CallToolRequest {
+	var call mcp.CallToolRequest
+	call.Params.Name = op
+	call.Params.Arguments = args
+	if args == nil {
+		call.Params.Arguments = map[string]any{}
+	}
+	if len(meta) > 0 {
+		m := make(map[string]any, len(meta))
+		for _, f := range meta {
+			m[f.key] = f.value
+		}
+		call.Params.Meta = mcp.NewMetaFromMap(m)
+	}
+	return call
 }
 
 // waitFault gives the process watcher a moment to record why a stdio

@@ -76,6 +76,15 @@
 //     browser the server started in a session of its own goes with it.
 //     The tag is the one the connect's context carries (a pool records a
 //     lease's tag before provisioning, to sweep after a crash), else fresh.
+//   - calls over stdio (call.go) are sent by patchbay rather than by
+//     mcp-go's CallTool, whose per-request JSON work (params encoded and
+//     decoded twice to merge _meta and compute HTTP headers, results decoded
+//     twice) is not needed there: the params are written once, with the
+//     session's 2026-07-28 _meta encoded at connect, and the result decoded
+//     once. The bytes on the wire are mcp-go's; the request still goes
+//     through capture, questions through the client's elicitation handler
+//     under the same bounds, and a call its caller gives up on is followed
+//     by notifications/cancelled. HTTP sessions keep mcp-go's path.
 //   - ToolIDs and ModelTools (toolid.go) name tools for models, and
 //     Secrets (secrets.go) lists the values of an entry to scrub.
 //
@@ -330,6 +339,15 @@ func (p *provider) dial(ctx context.Context, kind string, open func(*conn) (tran
 	if kind == "sse" {
 		c.client.OnConnectionLost(func(err error) { c.fail(fmt.Errorf("sse stream lost: %w", err)) })
 	}
+	if kind == "stdio" {
+		handler, _ := p.elicitation(c.elicitor)
+		if c.own.direct, err = newDirectCall(c.client, handler, clientInfo(p.opts.ClientVersion)); err != nil {
+			if cerr := c.Close(); cerr != nil {
+				p.opts.Logger.Warn("mcp: close after failed connect", "err", cerr)
+			}
+			return nil, err
+		}
+	}
 	p.opts.Logger.Debug("mcp: connected", "transport", c.kind, "era", c.era, "operations", len(c.manifest.Operations),
 		"protocolVersion", c.client.ProtocolVersion())
 	return c, nil
@@ -347,15 +365,25 @@ func (p *provider) clientOptions(legacyOnly bool, version string, el *elicitor) 
 	// Every session declares the Tasks extension: a server may then answer
 	// any call with a task, which the call waits on (see tasks.go).
 	caps := mcp.ClientCapabilities{Extensions: map[string]any{ExtTasks: map[string]any{}}}
-	if p.opts.Elicitation != nil {
-		copts = append(copts, client.WithElicitationHandler(p.opts.Elicitation))
-		caps.Elicitation = p.opts.ElicitationCapability
-	} else {
-		// Questions go to the calls' Askers (elicit.go).
-		copts = append(copts, client.WithElicitationHandler(el))
-		caps.Elicitation = elicitationCapability()
-	}
+	handler, declared := p.elicitation(el)
+	copts = append(copts, client.WithElicitationHandler(handler))
+	caps.Elicitation = declared
 	return append(copts, client.WithClientCapabilities(caps))
+}
+
+// elicitation is the elicitation handler of every session and the
+// capability it declares: the configured one (the conformance client's),
+// else el, which puts questions to the calls' Askers (elicit.go).
+func (p *provider) elicitation(el *elicitor) (client.ElicitationHandler, *mcp.ElicitationCapability) {
+	if p.opts.Elicitation != nil {
+		return p.opts.Elicitation, p.opts.ElicitationCapability
+	}
+	return el, elicitationCapability()
+}
+
+// clientInfo is who patchbay says it is to a server.
+func clientInfo(version string) mcp.Implementation {
+	return mcp.Implementation{Name: "patchbay", Version: version}
 }
 
 // openTenant opens the session of one tenant (one distinct header set) of
@@ -599,9 +627,7 @@ func (c *conn) connect(ctx context.Context, clientVersion string) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	init, err := c.client.Initialize(ctx, mcp.InitializeRequest{
-		Params: mcp.InitializeParams{
-			ClientInfo: mcp.Implementation{Name: "patchbay", Version: clientVersion},
-		},
+		Params: mcp.InitializeParams{ClientInfo: clientInfo(clientVersion)},
 	})
 	if err != nil {
 		if f := c.fault.get(); f != nil {

@@ -25,6 +25,9 @@ type session struct {
 	capture *capture
 	wire    *wire // nil over stdio
 	tenant  bool  // a tenant's: its failures fail that tenant's calls only
+	// direct sends the session's tool calls without mcp-go's CallTool
+	// (call.go); set over stdio, nil where mcp-go's path is kept.
+	direct *directCall
 
 	mu  sync.Mutex // serialises re-initialize
 	gen int64      // counts re-initializes, under mu

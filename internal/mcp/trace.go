@@ -14,18 +14,19 @@ import (
 // and names the harness's call span after the MCP conventions
 // ("tools/call {tool}", mcp.method.name, gen_ai.tool.name,
 // mcp.session.id, mcp.protocol.version). Without a span nothing is added.
-func (c *conn) traceCall(ctx context.Context, sess *session, op string, meta map[string]any) {
+// It returns meta with the trace fields appended.
+func (c *conn) traceCall(ctx context.Context, sess *session, op string, meta []metaField) []metaField {
 	span := trace.SpanFromContext(ctx)
 	if !span.SpanContext().IsValid() {
-		return
+		return meta
 	}
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	for k, v := range carrier {
-		meta[k] = v
+		meta = append(meta, metaField{key: k, value: v})
 	}
 	if !span.IsRecording() {
-		return
+		return meta
 	}
 	span.SetName("tools/call " + op)
 	transport := "tcp"
@@ -44,4 +45,5 @@ func (c *conn) traceCall(ctx context.Context, sess *session, op string, meta map
 		attrs = append(attrs, attribute.String("mcp.session.id", id))
 	}
 	span.SetAttributes(attrs...)
+	return meta
 }
