@@ -280,6 +280,9 @@ type Executions struct {
 	// notify is the one subscription of this process to every
 	// execution's cancel and done channels (see notifier).
 	notify *notifier
+	// finished hands an execution that finished here to its waiters here
+	// (handoff.go).
+	finished handoff
 	// held are the leases held across executions, by holder (see
 	// toolcalls.go: an MCP session's).
 	held sync.Map
@@ -739,7 +742,10 @@ func (e *Executions) trim(ctx context.Context) {
 func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Execution, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	// Listen before reading, so a finish between the two is not missed.
+	// Listen before reading, so a finish between the two is not missed:
+	// here (the run hands its record over) or elsewhere (the done channel).
+	here, unexpect := e.finished.expect(id)
+	defer func() { unexpect() }()
 	done, stop := e.notify.listen(ctx, e.doneKey(id))
 	defer stop()
 	// The first look reads the head alone (the status): the execution
@@ -756,7 +762,17 @@ func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Exe
 		select {
 		case <-ctx.Done():
 			return e.Get(context.WithoutCancel(ctx), id)
+		case ex := <-here:
+			if ex != nil {
+				return ex, nil
+			}
+			// That run ended without finishing: read, and expect the next.
+			unexpect()
+			here, unexpect = e.finished.expect(id)
 		case <-done:
+			if e.finished.runsHere(id) {
+				continue // that run hands its record over
+			}
 		case <-poll.C:
 		}
 		ex, err := e.Get(context.WithoutCancel(ctx), id)

@@ -48,7 +48,13 @@ func (e *Executions) execute(ctx context.Context, id, item string) (acked bool, 
 	if !e.clustered() {
 		r.leave = &leave{token: token, item: item}
 	}
+	e.finished.begin(id)
 	defer func() {
+		var finished *Execution
+		if r.handed {
+			finished = &r.rec.Execution
+		}
+		e.finished.end(id, finished)
 		stopWatch()
 		stopRenew()
 		if r.leave != nil && r.leave.done {
@@ -120,6 +126,9 @@ type run struct {
 	soon      *time.Timer
 	soonArmed bool
 	broken    error
+	// handed: the run finished the execution and saved it; its record
+	// goes to the waiters in this process (handoff.go).
+	handed bool
 }
 
 // errWaiting unwinds a run whose execution waits for a person.
@@ -210,6 +219,7 @@ func (r *run) finish(ctx context.Context, out any, runErr error) error {
 	if err := r.saveLast(ctx, r.e.doneKey(r.rec.ID), event{EventFinished, data}); err != nil {
 		return err
 	}
+	r.handed = true
 	if r.closing && r.e.clustered() {
 		// Another slot: the close follows the save (see threads.go).
 		if err := r.e.EndTurn(ctx, r.rec.Thread, r.rec.ID); err != nil {
