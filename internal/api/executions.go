@@ -74,7 +74,8 @@ func (h *handlers) createExecution(c echo.Context) error {
 		if req.Agent != nil {
 			return h.Executions.SubmitAgent(ctx, harness.AgentRequest{Agent: req.Agent, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist, ID: id})
 		}
-		return h.Executions.Submit(ctx, harness.Request{Workflow: req.Workflow, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist, ID: id})
+		return h.Executions.Submit(ctx, harness.Request{Workflow: req.Workflow, Input: req.Input, Principal: key.Name, Allowlist: key.Allowlist, ID: id,
+			Await: req.Wait > 0})
 	})
 	if err != nil {
 		return err

@@ -280,9 +280,11 @@ type Executions struct {
 	// notify is the one subscription of this process to every
 	// execution's cancel and done channels (see notifier).
 	notify *notifier
-	// finished hands an execution that finished here to its waiters here
-	// (handoff.go).
+	// finished hands an execution that finished here to its waiters here;
+	// awaited are the ears Submits with Await opened, by execution id,
+	// until their Wait takes them (handoff.go).
 	finished handoff
+	awaited  sync.Map
 	// held are the leases held across executions, by holder (see
 	// toolcalls.go: an MCP session's).
 	held sync.Map
@@ -405,6 +407,9 @@ type Request struct {
 	// LeaseHolder holds the run's pool leases across executions (see
 	// record.LeaseHolder); empty: the execution.
 	LeaseHolder string
+	// Await: the caller Waits for the execution next. Submit listens for
+	// its end before writing it, and that Wait has nothing to read first.
+	Await bool
 }
 
 // Submit validates the document against the registry and the request's
@@ -444,7 +449,18 @@ func (e *Executions) submitUnder(ctx context.Context, req Request, al *gates.All
 	}
 	rec := newRecord(id, req.Workflow, req.Input, req.Principal, &bound)
 	rec.RefScope, rec.LeaseHolder = req.RefScope, req.LeaseHolder
-	return e.enqueueRecord(ctx, rec)
+	if !req.Await {
+		return e.enqueueRecord(ctx, rec)
+	}
+	end := e.listenEnd(ctx, id)
+	ex, fresh, err = e.enqueueRecord(ctx, rec)
+	if err != nil || !fresh {
+		// Written before: it may have ended already, so Wait looks first.
+		end.release()
+		return ex, fresh, err
+	}
+	e.hold(end)
+	return ex, fresh, nil
 }
 
 func (e *Executions) allowlist(ctx context.Context, name string) (*gates.Allowlist, error) {
@@ -744,34 +760,44 @@ func (e *Executions) Wait(ctx context.Context, id string, d time.Duration) (*Exe
 	defer cancel()
 	// Listen before reading, so a finish between the two is not missed:
 	// here (the run hands its record over) or elsewhere (the done channel).
-	here, unexpect := e.finished.expect(id)
-	defer func() { unexpect() }()
-	done, stop := e.notify.listen(ctx, e.doneKey(id))
-	defer stop()
-	// The first look reads the head alone (the status): the execution
-	// was usually just submitted, and its ledger is read once it ends.
-	if terminal, err := e.ended(ctx, id); err != nil || terminal {
-		if err != nil {
-			return nil, err
+	// A Submit with Await listened before the execution was written, and
+	// there is nothing to read first.
+	end := e.taken(id)
+	if end == nil {
+		end = e.listenEnd(ctx, id)
+		// The first look reads the head alone (the status): the execution
+		// was usually just submitted, and its ledger is read once it ends.
+		if terminal, err := e.ended(ctx, id); err != nil || terminal {
+			end.release()
+			if err != nil {
+				return nil, err
+			}
+			return e.Get(context.WithoutCancel(ctx), id)
 		}
-		return e.Get(context.WithoutCancel(ctx), id)
 	}
+	defer end.release()
 	poll := time.NewTicker(500 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return e.Get(context.WithoutCancel(ctx), id)
-		case ex := <-here:
+		case ex := <-end.here:
 			if ex != nil {
 				return ex, nil
 			}
-			// That run ended without finishing: read, and expect the next.
-			unexpect()
-			here, unexpect = e.finished.expect(id)
-		case <-done:
+			end.again() // that run ended without finishing: read, and expect the next
+		case <-end.done:
 			if e.finished.runsHere(id) {
 				continue // that run hands its record over
+			}
+			select {
+			case ex := <-end.here: // it did already
+				if ex != nil {
+					return ex, nil
+				}
+				end.again()
+			default:
 			}
 		case <-poll.C:
 		}

@@ -1,9 +1,11 @@
 package harness
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"sync"
+	"time"
 )
 
 // handoff passes an execution that finished in this process to the waiters
@@ -36,23 +38,23 @@ func (h *handoff) begin(id string) {
 
 // end notes that a run of id here ended and gives each waiter a copy of
 // the execution it finished, or nil when it did not finish it (it waits
-// for a person, lost its claim, could not save): the waiter reads.
+// for a person, lost its claim, could not save): the waiter reads. The
+// run stops counting and its waiters get their copies at once, so a
+// waiter that hears the done channel and finds no run here finds its copy.
 func (h *handoff) end(id string, finished *Execution) {
 	h.mu.Lock()
+	want := len(h.waiting[id]) > 0
+	h.mu.Unlock()
+	var read *Execution
+	if want && finished != nil {
+		read, _ = asRead(finished) // nil when it cannot be: the waiters read
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.running[id]--; h.running[id] <= 0 {
 		delete(h.running, id)
 	}
-	waiters := h.waiting[id]
-	delete(h.waiting, id)
-	h.mu.Unlock()
-	if len(waiters) == 0 {
-		return
-	}
-	read, err := asRead(finished)
-	if err != nil {
-		read = nil // the waiters read it
-	}
-	for _, ch := range waiters {
+	for _, ch := range h.waiting[id] {
 		var c *Execution
 		if read != nil {
 			cp := *read
@@ -61,6 +63,7 @@ func (h *handoff) end(id string, finished *Execution) {
 		}
 		ch <- c // buffered: one delivery per registration
 	}
+	delete(h.waiting, id)
 }
 
 // asRead is ex with its outputs as a read of the saved record decodes
@@ -125,4 +128,61 @@ func (h *handoff) expect(id string) (ended <-chan *Execution, stop func()) {
 		}
 		h.waiting[id] = rest
 	}
+}
+
+// ending is a waiter's ears for the end of one execution: the run here
+// handing its record over (handoff) and the done channel (a run on another
+// replica).
+type ending struct {
+	id       string
+	f        *handoff
+	here     <-chan *Execution
+	unexpect func()
+	done     <-chan struct{}
+	stop     func()
+	expiry   *time.Timer // set while it waits to be taken (awaited)
+}
+
+// listenEnd starts listening for id's end, here and elsewhere.
+func (e *Executions) listenEnd(ctx context.Context, id string) *ending {
+	here, unexpect := e.finished.expect(id)
+	done, stop := e.notify.listen(ctx, e.doneKey(id))
+	return &ending{id: id, f: &e.finished, here: here, unexpect: unexpect, done: done, stop: stop}
+}
+
+// again expects the end of the next run here, after one that ended
+// without finishing.
+func (n *ending) again() {
+	n.unexpect()
+	n.here, n.unexpect = n.f.expect(n.id)
+}
+
+func (n *ending) release() {
+	n.unexpect()
+	n.stop()
+}
+
+// awaitHold bounds how long the ears a Submit with Await opened wait for
+// their Wait.
+const awaitHold = time.Minute
+
+// hold keeps n for the Wait that follows a Submit with Await.
+func (e *Executions) hold(n *ending) {
+	n.expiry = time.AfterFunc(awaitHold, func() {
+		if e.awaited.CompareAndDelete(n.id, n) {
+			n.release()
+		}
+	})
+	e.awaited.Store(n.id, n)
+}
+
+// taken returns the ears a Submit with Await opened for id, if any.
+func (e *Executions) taken(id string) *ending {
+	v, ok := e.awaited.LoadAndDelete(id)
+	if !ok {
+		return nil
+	}
+	n := v.(*ending)
+	n.expiry.Stop()
+	return n
 }

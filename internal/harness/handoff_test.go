@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,8 +63,9 @@ func (r *readsOf) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 // TestWaitTakesTheRecordOfARunHere: a run that finishes in the waiting
 // process hands its record over, so Wait does not read back what the run
-// wrote (its first look at the head is its only read), and what it
-// answers is what a read answers, Go types included (the run holds an
+// wrote — its first look at the head is its only read, and after a Submit
+// with Await, which listened before writing, it reads nothing — and what
+// it answers is what a read answers, Go types included (the run holds an
 // int64 where a read gives a float64).
 func TestWaitTakesTheRecordOfARunHere(t *testing.T) {
 	t.Parallel()
@@ -80,27 +82,57 @@ func TestWaitTakesTheRecordOfARunHere(t *testing.T) {
 		doc := `{"version":1,"connections":{"x":{}},"root":{"kind":"sequence","id":"s","steps":[
 			{"kind":"call","id":"a","connection":"x","op":"count","args":{}},
 			{"kind":"call","id":"b","connection":"x","op":"count","args":{"m":{"$expr":"$steps.a.n + 1"}}}]}}`
-		ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "all"})
-		must(t, err)
-		reads := &readsOf{id: ex.ID}
-		st.Client.AddHook(reads)
-		got, err := execs.Wait(mark(context.Background()), ex.ID, 10*time.Second)
-		must(t, err)
-		if seen := reads.seen(); len(seen) != 1 || seen[0] != "get" {
-			t.Errorf("Wait read %q of the execution, want its one first look (get)", seen)
+		for _, tc := range []struct {
+			await bool
+			reads []string
+		}{{false, []string{"get"}}, {true, nil}} {
+			ex, err := execs.Submit(context.Background(), harness.Request{Workflow: json.RawMessage(doc), Allowlist: "all", Await: tc.await})
+			must(t, err)
+			reads := &readsOf{id: ex.ID}
+			st.Client.AddHook(reads)
+			got, err := execs.Wait(mark(context.Background()), ex.ID, 10*time.Second)
+			must(t, err)
+			if seen := reads.seen(); !slices.Equal(seen, tc.reads) {
+				t.Errorf("await %v: Wait read %q of the execution, want %q", tc.await, seen, tc.reads)
+			}
+			if got.Status != harness.ExecSucceeded {
+				t.Fatalf("status %s %+v", got.Status, got.Error)
+			}
+			read, err := execs.Get(context.Background(), ex.ID)
+			must(t, err)
+			if !reflect.DeepEqual(got.Output, read.Output) || !reflect.DeepEqual(got.Steps, read.Steps) {
+				t.Errorf("Wait answered\n%#v\n%#v\na read answers\n%#v\n%#v", got.Output, got.Steps, read.Output, read.Steps)
+			}
+			a, _ := json.Marshal(got)
+			b, _ := json.Marshal(read)
+			if string(a) != string(b) {
+				t.Errorf("Wait answered %s\na read answers %s", a, b)
+			}
 		}
-		if got.Status != harness.ExecSucceeded {
-			t.Fatalf("status %s %+v", got.Status, got.Error)
-		}
-		read, err := execs.Get(context.Background(), ex.ID)
-		must(t, err)
-		if !reflect.DeepEqual(got.Output, read.Output) || !reflect.DeepEqual(got.Steps, read.Steps) {
-			t.Errorf("Wait answered\n%#v\n%#v\na read answers\n%#v\n%#v", got.Output, got.Steps, read.Output, read.Steps)
-		}
-		a, _ := json.Marshal(got)
-		b, _ := json.Marshal(read)
-		if string(a) != string(b) {
-			t.Errorf("Wait answered %s\na read answers %s", a, b)
+	})
+}
+
+// TestAwaitOfAnExecutionWrittenBefore: a Submit with Await of an id
+// written before (an idempotent retry) may find it ended, so its Wait
+// looks first and answers at once.
+func TestAwaitOfAnExecutionWrittenBefore(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		reg := registry.NewRegistry(nil)
+		must(t, reg.Add("x", connecttest.NewMemory(connecttest.MemoryOp{Operation: connect.Operation{Name: "echo"}})))
+		must(t, reg.Start(context.Background()))
+		execs := startWorkers(t, st, reg, 1, "all", `{"connections":{"x":{"ops":["*"]}}}`, harness.ExecutionsOptions{})
+		req := harness.Request{Workflow: json.RawMessage(`{"version":1,"connections":{"x":{}},"root":{"kind":"call","id":"c","connection":"x","op":"echo","args":{}}}`),
+			Allowlist: "all", ID: "ex_written_before", Await: true}
+		for range 2 {
+			ex, err := execs.Submit(context.Background(), req)
+			must(t, err)
+			start := time.Now()
+			ex, err = execs.Wait(context.Background(), ex.ID, 5*time.Second)
+			must(t, err)
+			if ex.Status != harness.ExecSucceeded || time.Since(start) > 3*time.Second {
+				t.Fatalf("Wait answered %s after %s, want succeeded at once", ex.Status, time.Since(start))
+			}
 		}
 	})
 }
