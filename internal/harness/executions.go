@@ -285,6 +285,8 @@ type Executions struct {
 	// until their Wait takes them (handoff.go).
 	finished handoff
 	awaited  sync.Map
+	// copies are the allowlists read lately (allowlists.go).
+	copies allowlistCopies
 	// held are the leases held across executions, by holder (see
 	// toolcalls.go: an MCP session's).
 	held sync.Map
@@ -461,17 +463,6 @@ func (e *Executions) submitUnder(ctx context.Context, req Request, al *gates.All
 	}
 	e.hold(end)
 	return ex, fresh, nil
-}
-
-func (e *Executions) allowlist(ctx context.Context, name string) (*gates.Allowlist, error) {
-	if e.allowlists == nil || name == "" {
-		return nil, nil
-	}
-	al, err := e.allowlists.Get(ctx, name)
-	if errors.Is(err, gates.ErrAllowlistNotFound) {
-		return nil, nil
-	}
-	return al, err
 }
 
 // SubmitOnce is Submit of a host-trusted document (a trigger's workflow from

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -284,6 +285,26 @@ type Allowlists struct {
 	store *store.Store
 	mu    sync.RWMutex
 	host  map[string][]MCPGrant // allowlist name → the config file's command grants
+	// changes counts the changes made through this value; every change is
+	// also announced on ChangedChannel, for the other processes' copies.
+	changes atomic.Uint64
+}
+
+// ChangedChannel is the channel every change of an allowlist is announced
+// on (the message is its name), so that a process keeping copies drops
+// them.
+func (a *Allowlists) ChangedChannel() string { return a.store.Key("allowlists-changed") }
+
+// Changes counts the changes made through a in this process: a copy taken
+// at one count is stale at another.
+func (a *Allowlists) Changes() uint64 { return a.changes.Load() }
+
+// changed counts a change and announces it. The announcement is best
+// effort: a process that misses it keeps its copy only as long as it keeps
+// copies at all.
+func (a *Allowlists) changed(ctx context.Context, name string) {
+	a.changes.Add(1)
+	_ = a.store.Client.Publish(ctx, a.ChangedChannel(), name).Err()
 }
 
 // NewAllowlists returns the allowlist store over st.
@@ -439,6 +460,7 @@ func (a *Allowlists) write(ctx context.Context, al *Allowlist, by string, onlyNe
 	if err != nil {
 		return false, fmt.Errorf("allowlists: put %s: %w", al.Name, err)
 	}
+	a.changed(ctx, al.Name)
 	if onlyNew && !created {
 		return false, nil
 	}
@@ -459,6 +481,7 @@ func (a *Allowlists) Delete(ctx context.Context, name, by string) error {
 	if n == 0 {
 		return fmt.Errorf("allowlist %s: %w", name, ErrAllowlistNotFound)
 	}
+	a.changed(ctx, name)
 	a.store.Client.SRem(ctx, a.indexKey(), name)
 	a.record(ctx, name, Change{At: time.Now().UTC(), By: by, Action: "deleted"})
 	return nil
