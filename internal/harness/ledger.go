@@ -169,8 +169,11 @@ func (r *run) write(ctx context.Context, last bool, publish string, events ...ev
 	events = append(r.held, events...)
 	r.held = nil
 	status, closing := string(r.rec.Status), r.closing
-	if last && r.soon != nil {
-		r.soon.Stop()
+	// What the timer would have sent goes with this save: stop it, or it
+	// wakes for an empty save. One that fired already is flushing and
+	// disarms itself.
+	if r.soon != nil && r.soon.Stop() {
+		r.soonArmed = false
 	}
 	r.mu.Unlock()
 	if err != nil {

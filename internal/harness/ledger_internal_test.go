@@ -130,6 +130,12 @@ func TestDoneRidesWithTheNextSave(t *testing.T) {
 	if a, b := status(0), status(1); a != StepDone || b != StepPending {
 		t.Fatalf("after b's pending save: a %s, b %s; want done and pending from one save", a, b)
 	}
+	r.mu.Lock()
+	armed := r.soonArmed
+	r.mu.Unlock()
+	if armed {
+		t.Fatal("the timer is still armed after a save took what it held: it would wake for an empty save")
+	}
 	var order []string
 	for _, m := range e.store.Client.XRange(ctx, e.eventsKey(ex.ID), "-", "+").Val() {
 		var d map[string]any
