@@ -29,8 +29,8 @@ func TestAgentReadsDriveOpensGitHubIssue(t *testing.T) {
 	gh.Install("acme", "widgets", 1)
 	gh.Install("alice-org", "widgets", 2)
 	llm := newScriptedCalls(t, []scriptedCall{
-		{"robot_read_file", `{"path": "Reports/bug.txt"}`},
-		{"gh_issues_create", `{"owner": "alice-org", "repo": "widgets", "title": "Nightly build fails on arm64", "body": "From Reports/bug.txt"}`},
+		{Tool: "robot_read_file", Args: `{"path": "Reports/bug.txt"}`},
+		{Tool: "gh_issues_create", Args: `{"owner": "alice-org", "repo": "widgets", "title": "Nightly build fails on arm64", "body": "From Reports/bug.txt"}`},
 	}, "Opened alice-org/widgets#1.")
 	cfg := strings.NewReplacer(
 		"apiKeys:\n", fmt.Sprintf(`  robot:

@@ -363,7 +363,7 @@ func TestGitHubAppAgentOpensIssue(t *testing.T) {
 	gh.Install("acme", "widgets", 1)
 	gh.Install("alice-org", "widgets", 2)
 	llm := newScriptedCalls(t, []scriptedCall{
-		{"gh_issues_create", `{"owner": "alice-org", "repo": "widgets", "title": "Flaky test", "body": "seen twice"}`},
+		{Tool: "gh_issues_create", Args: `{"owner": "alice-org", "repo": "widgets", "title": "Flaky test", "body": "seen twice"}`},
 	}, "Opened issue 1.")
 	cfg := writeConfig(t, mustRead(t, gitHubAppConfig(t, gh))+fmt.Sprintf("models:\n  local: { type: openai, baseURL: %q }\n", llm.URL+"/v1"))
 	srv := start(t, map[string]string{

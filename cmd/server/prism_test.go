@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/patchbay-dev/patchbay/internal/modeltest"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 )
 
@@ -145,10 +146,10 @@ type scriptedLLM struct {
 }
 
 // scriptedCall is one tool call of a scripted round.
-type scriptedCall struct{ tool, args string }
+type scriptedCall = modeltest.ChatCall
 
 func newScriptedLLM(t *testing.T, tool, args, text string) *scriptedLLM {
-	return newScriptedCalls(t, []scriptedCall{{tool, args}}, text)
+	return newScriptedCalls(t, []scriptedCall{{Tool: tool, Args: args}}, text)
 }
 
 func newScriptedCalls(t *testing.T, calls []scriptedCall, text string) *scriptedLLM {
@@ -186,24 +187,7 @@ func newScriptedCalls(t *testing.T, calls []scriptedCall, text string) *scripted
 			}
 		}
 		f.mu.Unlock()
-		chunk := func(delta, finish string) string {
-			return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1694268190,"model":"llama3","choices":[{"index":0,"delta":` +
-				delta + `,"finish_reason":` + finish + `}]}`
-		}
-		var frames []string
-		if round < len(calls) {
-			c := calls[round]
-			frames = []string{
-				chunk(fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_%02d","type":"function","function":{"name":%q,"arguments":%q}}]}`, round+1, c.tool, c.args), "null"),
-				chunk(`{}`, `"tool_calls"`),
-			}
-		} else {
-			frames = []string{chunk(fmt.Sprintf(`{"role":"assistant","content":%q}`, text), "null"), chunk(`{}`, `"stop"`)}
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, fr := range append(frames, "data: [DONE]") {
-			fmt.Fprint(w, fr, "\n\n")
-		}
+		modeltest.WriteChatTurn(w, "llama3", round, calls, text)
 	}))
 	t.Cleanup(f.Close)
 	return f

@@ -33,6 +33,7 @@ import (
 	"github.com/patchbay-dev/patchbay/internal/harness/connect/connecttest"
 	"github.com/patchbay-dev/patchbay/internal/harness/document"
 	"github.com/patchbay-dev/patchbay/internal/harness/registry"
+	"github.com/patchbay-dev/patchbay/internal/modeltest"
 	"github.com/patchbay-dev/patchbay/internal/npmtest"
 	"github.com/patchbay-dev/patchbay/internal/pools"
 	"github.com/patchbay-dev/patchbay/internal/profiles"
@@ -967,18 +968,16 @@ var fakes = map[string]func(t *testing.T, bins string) string{
 	// local, an Ollama): a fake that does what the agents guide's prompt
 	// asks, through the demo's note tools, then says so.
 	"127.0.0.1:11434": func(t *testing.T, _ string) string {
-		return fakeModel(t, []fakeCall{
-			{"demo_note_put", `{"key":"hi","value":"hello"}`},
-			{"demo_note_get", `{"key":"hi"}`},
+		return fakeModel(t, []modeltest.ChatCall{
+			{Tool: "demo_note_put", Args: `{"key":"hi","value":"hello"}`},
+			{Tool: "demo_note_get", Args: `{"key":"hi"}`},
 		}, "The note hi holds hello.")
 	},
 }
 
-type fakeCall struct{ tool, args string }
-
 // fakeModel serves OpenAI's chat completions (streamed): round n calls
 // calls[n], and the round after the last answers text.
-func fakeModel(t *testing.T, calls []fakeCall, text string) string {
+func fakeModel(t *testing.T, calls []modeltest.ChatCall, text string) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Messages []struct {
@@ -995,23 +994,7 @@ func fakeModel(t *testing.T, calls []fakeCall, text string) string {
 				round++
 			}
 		}
-		chunk := func(delta, finish string) string {
-			return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1694268190,"model":"llama3.1","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + finish + `}]}`
-		}
-		var frames []string
-		if round < len(calls) {
-			c := calls[round]
-			frames = []string{
-				chunk(fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_%02d","type":"function","function":{"name":%q,"arguments":%q}}]}`, round+1, c.tool, c.args), "null"),
-				chunk(`{}`, `"tool_calls"`),
-			}
-		} else {
-			frames = []string{chunk(fmt.Sprintf(`{"role":"assistant","content":%q}`, text), "null"), chunk(`{}`, `"stop"`)}
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, f := range append(frames, "data: [DONE]") {
-			fmt.Fprint(w, f, "\n\n")
-		}
+		modeltest.WriteChatTurn(w, "llama3.1", round, calls, text)
 	}))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
